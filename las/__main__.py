@@ -1,0 +1,3 @@
+from las.cli import main
+
+main()

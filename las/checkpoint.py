@@ -1,0 +1,82 @@
+"""Checkpoints: everything decoding needs (config, vocabulary, normalisation, weights) in one file,
+plus the training state that `--resume` restores. Written atomically: write, then rename."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from las.config import Config
+from las.data.features import Normalizer
+from las.errors import LasError
+from las.model.las import LAS
+from las.text import Vocabulary
+
+FORMAT = "las-checkpoint"
+VERSION = 1  # bump when the layout below or the model's parameters change incompatibly
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    config: Config
+    vocabulary: Vocabulary
+    normalizer: Normalizer
+    model_state: dict[str, torch.Tensor]
+    training_state: dict[str, Any]  # empty for a model-only file
+
+    def build_model(self, device: torch.device | str = "cpu") -> LAS:
+        model = LAS.build(self.config.model, self.config.features.mel_bins, len(self.vocabulary))
+        model.load_state_dict(self.model_state)
+        return model.to(device).eval()
+
+
+def save_checkpoint(
+    path: str | Path,
+    config: Config,
+    vocabulary: Vocabulary,
+    normalizer: Normalizer,
+    model: LAS,
+    training_state: dict[str, Any],
+) -> None:
+    path = Path(path)
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": config.to_dict(),
+        "vocabulary": vocabulary.to_list(),
+        "normalizer": normalizer.to_dict(),
+        "model": model.state_dict(),
+        "training": training_state,
+    }
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(payload, temporary)
+    os.replace(temporary, path)  # a reader sees the old file or the new one, never half of one
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    path = Path(path)
+    if not path.is_file():
+        raise LasError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        raise LasError(f"{path}: not a readable las checkpoint ({str(error).splitlines()[0]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise LasError(f"{path}: not a las checkpoint")
+    if payload.get("version") != VERSION:
+        raise LasError(
+            f"{path}: checkpoint format version {payload.get('version')} is not supported by this las "
+            f"(version {VERSION}); decode it with the las that wrote it or retrain"
+        )
+    return Checkpoint(
+        Config.from_dict(payload["config"]),
+        Vocabulary.from_list(payload["vocabulary"]),
+        Normalizer.from_dict(payload["normalizer"]),
+        payload["model"],
+        payload["training"],
+    )

@@ -1,0 +1,133 @@
+"""In-memory dataset of normalised features and character ids, length buckets, and collation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from las.text import Vocabulary
+
+
+@dataclass(frozen=True)
+class Batch:
+    ids: list[str]
+    features: torch.Tensor  # (batch, frames, mel_bins), zero (the mean) on padding
+    feature_lengths: torch.Tensor  # (batch,) int64, on the CPU as pack_padded_sequence wants
+    targets_in: torch.Tensor  # (batch, characters + 1): <sos> c1 ... cn, then <pad>
+    targets_out: torch.Tensor  # (batch, characters + 1): c1 ... cn <eos>, then <pad>
+    target_lengths: torch.Tensor  # (batch,) characters + 1 (the <eos>)
+    texts: list[str | None]
+
+    def to(self, device: torch.device) -> Batch:
+        move = dict(non_blocking=True)
+        return Batch(
+            self.ids,
+            self.features.to(device, **move),
+            self.feature_lengths,
+            self.targets_in.to(device, **move),
+            self.targets_out.to(device, **move),
+            self.target_lengths.to(device, **move),
+            self.texts,
+        )
+
+
+class SpeechDataset(torch.utils.data.Dataset):
+    """Utterances held in memory: AN4-sized corpora fit many times over."""
+
+    def __init__(
+        self,
+        ids: Sequence[str],
+        features: Sequence[torch.Tensor],
+        texts: Sequence[str | None],
+        vocabulary: Vocabulary,
+        with_targets: bool = True,
+    ) -> None:
+        """`with_targets=False` for decoding, where transcripts are references at most."""
+        self.ids = list(ids)
+        self.features = list(features)
+        self.texts = list(texts)
+        self.vocabulary = vocabulary
+        self.tokens = [vocabulary.encode(text) if with_targets else [] for text in self.texts]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> int:
+        return index  # collate gathers from the lists directly, avoiding per-item tuples
+
+    def frame_counts(self) -> list[int]:
+        return [item.shape[0] for item in self.features]
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        vocabulary = self.vocabulary
+        features = [self.features[index] for index in indices]
+        tokens = [torch.tensor(self.tokens[index], dtype=torch.long) for index in indices]
+        sos = torch.tensor([vocabulary.sos])
+        eos = torch.tensor([vocabulary.eos])
+        return Batch(
+            ids=[self.ids[index] for index in indices],
+            features=pad_sequence(features, batch_first=True),
+            feature_lengths=torch.tensor([item.shape[0] for item in features]),
+            targets_in=pad_sequence([torch.cat([sos, item]) for item in tokens], True, vocabulary.pad),
+            targets_out=pad_sequence([torch.cat([item, eos]) for item in tokens], True, vocabulary.pad),
+            target_lengths=torch.tensor([len(item) + 1 for item in tokens]),
+            texts=[self.texts[index] for index in indices],
+        )
+
+
+class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches of utterances of similar length, so that little of each batch is padding.
+
+    Lengths are jittered by a few percent before sorting so that batches differ between epochs;
+    the batch order is shuffled. Both are seeded by (seed, epoch), so an epoch can be replayed
+    exactly when training resumes in its middle.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        max_batch_frames: int,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.lengths = torch.tensor(lengths, dtype=torch.float64)
+        self.batch_size = batch_size
+        self.max_batch_frames = max_batch_frames
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        keys = self.lengths
+        if self.shuffle:
+            keys = keys * (1 + 0.1 * (torch.rand(len(keys), generator=generator, dtype=torch.float64) - 0.5))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        longest = 0.0
+        for index in torch.argsort(keys).tolist():
+            length = self.lengths[index].item()
+            too_many = max(longest, length) * (len(current) + 1) > self.max_batch_frames
+            if current and (len(current) == self.batch_size or too_many):
+                batches.append(current)
+                current, longest = [], 0.0
+            current.append(index)
+            longest = max(longest, length)
+        if current:
+            batches.append(current)
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches())
+
+    def __len__(self) -> int:
+        return len(self.batches())

@@ -1,0 +1,42 @@
+"""Training losses: masked, label-smoothed cross-entropy and the joint CTC-attention objective."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from las.model.las import LASOutput
+from las.text import PAD_INDEX as PAD
+
+
+def attention_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Mean cross-entropy per target character; padding positions contribute nothing."""
+    # logits: (batch, steps, vocabulary); targets: (batch, steps) with PAD after each <eos>
+    return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=PAD, label_smoothing=label_smoothing)
+
+
+def ctc_loss(log_probs: torch.Tensor, encoder_lengths: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """CTC loss per target character; `targets` are the characters without <eos>, PAD-padded."""
+    # log_probs: (frames, batch, vocabulary); targets: (batch, characters)
+    loss = F.ctc_loss(
+        log_probs.float(), targets, encoder_lengths, target_lengths, blank=PAD, reduction="sum", zero_infinity=True
+    )
+    return loss / target_lengths.sum().clamp_min(1)
+
+
+def joint_loss(
+    output: LASOutput,
+    targets_in: torch.Tensor,  # (batch, steps): <sos> then characters, PAD-padded
+    targets_out: torch.Tensor,  # (batch, steps): characters then <eos>, PAD-padded
+    target_lengths: torch.Tensor,  # (batch,) including <eos>
+    ctc_weight: float,
+    label_smoothing: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """λ·CTC + (1-λ)·attention (Kim et al. 2017), with both parts for logging."""
+    attention = attention_loss(output.logits, targets_out, label_smoothing)
+    if output.ctc_log_probs is None or ctc_weight == 0:
+        return attention, {"attention_loss": attention.item()}
+    # CTC targets are the characters alone: targets_in without its leading <sos>.
+    ctc = ctc_loss(output.ctc_log_probs, output.memory.lengths, targets_in[:, 1:], target_lengths - 1)
+    loss = ctc_weight * ctc + (1 - ctc_weight) * attention
+    return loss, {"attention_loss": attention.item(), "ctc_loss": ctc.item()}

@@ -1,0 +1,38 @@
+"""Edit-distance scoring: per-utterance Levenshtein distance, CER, WER and S/D/I counts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import Levenshtein
+
+
+@dataclass(frozen=True)
+class EditCounts:
+    substitutions: int = 0
+    deletions: int = 0
+    insertions: int = 0
+
+    @property
+    def errors(self) -> int:
+        return self.substitutions + self.deletions + self.insertions
+
+    def __add__(self, other: EditCounts) -> EditCounts:
+        return EditCounts(
+            self.substitutions + other.substitutions,
+            self.deletions + other.deletions,
+            self.insertions + other.insertions,
+        )
+
+
+def edit_counts(hypothesis: Sequence, reference: Sequence) -> EditCounts:
+    """S/D/I of the cheapest alignment turning `reference` into `hypothesis` (strings or word lists)."""
+    operations = [operation for operation, _, _ in Levenshtein.editops(reference, hypothesis)]
+    return EditCounts(operations.count("replace"), operations.count("delete"), operations.count("insert"))
+
+
+def character_error_rate(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Total character edit distance over total reference characters, in percent (spaces count)."""
+    distance = sum(Levenshtein.distance(h, r) for h, r in zip(hypotheses, references, strict=True))
+    return 100.0 * distance / max(1, sum(len(r) for r in references))

@@ -1,0 +1,1 @@
+"""Listen, Attend and Spell: listener, attention variants, speller, and their composition."""

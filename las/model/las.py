@@ -1,0 +1,62 @@
+"""`LAS(listener, speller)`: the composed model, with an optional CTC head on the listener."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from las.config import ModelConfig
+from las.model.attention import build_attention
+from las.model.listener import Listener, ListenerOutput
+from las.model.speller import Speller
+
+
+class LASOutput(NamedTuple):
+    logits: torch.Tensor  # (batch, steps, vocabulary)
+    attention: torch.Tensor  # (batch, steps, encoder_frames)
+    memory: ListenerOutput
+    ctc_log_probs: torch.Tensor | None  # (encoder_frames, batch, vocabulary), as F.ctc_loss wants
+
+
+class LAS(nn.Module):
+    def __init__(self, listener: Listener, speller: Speller, ctc_head: nn.Linear | None = None) -> None:
+        super().__init__()
+        self.listener = listener
+        self.speller = speller
+        self.ctc_head = ctc_head
+
+    @classmethod
+    def build(cls, config: ModelConfig, input_size: int, vocabulary_size: int) -> LAS:
+        listener = Listener(
+            input_size, config.listener_hidden, config.pyramid_layers, config.key_dim, config.value_dim, config.dropout
+        )
+        attention = build_attention(config.attention, config.key_dim, config.location_channels, config.location_kernel)
+        speller = Speller(
+            vocabulary_size,
+            config.embedding_dim,
+            config.speller_hidden,
+            config.speller_layers,
+            config.key_dim,
+            config.value_dim,
+            attention,
+            config.dropout,
+            config.tie_embedding,
+        )
+        ctc_head = nn.Linear(listener.output_size, vocabulary_size) if config.ctc_weight > 0 else None
+        return cls(listener, speller, ctc_head)
+
+    def forward(
+        self,
+        features: torch.Tensor,  # (batch, frames, mel_bins)
+        feature_lengths: torch.Tensor,  # (batch,)
+        targets_in: torch.Tensor,  # (batch, steps)
+        teacher_forcing: float = 1.0,
+    ) -> LASOutput:
+        memory = self.listener(features, feature_lengths)
+        logits, attention = self.speller(memory, targets_in, teacher_forcing)
+        ctc_log_probs = None
+        if self.ctc_head is not None:
+            ctc_log_probs = self.ctc_head(memory.hidden).log_softmax(dim=-1).transpose(0, 1)
+        return LASOutput(logits, attention, memory, ctc_log_probs)

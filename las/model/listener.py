@@ -1,0 +1,104 @@
+"""The listener: a BLSTM, then pyramidal BLSTMs that halve the time axis, then key/value heads."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+
+def length_mask(lengths: torch.Tensor, frames: int) -> torch.Tensor:
+    """`(batch, frames)` boolean mask, True at valid positions."""
+    return torch.arange(frames, device=lengths.device) < lengths[:, None]
+
+
+def reverse_within_lengths(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence of `x` (batch, frames, dim) over its own length, leaving padding in place."""
+    frames = x.shape[1]
+    positions = torch.arange(frames, device=x.device)[None, :]  # (1, frames)
+    lengths = lengths.to(x.device)[:, None]
+    source = torch.where(positions < lengths, lengths - 1 - positions, positions)  # (batch, frames)
+    return x.gather(1, source[:, :, None].expand_as(x))
+
+
+class BidirectionalLSTM(nn.Module):
+    """A BLSTM as two unidirectional LSTMs, the backward one reading each sequence reversed in place.
+
+    Both directions then read valid frames before padding, so a padded batch gives exactly the
+    outputs of a packed one at valid positions. On CUDA the packed path is used (cuDNN skips the
+    padding); on the CPU the padded path is several times faster in the backward pass, because
+    PyTorch's packed CPU kernel runs one small matrix product per time step and batch size.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.forward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
+        self.backward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, packed: bool | None = None) -> torch.Tensor:
+        # x: (batch, frames, input_size) -> (batch, frames, 2 * hidden_size), zero on padding
+        packed = x.is_cuda if packed is None else packed
+        reversed_x = reverse_within_lengths(x, lengths)
+        forward = self._run(self.forward_lstm, x, lengths, packed)
+        backward = reverse_within_lengths(self._run(self.backward_lstm, reversed_x, lengths, packed), lengths)
+        output = torch.cat([forward, backward], dim=-1)
+        return output * length_mask(lengths.to(x.device), x.shape[1])[:, :, None]
+
+    @staticmethod
+    def _run(lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor, packed: bool) -> torch.Tensor:
+        if not packed:
+            return lstm(x)[0]
+        sequence = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        return pad_packed_sequence(lstm(sequence)[0], batch_first=True, total_length=x.shape[1])[0]
+
+
+class ListenerOutput(NamedTuple):
+    keys: torch.Tensor  # (batch, encoder_frames, key_dim)
+    values: torch.Tensor  # (batch, encoder_frames, value_dim)
+    mask: torch.Tensor  # (batch, encoder_frames) bool, True at valid frames
+    lengths: torch.Tensor  # (batch,) encoder frames per utterance
+    hidden: torch.Tensor  # (batch, encoder_frames, 2 * hidden): what the CTC head reads
+
+    def select(self, indices: torch.Tensor) -> ListenerOutput:
+        """Rows `indices` of every field: beam search repeats each utterance once per hypothesis."""
+        return ListenerOutput(*(field.index_select(0, indices.to(field.device)) for field in self))
+
+
+def halve_lengths(lengths: torch.Tensor) -> torch.Tensor:
+    """Lengths after one pyramid layer: an odd last frame is paired with a zero frame, not dropped."""
+    return (lengths + 1) // 2
+
+
+class Listener(nn.Module):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        pyramid_layers: int,
+        key_dim: int,
+        value_dim: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.input_layer = BidirectionalLSTM(input_size, hidden_size)
+        # Each pyramid layer reads two adjacent frames concatenated: 2 frames x 2 directions.
+        self.pyramid = nn.ModuleList(BidirectionalLSTM(4 * hidden_size, hidden_size) for _ in range(pyramid_layers))
+        self.dropout = nn.Dropout(dropout)
+        self.key = nn.Linear(2 * hidden_size, key_dim)
+        self.value = nn.Linear(2 * hidden_size, value_dim)
+        self.output_size = 2 * hidden_size
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
+        # features: (batch, frames, input_size); lengths: (batch,)
+        x = self.input_layer(features, lengths)  # (batch, frames, 2H), zero on padding
+        for layer in self.pyramid:
+            x, lengths = self.dropout(x), halve_lengths(lengths)
+            if x.shape[1] % 2:
+                x = nn.functional.pad(x, (0, 0, 0, 1))  # zero frame to pair with an odd last one
+            batch, frames, size = x.shape
+            x = layer(x.reshape(batch, frames // 2, 2 * size), lengths)  # (batch, frames / 2, 2H)
+        lengths = lengths.to(x.device)
+        x = self.dropout(x)
+        return ListenerOutput(self.key(x), self.value(x), length_mask(lengths, x.shape[1]), lengths, x)

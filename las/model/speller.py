@@ -1,0 +1,98 @@
+"""The speller: a stack of LSTM cells that emits one character per step while attending to the listener."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from las.model.attention import Attention
+from las.model.listener import ListenerOutput
+
+
+class SpellerState(NamedTuple):
+    """Everything one decoding step hands to the next, batch first so beam search can reorder it."""
+
+    hidden: tuple[torch.Tensor, ...]  # per layer (batch, hidden)
+    cell: tuple[torch.Tensor, ...]  # per layer (batch, hidden)
+    context: torch.Tensor  # (batch, value_dim): the previous step's attention read-out
+    weights: torch.Tensor  # (batch, frames): the previous step's attention weights
+
+    def select(self, indices: torch.Tensor) -> SpellerState:
+        pick = lambda tensor: tensor.index_select(0, indices)  # noqa: E731
+        return SpellerState(
+            tuple(map(pick, self.hidden)), tuple(map(pick, self.cell)), pick(self.context), pick(self.weights)
+        )
+
+
+class Speller(nn.Module):
+    def __init__(
+        self,
+        vocabulary_size: int,
+        embedding_dim: int,
+        hidden_size: int,
+        layers: int,
+        key_dim: int,
+        value_dim: int,
+        attention: Attention,
+        dropout: float,
+        tie_embedding: bool,
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocabulary_size, embedding_dim)
+        sizes = [embedding_dim + value_dim] + [hidden_size] * layers
+        self.cells = nn.ModuleList(nn.LSTMCell(size, hidden_size) for size in sizes[:-1])
+        self.query = nn.Linear(hidden_size, key_dim)  # φ(s) of Chan et al.
+        self.attention = attention
+        self.dropout = nn.Dropout(dropout)
+        # Character distribution from [hidden; context] through a small MLP; its last layer can
+        # share the embedding matrix (Press & Wolf 2017), hence the embedding_dim bottleneck.
+        self.bottleneck = nn.Linear(hidden_size + value_dim, embedding_dim)
+        self.output = nn.Linear(embedding_dim, vocabulary_size)
+        if tie_embedding:
+            self.output.weight = self.embedding.weight
+
+    def initial_state(self, memory: ListenerOutput) -> SpellerState:
+        batch = memory.values.shape[0]
+        zeros = memory.values.new_zeros(batch, self.query.in_features)
+        layers = len(self.cells)
+        uniform = memory.mask.float() / memory.lengths[:, None].float()  # (batch, frames)
+        return SpellerState((zeros,) * layers, (zeros,) * layers, memory.values.new_zeros(batch, memory.values.shape[2]), uniform)
+
+    def step(
+        self, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput
+    ) -> tuple[torch.Tensor, SpellerState]:
+        """Logits `(batch, vocabulary)` for the character after `tokens` `(batch,)`, and the new state."""
+        x = torch.cat([self.embedding(tokens), state.context], dim=-1)  # (batch, embedding + value)
+        hidden, cell = [], []
+        for layer, lstm in enumerate(self.cells):
+            h, c = lstm(x, (state.hidden[layer], state.cell[layer]))
+            hidden.append(h)
+            cell.append(c)
+            x = self.dropout(h)
+        context, weights = self.attention(self.query(x), memory.keys, memory.values, memory.mask, state.weights)
+        logits = self.output(torch.tanh(self.bottleneck(torch.cat([x, context], dim=-1))))
+        return logits, SpellerState(tuple(hidden), tuple(cell), context, weights)
+
+    def forward(
+        self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits `(batch, steps, vocabulary)` and attention `(batch, steps, frames)` for `targets_in`.
+
+        With `teacher_forcing` < 1 each utterance feeds back its own previous prediction with
+        probability 1 - teacher_forcing per step (scheduled sampling, Bengio et al. 2015).
+        """
+        state = self.initial_state(memory)
+        logits, attention = [], []
+        tokens = targets_in[:, 0]
+        for step in range(targets_in.shape[1]):
+            if step > 0:
+                tokens = targets_in[:, step]
+                if teacher_forcing < 1.0:
+                    own = torch.rand(tokens.shape, device=tokens.device) >= teacher_forcing
+                    tokens = torch.where(own, logits[-1].argmax(dim=-1), tokens)
+            step_logits, state = self.step(tokens, state, memory)
+            logits.append(step_logits)
+            attention.append(state.weights)
+        return torch.stack(logits, dim=1), torch.stack(attention, dim=1)

@@ -1,0 +1,28 @@
+"""Attention heat-maps: output characters against encoder frames, one PNG per call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on training machines
+
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+
+def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Path, title: str) -> None:
+    """Save `weights` `(steps, encoder_frames)` with one row per emitted symbol in `labels`."""
+    steps, frames = weights.shape
+    figure, axes = plt.subplots(figsize=(max(4.0, frames / 8 + 2), max(3.0, steps / 5 + 1.5)))
+    axes.imshow(weights.numpy(), aspect="auto", origin="upper", cmap="viridis", vmin=0.0, interpolation="nearest")
+    axes.set_yticks(range(steps), [label if label != " " else "␣" for label in labels], fontsize=7)
+    axes.set_xlabel("encoder frame")
+    axes.set_ylabel("output character")
+    axes.set_title(title, fontsize=9)
+    figure.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=80)
+    plt.close(figure)

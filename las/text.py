@@ -1,0 +1,79 @@
+"""Character vocabulary: special symbols, encoding and decoding of transcripts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from las.errors import LasError
+
+PAD, SOS, EOS, UNK = "<pad>", "<sos>", "<eos>", "<unk>"
+SPECIALS = (PAD, SOS, EOS, UNK)
+PAD_INDEX = 0  # padding, and the CTC blank
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Index 0 is padding; it doubles as the CTC blank since neither is ever a target."""
+
+    symbols: tuple[str, ...]
+
+    @classmethod
+    def from_texts(cls, texts: Iterable[str]) -> Vocabulary:
+        characters = sorted(set().union(*map(set, texts)))
+        return cls(SPECIALS + tuple(characters))
+
+    @property
+    def pad(self) -> int:
+        return PAD_INDEX
+
+    @property
+    def sos(self) -> int:
+        return 1
+
+    @property
+    def eos(self) -> int:
+        return 2
+
+    @property
+    def unk(self) -> int:
+        return 3
+
+    def __len__(self) -> int:
+        return len(self.symbols)
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        return {symbol: position for position, symbol in enumerate(self.symbols)}
+
+    def unknown_characters(self, text: str) -> set[str]:
+        known = self.index
+        return {character for character in text if character not in known}
+
+    def encode(self, text: str) -> list[int]:
+        """Character ids of `text`; characters outside the vocabulary are an error."""
+        known = self.index
+        try:
+            return [known[character] for character in text]
+        except KeyError as error:
+            raise LasError(f"character {error.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, stopping at the first end-of-sentence and skipping other specials."""
+        characters = []
+        for index in ids:
+            if index == self.eos:
+                break
+            if index >= len(SPECIALS):
+                characters.append(self.symbols[index])
+        return "".join(characters)
+
+    def to_list(self) -> list[str]:
+        return list(self.symbols)
+
+    @classmethod
+    def from_list(cls, symbols: list[str]) -> Vocabulary:
+        if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
+            raise LasError("vocabulary does not start with the special symbols; checkpoint is damaged")
+        return cls(tuple(symbols))
