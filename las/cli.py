@@ -103,6 +103,45 @@ def train(
     typer.echo(f"best model: {run / 'best.pt'}")
 
 
+@app.command()
+@reports_errors
+def decode(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
+    input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="TSV manifest, audio file, or folder of audio files.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Output file (default: stdout).")] = None,
+    output_format: Annotated[OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl.")] = OutputFormat.csv,
+    strategy: Annotated[StrategyName, typer.Option("--strategy", help="Search strategy.")] = StrategyName.greedy,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help=_default("Utterances per batch.", DEFAULTS.decode.batch_size))] = None,
+    device: Annotated[Device, typer.Option("--device", help="Where to decode.")] = Device.auto,
+) -> None:
+    """Transcribe INPUT with a trained model into a submission/transcript file."""
+    from las.decode import decode as run_decoding
+
+    summary = run_decoding(checkpoint, input_path, out, output_format.value, strategy.value, batch_size, device.value)
+    typer.echo(
+        f"decoded {summary.utterances} utterances in {summary.seconds:.1f}s: "
+        f"{summary.utterances / max(summary.seconds, 1e-9):.1f} utterances/s, real-time factor {summary.real_time_factor:.4f}",
+        err=True,
+    )
+
+
+@app.command(name="eval")
+@reports_errors
+def evaluate(
+    hypothesis: Annotated[Path, typer.Argument(metavar="HYP", help="Hypotheses: CSV, Kaldi text, JSONL or TSV manifest.")],
+    reference: Annotated[Path, typer.Argument(metavar="REF", help="References, in any of the same formats.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the text report.")] = False,
+    worst: Annotated[int, typer.Option("--worst", min=0, help="How many of the worst utterances to list.")] = 10,
+) -> None:
+    """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances."""
+    import json
+
+    from las.evaluate import evaluate_files, format_report
+
+    report = evaluate_files(hypothesis, reference, worst)
+    typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report))
+
+
 def main() -> None:
     try:
         app()

@@ -20,6 +20,7 @@ from las.data.augment import spec_augment
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.features import FeatureCache, Normalizer
 from las.data.manifest import Utterance, check_characters, read_utterances
+from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.losses import joint_loss
@@ -28,16 +29,6 @@ from las.model.las import LAS
 from las.plots import plot_attention
 from las.search import GreedySearch
 from las.text import Vocabulary
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise LasError("--device cuda: no CUDA device is available")
-    if name not in ("cpu", "cuda"):
-        raise LasError(f"--device {name!r}: expected auto, cpu or cuda")
-    return torch.device(name)
 
 
 def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_scale: float) -> float:
@@ -234,7 +225,7 @@ def train_epoch(
                 raise LasError(f"training diverged: {progress.bad_batches} batches with a non-finite loss (lower train.learning_rate?)")
             continue
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.gradient_clip)
+        clip_gradients(model, settings.gradient_clip)
         optimizer.step()
         scheduler.step()
         progress.batch_in_epoch += 1
@@ -244,6 +235,10 @@ def train_epoch(
         progress.frames += int(batch.feature_lengths.sum())
         bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
     progress.seconds += time.perf_counter() - started
+
+
+def clip_gradients(model: LAS, limit: float) -> None:
+    torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
 
 
 def evaluate_dev(

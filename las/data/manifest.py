@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +39,8 @@ def read_utterances(path: str | Path, require_text: bool = True) -> list[Utteran
     return utterances
 
 
-def read_tsv_manifest(path: Path) -> list[Utterance]:
-    """`id  path  duration_s  text` with a header line; audio paths are relative to the manifest."""
-    utterances: list[Utterance] = []
-    first_line: dict[str, int] = {}
+def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, [id, path, duration_s, text]) for each data line of a TSV manifest."""
     with open(path, newline="", encoding="utf-8") as file:
         rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(rows, None)
@@ -51,23 +50,32 @@ def read_tsv_manifest(path: Path) -> list[Utterance]:
             if not row:
                 continue
             if len(row) != len(TSV_HEADER):
-                raise LasError(f"{path}:{line}: expected 4 tab-separated fields (id, path, duration_s, text), got {len(row)}")
-            identifier, audio, duration, text = row
-            if not identifier:
-                raise LasError(f"{path}:{line}: empty id")
-            if identifier in first_line:
-                raise LasError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]})")
-            first_line[identifier] = line
-            try:
-                float(duration)
-            except ValueError:
-                raise LasError(f"{path}:{line}: duration_s {duration!r} is not a number") from None
-            if not text.strip():
-                raise LasError(f"{path}:{line}: empty transcript for {identifier!r}")
-            audio_path = path.parent / audio
-            if not audio_path.is_file():
-                raise LasError(f"{path}:{line}: audio file not found: {audio_path}")
-            utterances.append(Utterance(identifier, audio_path, text.strip()))
+                raise LasError(
+                    f"{path}:{line}: expected 4 tab-separated fields (id, path, duration_s, text), got {len(row)}"
+                )
+            yield line, row
+
+
+def read_tsv_manifest(path: Path) -> list[Utterance]:
+    """`id  path  duration_s  text` with a header line; audio paths are relative to the manifest."""
+    utterances: list[Utterance] = []
+    first_line: dict[str, int] = {}
+    for line, (identifier, audio, duration, text) in manifest_rows(path):
+        if not identifier:
+            raise LasError(f"{path}:{line}: empty id")
+        if identifier in first_line:
+            raise LasError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]})")
+        first_line[identifier] = line
+        try:
+            float(duration)
+        except ValueError:
+            raise LasError(f"{path}:{line}: duration_s {duration!r} is not a number") from None
+        if not text.strip():
+            raise LasError(f"{path}:{line}: empty transcript for {identifier!r}")
+        audio_path = path.parent / audio
+        if not audio_path.is_file():
+            raise LasError(f"{path}:{line}: audio file not found: {audio_path}")
+        utterances.append(Utterance(identifier, audio_path, text.strip()))
     if not utterances:
         raise LasError(f"{path}: manifest has no utterances")
     return utterances

@@ -1,0 +1,100 @@
+"""`las eval`: score hypotheses against references by edit distance and report the worst."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import Levenshtein
+
+from las.errors import LasError
+from las.metrics import EditCounts, edit_counts
+from las.transcripts import read_transcripts
+
+
+@dataclass(frozen=True)
+class UtteranceScore:
+    id: str
+    hypothesis: str
+    reference: str
+    distance: int  # character edits (the HW4/Kaggle metric)
+    word_errors: int
+
+
+@dataclass(frozen=True)
+class Report:
+    utterances: int
+    mean_distance: float
+    cer: float  # percent
+    wer: float  # percent
+    substitutions: int  # character-level
+    deletions: int
+    insertions: int
+    sentence_error_rate: float  # percent of utterances with any character error
+    reference_characters: int
+    reference_words: int
+    worst: list[UtteranceScore]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def score(hypotheses: dict[str, str], references: dict[str, str], worst: int = 10) -> Report:
+    """Report over the ids of `references`; every reference needs a hypothesis and vice versa."""
+    missing = [identifier for identifier in references if identifier not in hypotheses]
+    extra = [identifier for identifier in hypotheses if identifier not in references]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} reference id(s) have no hypothesis (e.g. {', '.join(missing[:3])})")
+        if extra:
+            parts.append(f"{len(extra)} hypothesis id(s) are not in the reference (e.g. {', '.join(extra[:3])})")
+        raise LasError("id mismatch: " + "; ".join(parts))
+    if not references:
+        raise LasError("no utterances to score")
+    scores: list[UtteranceScore] = []
+    edits = EditCounts()
+    words = 0
+    for identifier, reference in references.items():
+        hypothesis = hypotheses[identifier]
+        counts = edit_counts(hypothesis, reference)
+        edits += counts
+        reference_words = reference.split()
+        words += len(reference_words)
+        word_errors = Levenshtein.distance(hypothesis.split(), reference_words)
+        scores.append(UtteranceScore(identifier, hypothesis, reference, counts.errors, word_errors))
+    characters = sum(len(reference) for reference in references.values())
+    return Report(
+        utterances=len(scores),
+        mean_distance=edits.errors / len(scores),
+        cer=100.0 * edits.errors / max(1, characters),
+        wer=100.0 * sum(item.word_errors for item in scores) / max(1, words),
+        substitutions=edits.substitutions,
+        deletions=edits.deletions,
+        insertions=edits.insertions,
+        sentence_error_rate=100.0 * sum(item.distance > 0 for item in scores) / len(scores),
+        reference_characters=characters,
+        reference_words=words,
+        worst=sorted(scores, key=lambda item: (-item.distance, item.id))[:worst],
+    )
+
+
+def evaluate_files(hypothesis_path: str | Path, reference_path: str | Path, worst: int = 10) -> Report:
+    return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst)
+
+
+def format_report(report: Report) -> str:
+    lines = [
+        f"utterances            {report.utterances}",
+        f"mean distance         {report.mean_distance:.3f} character edits per utterance",
+        f"CER                   {report.cer:.2f}%  ({report.substitutions} sub, {report.deletions} del, "
+        f"{report.insertions} ins over {report.reference_characters} characters)",
+        f"WER                   {report.wer:.2f}%  (over {report.reference_words} words)",
+        f"sentence error rate   {report.sentence_error_rate:.2f}%",
+    ]
+    if report.worst:
+        lines += ["", f"worst {len(report.worst)} utterances:"]
+        for item in report.worst:
+            lines += [f"  {item.id}  ({item.distance} edits)", f"    REF: {item.reference}", f"    HYP: {item.hypothesis}"]
+    return "\n".join(lines)

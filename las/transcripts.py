@@ -1,0 +1,103 @@
+"""Transcript files: writing decoder output and reading hypotheses or references for scoring.
+
+Formats: Kaggle/HW4 CSV (`id,label`), Kaldi `text` (`id transcript`), JSONL (`id`, `text`, ...),
+and for reading also the TSV manifest (`id path duration_s text`). Reading picks the format
+from the file name, falling back to Kaldi text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from las.data.manifest import manifest_rows
+from las.errors import LasError
+
+FORMATS = ("csv", "kaldi", "jsonl")
+
+
+@dataclass(frozen=True)
+class Transcript:
+    id: str
+    text: str
+    extra: dict[str, Any] = field(default_factory=dict)  # JSONL only: score, n-best, ...
+
+
+def write_transcripts(transcripts: Iterable[Transcript], output_format: str, stream: TextIO) -> None:
+    if output_format == "csv":
+        writer = csv.writer(stream, lineterminator="\n")
+        writer.writerow(["id", "label"])
+        writer.writerows([transcript.id, transcript.text] for transcript in transcripts)
+    elif output_format == "kaldi":
+        stream.writelines(f"{transcript.id} {transcript.text}\n" for transcript in transcripts)
+    elif output_format == "jsonl":
+        for transcript in transcripts:
+            stream.write(json.dumps({"id": transcript.id, "text": transcript.text, **transcript.extra}) + "\n")
+    else:
+        raise LasError(f"unknown output format {output_format!r} (choose from {', '.join(FORMATS)})")
+
+
+def read_transcripts(path: str | Path) -> dict[str, str]:
+    """id -> text of a CSV, JSONL, TSV manifest or Kaldi text file; duplicate ids are an error."""
+    path = Path(path)
+    try:
+        content = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LasError(f"file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise LasError(f"cannot read {path}: {error}") from None
+    suffix = path.suffix.lower()
+    reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(suffix, _kaldi_rows)
+    transcripts: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for line, identifier, text in reader(content, path):
+        if identifier in transcripts:
+            raise LasError(f"{path}:{line}: duplicate id {identifier!r} (first on line {lines[identifier]})")
+        transcripts[identifier] = text
+        lines[identifier] = line
+    return transcripts
+
+
+Rows = Iterator[tuple[int, str, str]]  # (line number, id, text)
+
+
+def _csv_rows(content: str, path: Path) -> Rows:
+    rows = csv.reader(io.StringIO(content))
+    header = next(rows, None)
+    if header is None or [name.strip() for name in header[:2]] != ["id", "label"]:
+        raise LasError(f"{path}:1: expected a CSV header 'id,label', got {header}")
+    for line, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        if len(row) != 2:
+            raise LasError(f"{path}:{line}: expected 2 comma-separated fields (id,label), got {len(row)}")
+        yield line, row[0], row[1]
+
+
+def _jsonl_rows(content: str, path: Path) -> Rows:
+    for line, text in enumerate(content.splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+            yield line, str(record["id"]), str(record["text"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise LasError(f"{path}:{line}: expected a JSON object with 'id' and 'text'") from None
+
+
+def _tsv_rows(content: str, path: Path) -> Rows:
+    for line, (identifier, _, _, text) in manifest_rows(path):
+        yield line, identifier, text.strip()
+
+
+def _kaldi_rows(content: str, path: Path) -> Rows:
+    for line, text in enumerate(content.splitlines(), start=1):
+        if not text.strip():
+            continue
+        identifier, _, transcript = text.strip().partition(" ")
+        yield line, identifier, transcript.strip()

@@ -1,0 +1,65 @@
+"""Shared fixtures: small manifests of real AN4 utterances, and a tiny model configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from las.config import Config, load_config
+
+AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
+
+# A model small enough to train in seconds: what the tests need is behaviour, not accuracy.
+TINY = [
+    "model.listener_hidden=48",
+    "model.pyramid_layers=2",
+    "model.key_dim=48",
+    "model.value_dim=48",
+    "model.embedding_dim=32",
+    "model.speller_hidden=96",
+    "model.dropout=0.0",
+    "model.location_channels=4",
+    "model.location_kernel=5",
+    "train.warmup_steps=5",
+    "train.label_smoothing=0.0",
+    "train.specaugment_start_epoch=1000",
+    "train.teacher_forcing_final=1.0",
+    "train.device=cpu",
+]
+
+
+def an4_rows(split: str, count: int, longest_seconds: float = 10.0) -> list[list[str]]:
+    """The first `count` rows of an AN4 manifest no longer than `longest_seconds`, audio paths absolute."""
+    lines = (AN4 / f"{split}.tsv").read_text().splitlines()[1:]
+    rows = [line.split("\t") for line in lines]
+    rows = [row for row in rows if float(row[2]) <= longest_seconds][:count]
+    return [[identifier, str(AN4 / audio), duration, text] for identifier, audio, duration, text in rows]
+
+
+def write_manifest(path: Path, rows: list[list[str]]) -> Path:
+    path.write_text("id\tpath\tduration_s\ttext\n" + "".join("\t".join(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture
+def tiny_manifests(tmp_path: Path) -> tuple[Path, Path]:
+    """Four short training utterances, and two dev utterances taken from them."""
+    rows = an4_rows("train", 4, longest_seconds=1.6)
+    return write_manifest(tmp_path / "train.tsv", rows), write_manifest(tmp_path / "dev.tsv", rows[:2])
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path, tiny_manifests: tuple[Path, Path]) -> Config:
+    train, dev = tiny_manifests
+    return load_config(
+        None,
+        TINY
+        + [
+            f"data.train={train}",
+            f"data.dev={dev}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            f"train.out={tmp_path / 'run'}",
+            "data.batch_size=4",
+        ],
+    )

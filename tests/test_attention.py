@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+from las.errors import LasError
+from las.model.attention import ATTENTIONS, build_attention
+
+
+def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    lengths = torch.tensor([6, 4, 1])
+    mask = torch.arange(frames) < lengths[:, None]
+    previous = mask.float() / lengths[:, None]
+    return dict(
+        query=torch.randn(batch, dim),
+        keys=torch.randn(batch, frames, dim),
+        values=torch.randn(batch, frames, 5),
+        mask=mask,
+        previous_weights=previous,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
+    attention = build_attention(name, 8, location_channels=3, location_kernel=5)
+    arguments = inputs()
+    context, weights = attention(**arguments)
+    assert context.shape == (3, 5) and weights.shape == (3, 6)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3))
+    assert torch.all(weights[~arguments["mask"]] == 0)
+    # The context is the weighted sum of values.
+    torch.testing.assert_close(context, torch.einsum("bt,btd->bd", weights, arguments["values"]))
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_gradient_reaches_every_parameter_and_input(name: str) -> None:
+    attention = build_attention(name, 8, location_channels=3, location_kernel=5)
+    arguments = {key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in inputs().items()}
+    context, _ = attention(**arguments)
+    context.sum().backward()
+    for parameter in attention.parameters():
+        assert parameter.grad is not None and parameter.grad.abs().sum() > 0
+    assert arguments["query"].grad.abs().sum() > 0 and arguments["keys"].grad.abs().sum() > 0
+
+
+def test_location_aware_attention_reads_the_previous_weights() -> None:
+    attention = build_attention("location", 8, location_channels=3, location_kernel=5)
+    arguments = inputs()
+    _, uniform = attention(**arguments)
+    shifted = torch.zeros_like(arguments["previous_weights"])
+    shifted[:, 0] = 1.0
+    _, peaked = attention(**{**arguments, "previous_weights": shifted})
+    assert not torch.allclose(uniform[:2], peaked[:2])
+
+
+def test_content_attention_ignores_the_previous_weights() -> None:
+    attention = build_attention("dot", 8, location_channels=3, location_kernel=5)
+    arguments = inputs()
+    _, first = attention(**arguments)
+    _, second = attention(**{**arguments, "previous_weights": torch.rand(3, 6)})
+    torch.testing.assert_close(first, second)
+
+
+def test_unknown_attention_is_a_clear_error() -> None:
+    with pytest.raises(LasError, match="unknown attention 'bogus'"):
+        build_attention("bogus", 8, location_channels=3, location_kernel=5)

@@ -1,0 +1,144 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from las.config import FeatureConfig
+from las.data import features as features_module
+from las.data.augment import spec_augment
+from las.data.dataset import BucketBatchSampler, SpeechDataset
+from las.data.features import FeatureCache, Normalizer
+from las.data.manifest import read_utterances
+from las.errors import LasError
+from las.text import Vocabulary
+
+from .conftest import AN4, an4_rows, write_manifest
+
+
+def test_reads_the_an4_manifest() -> None:
+    utterances = read_utterances(AN4 / "dev.tsv")
+    assert len(utterances) == 100
+    assert utterances[0].id == "an10-fjmd-b" and utterances[0].text == "G TWO EIGHTY NINE"
+    assert utterances[0].audio == AN4 / "audio" / "an10-fjmd-b.flac"
+
+
+def test_reads_an_audio_file_and_a_folder(tmp_path: Path) -> None:
+    single = read_utterances(AN4 / "audio" / "an10-fjmd-b.flac", require_text=False)
+    assert [(u.id, u.text) for u in single] == [("an10-fjmd-b", None)]
+    for name in ("b", "a"):
+        (tmp_path / f"{name}.flac").write_bytes(single[0].audio.read_bytes())
+    assert [u.id for u in read_utterances(tmp_path, require_text=False)] == ["a", "b"]
+    with pytest.raises(LasError, match="has no transcripts"):
+        read_utterances(tmp_path, require_text=True)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("x\taudio.flac\t1.0", r"train.tsv:3: expected 4 tab-separated fields"),
+        ("an10-fjmd-b\t{audio}\t1.0\tAGAIN", r"train.tsv:3: duplicate id 'an10-fjmd-b' \(first on line 2\)"),
+        ("y\t{audio}\t1.0\t  ", r"train.tsv:3: empty transcript for 'y'"),
+        ("z\tmissing.flac\t1.0\tHELLO", r"train.tsv:3: audio file not found: .*missing.flac"),
+        ("w\t{audio}\tlong\tHELLO", r"train.tsv:3: duration_s 'long' is not a number"),
+    ],
+)
+def test_malformed_manifest_lines_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    first = an4_rows("dev", 1)[0]
+    path = write_manifest(tmp_path / "train.tsv", [first])
+    with open(path, "a") as file:
+        file.write(line.format(audio=first[1]) + "\n")
+    with pytest.raises(LasError, match=message):
+        read_utterances(path)
+
+
+def test_bad_header_and_unknown_input(tmp_path: Path) -> None:
+    path = tmp_path / "bad.tsv"
+    path.write_text("id\tfile\ttext\n")
+    with pytest.raises(LasError, match="bad.tsv:1: expected the header"):
+        read_utterances(path)
+    with pytest.raises(LasError, match="input not found"):
+        read_utterances(tmp_path / "absent.tsv")
+
+
+def test_unreadable_and_empty_audio_are_named(tmp_path: Path) -> None:
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    broken = tmp_path / "broken.flac"
+    broken.write_bytes(b"not audio at all")
+    empty = tmp_path / "empty.wav"
+    soundfile.write(empty, np.zeros(0, dtype=np.float32), 16000)
+    for path, message in [(broken, "cannot read audio file .*broken.flac"), (empty, "audio file is empty: .*empty.wav")]:
+        utterance = read_utterances(path, require_text=False)[0]
+        with pytest.raises(LasError, match=message):
+            cache.features(utterance)
+
+
+def test_features_are_log_mel_and_cached_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    utterance = read_utterances(AN4 / "audio" / "an10-fjmd-b.flac", require_text=False)[0]
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    first = cache.features(utterance)
+    assert first.shape == (161, 80)  # 1.6 s at a 10 ms hop (centred frames), 80 mel bins
+    # A second lookup, even of a renamed copy, decodes no audio.
+    copy = tmp_path / "renamed.flac"
+    copy.write_bytes(utterance.audio.read_bytes())
+
+    def fail(*_: object) -> None:
+        raise AssertionError("audio decoded despite the cache")
+
+    monkeypatch.setattr(features_module, "decode_audio", fail)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).features(read_utterances(copy, require_text=False)[0])
+    assert torch.equal(first, again)
+    # Other feature settings are another cache entry.
+    with pytest.raises(AssertionError, match="despite the cache"):
+        FeatureCache(tmp_path / "cache", FeatureConfig(mel_bins=40)).features(utterance)
+
+
+def test_normalizer_gives_zero_mean_unit_variance() -> None:
+    torch.manual_seed(0)
+    features = [torch.randn(n, 4) * 3 + 5 for n in (10, 20, 30)]
+    normalizer = Normalizer.fit(features)
+    normalized = torch.cat([normalizer(item) for item in features])
+    torch.testing.assert_close(normalized.mean(0), torch.zeros(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(normalized.std(0, unbiased=False), torch.ones(4), atol=1e-5, rtol=0)
+    restored = Normalizer.from_dict(normalizer.to_dict())
+    assert torch.equal(restored.mean, normalizer.mean)
+
+
+def test_bucket_sampler_covers_everything_once_with_little_padding() -> None:
+    lengths = torch.randint(50, 700, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+    sampler = BucketBatchSampler(lengths, batch_size=16, max_batch_frames=4000, seed=3)
+    batches = sampler.batches()
+    assert sorted(index for batch in batches for index in batch) == list(range(300))
+    assert all(len(batch) <= 16 and max(lengths[i] for i in batch) * len(batch) <= 4000 for batch in batches)
+    padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in batches)
+    assert padded < 1.1 * sum(lengths)  # random batches would pad far more
+    assert sampler.batches() == batches  # same epoch, same batches (resumable)
+    sampler.set_epoch(1)
+    assert sampler.batches() != batches
+
+
+def test_collate_pads_features_and_targets() -> None:
+    vocabulary = Vocabulary.from_texts(["AB"])
+    dataset = SpeechDataset(["x", "y"], [torch.ones(3, 2), torch.ones(5, 2)], ["AB", "B"], vocabulary)
+    batch = dataset.collate([0, 1])
+    assert batch.features.shape == (2, 5, 2) and batch.feature_lengths.tolist() == [3, 5]
+    assert torch.all(batch.features[0, 3:] == 0)
+    a, b = vocabulary.encode("AB")
+    assert batch.targets_in.tolist() == [[1, a, b], [1, b, 0]]
+    assert batch.targets_out.tolist() == [[a, b, 2], [b, 2, 0]]
+    assert batch.target_lengths.tolist() == [3, 2]
+
+
+def test_spec_augment_masks_only_inside_utterances() -> None:
+    features = torch.ones(4, 50, 20)
+    lengths = torch.tensor([50, 40, 25, 10])
+    masked = spec_augment(features, lengths, 2, 5, 2, 10, torch.Generator().manual_seed(0))
+    assert masked.shape == features.shape
+    assert (masked == 0).any()
+    for row, length in enumerate(lengths.tolist()):
+        # Frequency masks never cover all 20 bins, so whole zero frames come from time masks,
+        # which stay inside the utterance and cover at most a fifth of it each.
+        silenced = (masked[row] == 0).all(dim=1)
+        assert silenced.sum() <= 2 * (length // 5)
+        assert not silenced[length:].any()

@@ -1,0 +1,90 @@
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from las.errors import LasError
+from las.evaluate import evaluate_files, format_report, score
+from las.metrics import EditCounts, character_error_rate, edit_counts
+from las.transcripts import Transcript, read_transcripts, write_transcripts
+
+
+@pytest.mark.parametrize(
+    ("hypothesis", "reference", "counts"),
+    [
+        ("HELLO", "HELLO", EditCounts(0, 0, 0)),
+        ("HELLO", "HALLO", EditCounts(1, 0, 0)),
+        ("HELO", "HELLO", EditCounts(0, 1, 0)),
+        ("HELLLO", "HELLO", EditCounts(0, 0, 1)),
+        ("", "ABC", EditCounts(0, 3, 0)),
+        ("ABC", "", EditCounts(0, 0, 3)),
+        ("XBCD", "ABC", EditCounts(1, 0, 1)),
+    ],
+)
+def test_substitutions_deletions_insertions(hypothesis: str, reference: str, counts: EditCounts) -> None:
+    assert edit_counts(hypothesis, reference) == counts
+
+
+def test_report_figures_on_a_hand_made_case() -> None:
+    references = {"a": "TWO FOUR", "b": "YES", "c": "NO"}
+    hypotheses = {"a": "TWO FOR", "b": "YES", "c": "NOO"}
+    report = score(hypotheses, references)
+    assert report.utterances == 3
+    assert (report.substitutions, report.deletions, report.insertions) == (0, 1, 1)
+    assert report.mean_distance == pytest.approx(2 / 3)
+    assert report.cer == pytest.approx(100 * 2 / 13)
+    assert report.wer == pytest.approx(100 * 2 / 4)  # FOUR->FOR and NO->NOO
+    assert report.sentence_error_rate == pytest.approx(100 * 2 / 3)
+    assert [item.id for item in report.worst] == ["a", "c", "b"]
+    assert report.cer == pytest.approx(character_error_rate(["TWO FOR", "YES", "NOO"], ["TWO FOUR", "YES", "NO"]))
+    text = format_report(report)
+    assert "CER                   15.38%" in text and "REF: TWO FOUR" in text
+
+
+def test_id_mismatches_are_refused_clearly() -> None:
+    with pytest.raises(LasError, match=r"1 reference id\(s\) have no hypothesis \(e.g. b\)"):
+        score({"a": "X"}, {"a": "X", "b": "Y"})
+    with pytest.raises(LasError, match=r"1 hypothesis id\(s\) are not in the reference \(e.g. z\)"):
+        score({"a": "X", "z": "Y"}, {"a": "X"})
+
+
+@pytest.mark.parametrize("output_format", ["csv", "kaldi", "jsonl"])
+def test_every_output_format_reads_back(tmp_path: Path, output_format: str) -> None:
+    transcripts = [Transcript("an1", "HELLO WORLD", {"score": -1.5}), Transcript("an2", "A, B", {"score": -2.0})]
+    suffix = {"csv": ".csv", "kaldi": "", "jsonl": ".jsonl"}[output_format]
+    path = tmp_path / f"hyp{suffix}"
+    with open(path, "w") as stream:
+        write_transcripts(transcripts, output_format, stream)
+    assert read_transcripts(path) == {"an1": "HELLO WORLD", "an2": "A, B"}
+
+
+def test_csv_has_the_kaggle_header_and_jsonl_keeps_scores() -> None:
+    stream = io.StringIO()
+    write_transcripts([Transcript("an1", "YES")], "csv", stream)
+    assert stream.getvalue() == "id,label\nan1,YES\n"
+    stream = io.StringIO()
+    write_transcripts([Transcript("an1", "YES", {"score": -0.5})], "jsonl", stream)
+    assert json.loads(stream.getvalue()) == {"id": "an1", "text": "YES", "score": -0.5}
+
+
+def test_duplicate_ids_and_bad_lines_name_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "hyp.csv"
+    path.write_text("id,label\na,X\nb,Y\na,Z\n")
+    with pytest.raises(LasError, match=r"hyp.csv:4: duplicate id 'a' \(first on line 2\)"):
+        read_transcripts(path)
+    path.write_text("id,text\na,X\n")
+    with pytest.raises(LasError, match="hyp.csv:1: expected a CSV header 'id,label'"):
+        read_transcripts(path)
+    bad = tmp_path / "hyp.jsonl"
+    bad.write_text('{"id": "a", "text": "X"}\nnot json\n')
+    with pytest.raises(LasError, match="hyp.jsonl:2: expected a JSON object"):
+        read_transcripts(bad)
+
+
+def test_manifest_as_reference(tmp_path: Path) -> None:
+    manifest = tmp_path / "ref.tsv"
+    manifest.write_text("id\tpath\tduration_s\ttext\na\ta.flac\t1.0\tYES\n")
+    hypothesis = tmp_path / "hyp"
+    hypothesis.write_text("a YES\n")
+    assert evaluate_files(hypothesis, manifest).cer == 0.0

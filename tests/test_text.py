@@ -1,0 +1,32 @@
+import pytest
+
+from las.errors import LasError
+from las.text import SPECIALS, Vocabulary
+
+
+def test_vocabulary_has_specials_first_and_sorted_characters() -> None:
+    vocabulary = Vocabulary.from_texts(["HELP", "YES NO"])
+    assert vocabulary.symbols[: len(SPECIALS)] == SPECIALS
+    assert vocabulary.symbols[len(SPECIALS) :] == tuple(sorted(set("HELPYES NO")))
+    assert (vocabulary.pad, vocabulary.sos, vocabulary.eos) == (0, 1, 2)
+
+
+def test_encode_decode_round_trip_stops_at_eos() -> None:
+    vocabulary = Vocabulary.from_texts(["HELLO WORLD"])
+    ids = vocabulary.encode("HELLO")
+    assert vocabulary.decode(ids) == "HELLO"
+    assert vocabulary.decode([vocabulary.sos, *ids, vocabulary.eos, *ids]) == "HELLO"
+
+
+def test_unknown_characters_are_refused() -> None:
+    vocabulary = Vocabulary.from_texts(["ABC"])
+    assert vocabulary.unknown_characters("ABxD") == {"x", "D"}
+    with pytest.raises(LasError, match="not in the vocabulary"):
+        vocabulary.encode("AD")
+
+
+def test_saved_list_round_trip() -> None:
+    vocabulary = Vocabulary.from_texts(["A B"])
+    assert Vocabulary.from_list(vocabulary.to_list()) == vocabulary
+    with pytest.raises(LasError):
+        Vocabulary.from_list(["A", "B"])

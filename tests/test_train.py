@@ -1,0 +1,105 @@
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from las import train as train_module
+from las.checkpoint import load_checkpoint
+from las.config import Config
+from las.errors import LasError
+from las.train import learning_rate_scale, teacher_forcing_rate, train
+
+
+def with_training(config: Config, **changes: object) -> Config:
+    return replace(config, train=replace(config.train, **changes))
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
+    config = with_training(tiny_config, epochs=70, learning_rate=5e-3, final_learning_rate_scale=0.2)
+    config = replace(config, data=replace(config.data, batch_size=2, dev=config.data.train))
+    run = train(config)
+    records = metrics(run)
+    assert [record["epoch"] for record in records] == list(range(1, 71))
+    assert records[-1]["train_loss"] < 0.3 * records[0]["train_loss"]
+    assert records[-1]["dev_cer"] <= 5.0  # greedy decoding, no teacher forcing
+    assert (run / "best.pt").exists() and (run / "last.pt").exists()
+    assert len(list((run / "attention").glob("epoch_*.png"))) == 70
+    checkpoint = load_checkpoint(run / "best.pt")
+    assert checkpoint.config == config and checkpoint.training_state["progress"]["best_cer"] == min(r["dev_cer"] for r in records)
+
+
+def final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run / "last.pt").model_state
+
+
+def test_resume_continues_exactly(tiny_config: Config, tmp_path: Path) -> None:
+    straight = with_training(tiny_config, epochs=3, out=str(tmp_path / "straight"), specaugment_start_epoch=1)
+    train(straight)
+    split = with_training(straight, epochs=2, out=str(tmp_path / "split"))
+    train(split)
+    train(split, resume=True, assignments=["train.epochs=3"])
+    expected, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    for name in expected:
+        torch.testing.assert_close(resumed[name], expected[name], rtol=0, atol=0)
+    drop_time = lambda records: [{k: v for k, v in r.items() if "second" not in k and k != "peak_memory_mb"} for r in records]  # noqa: E731
+    assert drop_time(metrics(tmp_path / "split")) == drop_time(metrics(tmp_path / "straight"))
+
+
+def test_interrupt_saves_and_resume_continues_from_the_saved_step(
+    tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = replace(with_training(tiny_config, epochs=2, out=str(tmp_path / "straight")), data=replace(tiny_config.data, batch_size=1))
+    train(config)
+    interrupted = with_training(config, out=str(tmp_path / "interrupted"))
+    original = train_module.clip_gradients
+    calls = {"count": 0}
+
+    def interrupt_on_sixth_step(*arguments: object) -> None:
+        calls["count"] += 1
+        if calls["count"] == 6:  # in the second epoch (four batches per epoch)
+            raise KeyboardInterrupt
+        original(*arguments)
+
+    monkeypatch.setattr(train_module, "clip_gradients", interrupt_on_sixth_step)
+    with pytest.raises(LasError, match="interrupted: saved .*last.pt at epoch 2, batch 1; continue with --resume"):
+        train(interrupted)
+    progress = load_checkpoint(tmp_path / "interrupted" / "last.pt").training_state["progress"]
+    assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 1, 5)
+    monkeypatch.setattr(train_module, "clip_gradients", original)
+    train(interrupted, resume=True)
+    expected, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
+    for name in expected:
+        torch.testing.assert_close(resumed[name], expected[name], rtol=0, atol=0)
+
+
+def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tiny_config: Config) -> None:
+    with pytest.raises(LasError, match="no checkpoint to resume from"):
+        train(tiny_config, resume=True)
+    config = with_training(tiny_config, epochs=1)
+    train(config)
+    with pytest.raises(LasError, match="already holds a run; continue it with --resume"):
+        train(config)
+
+
+def test_non_finite_losses_are_skipped_then_stop_training(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_loss = train_module.joint_loss
+    monkeypatch.setattr(train_module, "joint_loss", lambda *a, **k: (real_loss(*a, **k)[0] * float("nan"), {}))
+    config = with_training(tiny_config, epochs=5, max_bad_batches=2)
+    with pytest.raises(LasError, match="training diverged: 3 batches with a non-finite loss"):
+        train(config)
+
+
+def test_schedules() -> None:
+    assert learning_rate_scale(0, 10, 100, 0.1) == pytest.approx(0.1)
+    assert learning_rate_scale(9, 10, 100, 0.1) == pytest.approx(1.0)
+    assert learning_rate_scale(100, 10, 100, 0.1) == pytest.approx(0.1)
+    assert learning_rate_scale(55, 10, 100, 0.1) == pytest.approx(0.55)
+    assert teacher_forcing_rate(0, 0.8, 10) == 1.0
+    assert teacher_forcing_rate(5, 0.8, 10) == pytest.approx(0.9)
+    assert teacher_forcing_rate(50, 0.8, 10) == pytest.approx(0.8)
