@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -42,20 +42,22 @@ def reports_errors(function: Function) -> Function:
     return wrapper
 
 
-class Device(str, Enum):
+class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     csv = "csv"
     kaldi = "kaldi"
     jsonl = "jsonl"
 
 
-class StrategyName(str, Enum):
+class StrategyName(StrEnum):
     greedy = "greedy"
+    sample = "sample"
+    beam = "beam"
 
 
 @app.callback()
@@ -69,6 +71,11 @@ def main_options(
         raise typer.Exit()
 
 
+def as_assignments(shorthands: dict[str, Any]) -> list[str]:
+    """`--set` strings for the shorthand options the user gave."""
+    return [f"{key}={value}" for key, value in shorthands.items() if value is not None]
+
+
 def _default(text: str, value: Any) -> str:
     return f"{text} (default: {value})"
 
@@ -76,14 +83,26 @@ def _default(text: str, value: Any) -> str:
 @app.command()
 @reports_errors
 def train(
-    config: Annotated[Path | None, typer.Option("--config", help="TOML file of settings (sections as in las.config).")] = None,
-    train_manifest: Annotated[str | None, typer.Option("--train", help=_default("Training manifest.", DEFAULTS.data.train))] = None,
-    dev_manifest: Annotated[str | None, typer.Option("--dev", help=_default("Dev manifest, decoded every epoch.", DEFAULTS.data.dev))] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML file of settings (sections as in las.config).")
+    ] = None,
+    train_manifest: Annotated[
+        str | None, typer.Option("--train", help=_default("Training manifest.", DEFAULTS.data.train))
+    ] = None,
+    dev_manifest: Annotated[
+        str | None, typer.Option("--dev", help=_default("Dev manifest, decoded every epoch.", DEFAULTS.data.dev))
+    ] = None,
     out: Annotated[str | None, typer.Option("--out", help=_default("Run directory.", DEFAULTS.train.out))] = None,
-    epochs: Annotated[int | None, typer.Option("--epochs", help=_default("Epochs to train.", DEFAULTS.train.epochs))] = None,
-    assignments: Annotated[list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE, e.g. model.attention=dot.")] = None,
+    epochs: Annotated[
+        int | None, typer.Option("--epochs", help=_default("Epochs to train.", DEFAULTS.train.epochs))
+    ] = None,
+    assignments: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE, e.g. model.attention=dot.")
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
-    device: Annotated[Device | None, typer.Option("--device", help=_default("Where to train.", DEFAULTS.train.device))] = None,
+    device: Annotated[
+        Device | None, typer.Option("--device", help=_default("Where to train.", DEFAULTS.train.device))
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help=_default("Random seed.", DEFAULTS.train.seed))] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""
@@ -97,7 +116,7 @@ def train(
         "train.device": device.value if device else None,
         "train.seed": seed,
     }
-    overrides = [f"{key}={value}" for key, value in shorthands.items() if value is not None] + list(assignments or [])
+    overrides = as_assignments(shorthands) + list(assignments or [])
     settings = load_config(config, overrides)
     run = run_training(settings, resume=resume, assignments=overrides)
     typer.echo(f"best model: {run / 'best.pt'}")
@@ -107,20 +126,82 @@ def train(
 @reports_errors
 def decode(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
-    input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="TSV manifest, audio file, or folder of audio files.")],
+    input_path: Annotated[
+        Path, typer.Argument(metavar="INPUT", help="TSV manifest, audio file, or folder of audio files.")
+    ],
     out: Annotated[Path | None, typer.Option("--out", help="Output file (default: stdout).")] = None,
-    output_format: Annotated[OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl.")] = OutputFormat.csv,
-    strategy: Annotated[StrategyName, typer.Option("--strategy", help="Search strategy.")] = StrategyName.greedy,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help=_default("Utterances per batch.", DEFAULTS.decode.batch_size))] = None,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl (with scores, n-best).")
+    ] = OutputFormat.csv,
+    strategy: Annotated[
+        StrategyName | None, typer.Option("--strategy", help=_default("Search strategy.", DEFAULTS.decode.strategy))
+    ] = None,
+    beam_size: Annotated[
+        int | None, typer.Option("--beam-size", min=1, help=_default("Beam width.", DEFAULTS.decode.beam_size))
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option("--samples", min=1, help=_default("Random search: paths per utterance.", DEFAULTS.decode.samples)),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            "--temperature", min=1e-6, help=_default("Random search: softmax temperature.", DEFAULTS.decode.temperature)
+        ),
+    ] = None,
+    length_penalty: Annotated[
+        float | None,
+        typer.Option("--length-penalty", help=_default("Score bonus per character.", DEFAULTS.decode.length_penalty)),
+    ] = None,
+    nbest: Annotated[
+        int | None,
+        typer.Option("--nbest", min=1, help=_default("Hypotheses kept per utterance (JSONL).", DEFAULTS.decode.nbest)),
+    ] = None,
+    ctc_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--ctc-weight",
+            min=0.0,
+            max=1.0,
+            help=_default("Beam search: CTC prefix score weight.", DEFAULTS.decode.ctc_weight),
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", min=1, help=_default("Utterances per batch.", DEFAULTS.decode.batch_size)),
+    ] = None,
+    assignments: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a decode setting, e.g. decode.length_normalize=true.")
+    ] = None,
+    plot_attention: Annotated[
+        int, typer.Option("--plot-attention", min=0, help="Write attention heat-maps of the first N utterances.")
+    ] = 0,
+    plot_dir: Annotated[
+        Path | None, typer.Option("--plot-dir", help="Where heat-maps go (default: next to --out).")
+    ] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to decode.")] = Device.auto,
 ) -> None:
     """Transcribe INPUT with a trained model into a submission/transcript file."""
     from las.decode import decode as run_decoding
 
-    summary = run_decoding(checkpoint, input_path, out, output_format.value, strategy.value, batch_size, device.value)
+    shorthands = {
+        "decode.strategy": strategy.value if strategy else None,
+        "decode.beam_size": beam_size,
+        "decode.samples": samples,
+        "decode.temperature": temperature,
+        "decode.length_penalty": length_penalty,
+        "decode.nbest": nbest,
+        "decode.ctc_weight": ctc_weight,
+        "decode.batch_size": batch_size,
+    }
+    overrides = as_assignments(shorthands) + list(assignments or [])
+    summary = run_decoding(
+        checkpoint, input_path, out, output_format.value, overrides, device.value, plot_attention, plot_dir
+    )
     typer.echo(
         f"decoded {summary.utterances} utterances in {summary.seconds:.1f}s: "
-        f"{summary.utterances / max(summary.seconds, 1e-9):.1f} utterances/s, real-time factor {summary.real_time_factor:.4f}",
+        f"{summary.utterances / max(summary.seconds, 1e-9):.1f} utterances/s, "
+        f"real-time factor {summary.real_time_factor:.4f}",
         err=True,
     )
 
@@ -128,10 +209,15 @@ def decode(
 @app.command(name="eval")
 @reports_errors
 def evaluate(
-    hypothesis: Annotated[Path, typer.Argument(metavar="HYP", help="Hypotheses: CSV, Kaldi text, JSONL or TSV manifest.")],
+    hypothesis: Annotated[
+        Path, typer.Argument(metavar="HYP", help="Hypotheses: CSV, Kaldi text, JSONL or TSV manifest.")
+    ],
     reference: Annotated[Path, typer.Argument(metavar="REF", help="References, in any of the same formats.")],
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the text report.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of the text report.")
+    ] = False,
     worst: Annotated[int, typer.Option("--worst", min=0, help="How many of the worst utterances to list.")] = 10,
+    by_length: Annotated[bool, typer.Option("--by-length", help="Also report CER by reference length.")] = False,
 ) -> None:
     """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances."""
     import json
@@ -139,7 +225,7 @@ def evaluate(
     from las.evaluate import evaluate_files, format_report
 
     report = evaluate_files(hypothesis, reference, worst)
-    typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report))
+    typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report, by_length))
 
 
 def main() -> None:

@@ -83,9 +83,22 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    # Hypotheses stop at this many characters per encoder frame (plus a small margin).
-    max_length_ratio: float = 1.5
+    strategy: str = "greedy"  # greedy | sample | beam
     batch_size: int = 32
+    # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`.
+    max_length_ratio: float = 1.5
+    min_length_ratio: float = 0.0
+    beam_size: int = 8
+    nbest: int = 1
+    # Ranking: score / (characters + 1) when normalising, plus length_penalty per character.
+    length_normalize: bool = False
+    length_penalty: float = 0.0
+    # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
+    eos_threshold: float = 0.0
+    ctc_weight: float = 0.0  # joint CTC prefix score in beam search (needs a model with a CTC head)
+    samples: int = 32  # random search: paths drawn per utterance
+    temperature: float = 1.0
+    seed: int = 0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from las.data.features import FeatureCache
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
 from las.inference import transcribe
-from las.search import GreedySearch, Strategy
+from las.plots import plot_attention as plot_attention_map
+from las.search import Hypothesis, build_strategy
 from las.text import Vocabulary
 from las.transcripts import Transcript, write_transcripts
 
@@ -22,7 +23,7 @@ from las.transcripts import Transcript, write_transcripts
 @dataclass(frozen=True)
 class DecodeSummary:
     utterances: int
-    seconds: float
+    seconds: float  # searching only: features are cached, the model loaded
     audio_seconds: float
 
     @property
@@ -30,29 +31,26 @@ class DecodeSummary:
         return self.seconds / max(self.audio_seconds, 1e-9)
 
 
-def build_strategy(name: str, vocabulary: Vocabulary, max_length_ratio: float) -> Strategy:
-    if name == "greedy":
-        return GreedySearch(vocabulary.sos, vocabulary.eos, max_length_ratio)
-    raise ValueError(f"unknown strategy {name!r}")  # the CLI's choices keep this unreachable
-
-
 def decode(
     checkpoint_path: str | Path,
     input_path: str | Path,
     out: str | Path | None = None,
     output_format: str = "csv",
-    strategy: str = "greedy",
-    batch_size: int | None = None,
+    assignments: list[str] | None = None,
     device_name: str = "auto",
+    plot_attention: int = 0,
+    plot_directory: str | Path | None = None,
 ) -> DecodeSummary:
+    """Transcribe `input_path`; `assignments` override the checkpoint's `decode.*` settings."""
     checkpoint = load_checkpoint(checkpoint_path)
-    config = checkpoint.config
+    config = checkpoint.config.replace(assignments or [])
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
     utterances = read_utterances(input_path, require_text=False)
     check_characters(utterances, vocabulary, input_path)
+    model = checkpoint.build_model(device)
+    strategy = build_strategy(config.decode, vocabulary, model)
     features = FeatureCache(config.data.cache_dir, config.features).load_all(utterances, "features")
-    frames = sum(item.shape[0] for item in features)
     dataset = SpeechDataset(
         [utterance.id for utterance in utterances],
         [checkpoint.normalizer(item) for item in features],
@@ -60,28 +58,46 @@ def decode(
         vocabulary,
         with_targets=False,
     )
-    model = checkpoint.build_model(device)
     started = time.perf_counter()
-    results = transcribe(
-        model,
-        dataset,
-        build_strategy(strategy, vocabulary, config.decode.max_length_ratio),
-        batch_size or config.decode.batch_size,
-        config.data.max_batch_frames,
-        device,
-    )
+    results = transcribe(model, dataset, strategy, config.decode.batch_size, config.data.max_batch_frames, device)
     seconds = time.perf_counter() - started
     transcripts = [
-        Transcript(identifier, vocabulary.decode(best[0].tokens), {"score": round(best[0].score, 4)})
-        for identifier, best in zip(dataset.ids, results, strict=True)
+        transcript(identifier, hypotheses, vocabulary)
+        for identifier, hypotheses in zip(dataset.ids, results, strict=True)
     ]
+    write_output(transcripts, output_format, out)
+    if plot_attention:
+        directory = Path(
+            plot_directory or (Path(out).with_suffix("").as_posix() + "_attention" if out else "attention")
+        )
+        for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
+            best = hypotheses[0]
+            labels = [vocabulary.symbols[index] for index in best.tokens] + ["<eos>"]
+            plot_attention_map(
+                best.attention,
+                labels,
+                directory / f"{identifier}.png",
+                f"{identifier}: {vocabulary.decode(best.tokens)!r}",
+            )
+    frames = sum(item.shape[0] for item in features)
+    return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
+
+
+def transcript(identifier: str, hypotheses: list[Hypothesis], vocabulary: Vocabulary) -> Transcript:
+    """The best hypothesis as text; JSONL also gets its score and the n-best list."""
+    best = hypotheses[0]
+    nbest = [{"text": vocabulary.decode(item.tokens), "score": round(item.score, 4)} for item in hypotheses]
+    return Transcript(identifier, vocabulary.decode(best.tokens), {"score": round(best.score, 4), "nbest": nbest})
+
+
+def write_output(transcripts: list[Transcript], output_format: str, out: str | Path | None) -> None:
+    """To stdout, or to `out` through a temporary file, so an interrupted run leaves no half file."""
     if out is None:
         write_transcripts(transcripts, output_format, sys.stdout)
-    else:
-        out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        temporary = out.with_name(f".{out.name}.tmp")
-        with open(temporary, "w", encoding="utf-8") as stream:
-            write_transcripts(transcripts, output_format, stream)
-        os.replace(temporary, out)
-    return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
+        return
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp")
+    with open(temporary, "w", encoding="utf-8") as stream:
+        write_transcripts(transcripts, output_format, stream)
+    os.replace(temporary, out)

@@ -9,7 +9,7 @@ from typing import Any
 import Levenshtein
 
 from las.errors import LasError
-from las.metrics import EditCounts, edit_counts
+from las.metrics import EditCounts, align, edit_counts
 from las.transcripts import read_transcripts
 
 
@@ -20,6 +20,20 @@ class UtteranceScore:
     reference: str
     distance: int  # character edits (the HW4/Kaggle metric)
     word_errors: int
+
+
+@dataclass(frozen=True)
+class LengthBucket:
+    """Scores of the utterances whose reference has `shortest`..`longest` characters."""
+
+    shortest: int
+    longest: int
+    utterances: int
+    cer: float
+    mean_distance: float
+
+
+LENGTH_EDGES = (10, 20, 30, 40, 60, 80)  # reference characters; the last bucket is open-ended
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,7 @@ class Report:
     reference_characters: int
     reference_words: int
     worst: list[UtteranceScore]
+    by_length: list[LengthBucket]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,14 +92,30 @@ def score(hypotheses: dict[str, str], references: dict[str, str], worst: int = 1
         reference_characters=characters,
         reference_words=words,
         worst=sorted(scores, key=lambda item: (-item.distance, item.id))[:worst],
+        by_length=length_buckets(scores),
     )
+
+
+def length_buckets(scores: list[UtteranceScore]) -> list[LengthBucket]:
+    buckets = []
+    for shortest, longest in zip((0, *(edge + 1 for edge in LENGTH_EDGES)), (*LENGTH_EDGES, 10**9), strict=True):
+        members = [item for item in scores if shortest <= len(item.reference) <= longest]
+        if members:
+            distance = sum(item.distance for item in members)
+            characters = sum(len(item.reference) for item in members)
+            buckets.append(
+                LengthBucket(
+                    shortest, longest, len(members), 100.0 * distance / max(1, characters), distance / len(members)
+                )
+            )
+    return buckets
 
 
 def evaluate_files(hypothesis_path: str | Path, reference_path: str | Path, worst: int = 10) -> Report:
     return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst)
 
 
-def format_report(report: Report) -> str:
+def format_report(report: Report, by_length: bool = False) -> str:
     lines = [
         f"utterances            {report.utterances}",
         f"mean distance         {report.mean_distance:.3f} character edits per utterance",
@@ -93,8 +124,22 @@ def format_report(report: Report) -> str:
         f"WER                   {report.wer:.2f}%  (over {report.reference_words} words)",
         f"sentence error rate   {report.sentence_error_rate:.2f}%",
     ]
+    if by_length:
+        lines += ["", "by reference length (characters):"]
+        for bucket in report.by_length:
+            span = f"{bucket.shortest}-{bucket.longest}" if bucket.longest < 10**9 else f"{bucket.shortest}+"
+            lines.append(
+                f"  {span:>7}  {bucket.utterances:6d} utterances  CER {bucket.cer:6.2f}%  "
+                f"mean distance {bucket.mean_distance:.3f}"
+            )
     if report.worst:
         lines += ["", f"worst {len(report.worst)} utterances:"]
         for item in report.worst:
-            lines += [f"  {item.id}  ({item.distance} edits)", f"    REF: {item.reference}", f"    HYP: {item.hypothesis}"]
+            reference, hypothesis, marks = align(item.hypothesis, item.reference)
+            lines += [
+                f"  {item.id}  ({item.distance} character edits, {item.word_errors} word errors)",
+                f"    REF: {reference}",
+                f"    HYP: {hypothesis}",
+                f"         {marks}".rstrip(),
+            ]
     return "\n".join(lines)

@@ -15,7 +15,9 @@ def attention_loss(logits: torch.Tensor, targets: torch.Tensor, label_smoothing:
     return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=PAD, label_smoothing=label_smoothing)
 
 
-def ctc_loss(log_probs: torch.Tensor, encoder_lengths: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+def ctc_loss(
+    log_probs: torch.Tensor, encoder_lengths: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor
+) -> torch.Tensor:
     """CTC loss per target character; `targets` are the characters without <eos>, PAD-padded."""
     # log_probs: (frames, batch, vocabulary); targets: (batch, characters)
     loss = F.ctc_loss(

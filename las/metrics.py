@@ -36,3 +36,17 @@ def character_error_rate(hypotheses: Sequence[str], references: Sequence[str]) -
     """Total character edit distance over total reference characters, in percent (spaces count)."""
     distance = sum(Levenshtein.distance(h, r) for h, r in zip(hypotheses, references, strict=True))
     return 100.0 * distance / max(1, sum(len(r) for r in references))
+
+
+def align(hypothesis: str, reference: str) -> tuple[str, str, str]:
+    """Reference and hypothesis laid out column by column, `*` filling gaps, with a third line
+    marking each column S (substitution), D (deletion) or I (insertion)."""
+    reference_line, hypothesis_line, marks = [], [], []
+    for operation, ref_start, ref_end, hyp_start, hyp_end in Levenshtein.opcodes(reference, hypothesis):
+        ref_part, hyp_part = reference[ref_start:ref_end], hypothesis[hyp_start:hyp_end]
+        width = max(len(ref_part), len(hyp_part))
+        reference_line.append(ref_part.ljust(width, "*"))
+        hypothesis_line.append(hyp_part.ljust(width, "*"))
+        mark = {"equal": " ", "replace": "S", "delete": "D", "insert": "I"}[operation]
+        marks.append(mark * width)
+    return "".join(reference_line), "".join(hypothesis_line), "".join(marks)

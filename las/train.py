@@ -27,7 +27,7 @@ from las.losses import joint_loss
 from las.metrics import character_error_rate
 from las.model.las import LAS
 from las.plots import plot_attention
-from las.search import GreedySearch
+from las.search import GreedySearch, Symbols
 from las.text import Vocabulary
 
 
@@ -89,7 +89,9 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
             with_targets,
         )
 
-    return Corpus(dataset(train_utterances, train_features, True), dataset(dev_utterances, dev_features, False), normalizer)
+    return Corpus(
+        dataset(train_utterances, train_features, True), dataset(dev_utterances, dev_features, False), normalizer
+    )
 
 
 def train(config: Config, resume: bool = False, assignments: list[str] | None = None) -> Path:
@@ -111,7 +113,9 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
     )
     vocabulary = corpus.train.vocabulary
     model = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.learning_rate, weight_decay=config.train.weight_decay)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=config.train.learning_rate, weight_decay=config.train.weight_decay
+    )
     sampler = BucketBatchSampler(
         corpus.train.frame_counts(), config.data.batch_size, config.data.max_batch_frames, seed=config.train.seed
     )
@@ -127,7 +131,9 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         try:
             model.load_state_dict(checkpoint.model_state)
         except RuntimeError:
-            raise LasError(f"{last}: model settings differ from the checkpoint's; resume with the same model.*") from None
+            raise LasError(
+                f"{last}: model settings differ from the checkpoint's; resume with the same model.*"
+            ) from None
         optimizer.load_state_dict(checkpoint.training_state["optimizer"])
         scheduler.load_state_dict(checkpoint.training_state["scheduler"])
         progress = Progress(**checkpoint.training_state["progress"])
@@ -143,14 +149,19 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "progress": vars(progress)}
         save_checkpoint(path, config, vocabulary, corpus.normalizer, model, state)
 
-    search = GreedySearch(vocabulary.sos, vocabulary.eos, config.decode.max_length_ratio)
+    search = GreedySearch(Symbols.of(vocabulary), config.decode.max_length_ratio)
     parameters = sum(parameter.numel() for parameter in model.parameters())
-    tqdm.write(f"training {parameters / 1e6:.2f}M parameters on {device}: {len(corpus.train)} train, {len(corpus.dev)} dev utterances")
+    tqdm.write(
+        f"training {parameters / 1e6:.2f}M parameters on {device}: "
+        f"{len(corpus.train)} train, {len(corpus.dev)} dev utterances"
+    )
     try:
         while progress.epoch < config.train.epochs:
             train_epoch(model, corpus.train, sampler, optimizer, scheduler, config, progress, device)
             started = time.perf_counter()
-            dev_cer = evaluate_dev(model, corpus.dev, search, config, device, out / "attention" / f"epoch_{progress.epoch + 1:03d}.png")
+            dev_cer = evaluate_dev(
+                model, corpus.dev, search, config, device, out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
+            )
             progress.seconds += time.perf_counter() - started
             record = {
                 "epoch": progress.epoch + 1,
@@ -160,7 +171,9 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
                 "seconds": round(progress.seconds, 2),
                 "elapsed_seconds": round(progress.elapsed + progress.seconds, 2),
                 "learning_rate": scheduler.get_last_lr()[0],
-                "teacher_forcing": teacher_forcing_rate(progress.epoch, config.train.teacher_forcing_final, config.train.teacher_forcing_decay_epochs),
+                "teacher_forcing": teacher_forcing_rate(
+                    progress.epoch, config.train.teacher_forcing_final, config.train.teacher_forcing_decay_epochs
+                ),
                 "train_frames_per_second": round(progress.frames / max(progress.seconds, 1e-9)),
                 "bad_batches": progress.bad_batches,
                 "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
@@ -184,7 +197,10 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
             )
     except KeyboardInterrupt:
         save(last)
-        raise LasError(f"interrupted: saved {last} at epoch {progress.epoch + 1}, batch {progress.batch_in_epoch}; continue with --resume") from None
+        raise LasError(
+            f"interrupted: saved {last} at epoch {progress.epoch + 1}, batch {progress.batch_in_epoch}; "
+            "continue with --resume"
+        ) from None
     return out
 
 
@@ -203,7 +219,9 @@ def train_epoch(
     model.train()
     sampler.set_epoch(progress.epoch)
     batches = sampler.batches()
-    forcing = teacher_forcing_rate(progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs)
+    forcing = teacher_forcing_rate(
+        progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
+    )
     augment = progress.epoch >= settings.specaugment_start_epoch
     bar = tqdm(batches[progress.batch_in_epoch :], desc=f"epoch {progress.epoch + 1}", unit="batch", leave=False)
     started = time.perf_counter()
@@ -212,17 +230,31 @@ def train_epoch(
         features = batch.features
         if augment:
             features = spec_augment(
-                features, batch.feature_lengths, settings.frequency_masks, settings.frequency_mask_width,
-                settings.time_masks, settings.time_mask_width,
+                features,
+                batch.feature_lengths,
+                settings.frequency_masks,
+                settings.frequency_mask_width,
+                settings.time_masks,
+                settings.time_mask_width,
             )
         output = model(features, batch.feature_lengths, batch.targets_in, forcing)
-        loss, parts = joint_loss(output, batch.targets_in, batch.targets_out, batch.target_lengths, config.model.ctc_weight, settings.label_smoothing)
+        loss, parts = joint_loss(
+            output,
+            batch.targets_in,
+            batch.targets_out,
+            batch.target_lengths,
+            config.model.ctc_weight,
+            settings.label_smoothing,
+        )
         optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             progress.batch_in_epoch += 1
             progress.bad_batches += 1
             if progress.bad_batches > settings.max_bad_batches:
-                raise LasError(f"training diverged: {progress.bad_batches} batches with a non-finite loss (lower train.learning_rate?)")
+                raise LasError(
+                    f"training diverged: {progress.bad_batches} batches with a non-finite loss "
+                    "(lower train.learning_rate?)"
+                )
             continue
         loss.backward()
         clip_gradients(model, settings.gradient_clip)

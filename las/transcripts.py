@@ -52,7 +52,9 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     except (OSError, UnicodeDecodeError) as error:
         raise LasError(f"cannot read {path}: {error}") from None
     suffix = path.suffix.lower()
-    reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(suffix, _kaldi_rows)
+    reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(
+        suffix, _kaldi_rows
+    )
     transcripts: dict[str, str] = {}
     lines: dict[str, int] = {}
     for line, identifier, text in reader(content, path):

@@ -42,6 +42,28 @@ def write_manifest(path: Path, rows: list[list[str]]) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny model trained for a few seconds on four real utterances, shared by the tests."""
+    from las.train import train
+
+    root = tmp_path_factory.mktemp("trained")
+    rows = an4_rows("train", 4, longest_seconds=1.6)
+    manifest = write_manifest(root / "train.tsv", rows)
+    settings = TINY + [
+        f"data.train={manifest}",
+        f"data.dev={manifest}",
+        f"data.cache_dir={root / 'cache'}",
+        f"train.out={root / 'run'}",
+        "data.batch_size=2",
+        "train.epochs=12",
+        "train.learning_rate=5e-3",
+        "train.final_learning_rate_scale=0.2",
+    ]
+    train(load_config(None, settings))
+    return {"root": root, "train": manifest, "run": root / "run"}
+
+
 @pytest.fixture
 def tiny_manifests(tmp_path: Path) -> tuple[Path, Path]:
     """Four short training utterances, and two dev utterances taken from them."""

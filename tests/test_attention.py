@@ -34,7 +34,9 @@ def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_gradient_reaches_every_parameter_and_input(name: str) -> None:
     attention = build_attention(name, 8, location_channels=3, location_kernel=5)
-    arguments = {key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in inputs().items()}
+    arguments = {
+        key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in inputs().items()
+    }
     context, _ = attention(**arguments)
     context.sum().backward()
     for parameter in attention.parameters():

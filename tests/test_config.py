@@ -7,7 +7,9 @@ from las.errors import LasError
 
 
 def test_overrides_are_typed_and_leave_other_fields_alone() -> None:
-    config = load_config(None, ["model.attention=dot", "train.epochs=3", "train.learning_rate=0.01", "model.tie_embedding=true"])
+    config = load_config(
+        None, ["model.attention=dot", "train.epochs=3", "train.learning_rate=0.01", "model.tie_embedding=true"]
+    )
     assert config.model.attention == "dot"
     assert config.train.epochs == 3 and isinstance(config.train.epochs, int)
     assert config.train.learning_rate == 0.01

@@ -68,7 +68,10 @@ def test_unreadable_and_empty_audio_are_named(tmp_path: Path) -> None:
     broken.write_bytes(b"not audio at all")
     empty = tmp_path / "empty.wav"
     soundfile.write(empty, np.zeros(0, dtype=np.float32), 16000)
-    for path, message in [(broken, "cannot read audio file .*broken.flac"), (empty, "audio file is empty: .*empty.wav")]:
+    for path, message in [
+        (broken, "cannot read audio file .*broken.flac"),
+        (empty, "audio file is empty: .*empty.wav"),
+    ]:
         utterance = read_utterances(path, require_text=False)[0]
         with pytest.raises(LasError, match=message):
             cache.features(utterance)

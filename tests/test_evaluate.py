@@ -38,8 +38,11 @@ def test_report_figures_on_a_hand_made_case() -> None:
     assert report.sentence_error_rate == pytest.approx(100 * 2 / 3)
     assert [item.id for item in report.worst] == ["a", "c", "b"]
     assert report.cer == pytest.approx(character_error_rate(["TWO FOR", "YES", "NOO"], ["TWO FOUR", "YES", "NO"]))
-    text = format_report(report)
-    assert "CER                   15.38%" in text and "REF: TWO FOUR" in text
+    text = format_report(report, by_length=True)
+    assert "CER                   15.38%" in text
+    assert "    REF: TWO FOUR\n    HYP: TWO FO*R\n               D" in text  # aligned, the deletion marked
+    assert [(bucket.shortest, bucket.longest, bucket.utterances) for bucket in report.by_length] == [(0, 10, 3)]
+    assert "0-10       3 utterances  CER  15.38%" in text
 
 
 def test_id_mismatches_are_refused_clearly() -> None:

@@ -6,7 +6,9 @@ from las.model.listener import BidirectionalLSTM, Listener, halve_lengths, rever
 
 def make_listener(pyramid_layers: int = 3) -> Listener:
     torch.manual_seed(0)
-    return Listener(input_size=5, hidden_size=6, pyramid_layers=pyramid_layers, key_dim=4, value_dim=3, dropout=0.0).eval()
+    return Listener(
+        input_size=5, hidden_size=6, pyramid_layers=pyramid_layers, key_dim=4, value_dim=3, dropout=0.0
+    ).eval()
 
 
 def test_reverse_within_lengths_keeps_padding_in_place() -> None:
@@ -61,7 +63,8 @@ def test_padded_path_equals_packed_path_with_gradients() -> None:
     for packed in (True, False):
         layer.zero_grad()
         inputs = features.clone().requires_grad_(True)
-        output = layer(inputs, lengths, packed=packed)
+        layer.packed = packed
+        output = layer(inputs, lengths)
         (output * torch.linspace(-1, 1, output.numel()).reshape(output.shape)).sum().backward()
         results.append((output.detach(), inputs.grad.clone(), [p.grad.clone() for p in layer.parameters()]))
     (packed_out, packed_input_grad, packed_grads), (padded_out, padded_input_grad, padded_grads) = results

@@ -3,7 +3,7 @@ import torch
 from las.config import load_config
 from las.losses import attention_loss, ctc_loss, joint_loss
 from las.model.las import LAS
-from las.search import GreedySearch
+from las.search import GreedySearch, Symbols
 from las.text import Vocabulary
 
 from .conftest import TINY
@@ -43,7 +43,9 @@ def test_padding_in_a_batch_does_not_change_an_utterance() -> None:
         alone = model(features[row : row + 1, :frames], lengths[row : row + 1], targets_in[row : row + 1, :steps])
         torch.testing.assert_close(batched.logits[row, :steps], alone.logits[0], rtol=1e-4, atol=1e-5)
         encoder_frames = alone.memory.lengths.item()
-        torch.testing.assert_close(batched.attention[row, :steps, :encoder_frames], alone.attention[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            batched.attention[row, :steps, :encoder_frames], alone.attention[0], rtol=1e-4, atol=1e-5
+        )
         assert torch.all(batched.attention[row, :, encoder_frames:] == 0)
 
 
@@ -81,7 +83,9 @@ def test_joint_loss_mixes_ctc_and_attention() -> None:
     torch.testing.assert_close(loss.item(), 0.3 * parts["ctc_loss"] + 0.7 * parts["attention_loss"])
 
 
-def teacher_forced_log_likelihood(model: LAS, features: torch.Tensor, lengths: torch.Tensor, tokens: list[int]) -> float:
+def teacher_forced_log_likelihood(
+    model: LAS, features: torch.Tensor, lengths: torch.Tensor, tokens: list[int]
+) -> float:
     targets_in = torch.tensor([[VOCABULARY.sos, *tokens]])
     targets_out = torch.tensor([[*tokens, VOCABULARY.eos]])
     log_probs = model(features, lengths, targets_in).logits.log_softmax(-1)
@@ -91,7 +95,7 @@ def teacher_forced_log_likelihood(model: LAS, features: torch.Tensor, lengths: t
 def test_greedy_score_is_the_teacher_forced_log_likelihood_and_batching_changes_nothing() -> None:
     model = make_model()
     features, lengths, _, _ = batch()
-    search = GreedySearch(VOCABULARY.sos, VOCABULARY.eos, max_length_ratio=1.0)
+    search = GreedySearch(Symbols.of(VOCABULARY), max_length_ratio=1.0)
     batched = search.search(model, model.listener(features, lengths))
     for row, length in enumerate(lengths.tolist()):
         single_features, single_lengths = features[row : row + 1, :length], lengths[row : row + 1]
@@ -101,4 +105,7 @@ def test_greedy_score_is_the_teacher_forced_log_likelihood_and_batching_changes_
         assert abs(hypothesis.score - alone.score) < 1e-4
         likelihood = teacher_forced_log_likelihood(model, single_features, single_lengths, hypothesis.tokens)
         assert abs(hypothesis.score - likelihood) < 1e-4
-        assert hypothesis.attention.shape == (len(hypothesis.tokens) + 1, model.listener(single_features, single_lengths).lengths.item())
+        assert hypothesis.attention.shape == (
+            len(hypothesis.tokens) + 1,
+            model.listener(single_features, single_lengths).lengths.item(),
+        )

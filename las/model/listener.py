@@ -34,12 +34,13 @@ class BidirectionalLSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
+        self.packed: bool | None = None  # None: packed on CUDA only; benchmarks and tests force either path
         self.forward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
         self.backward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor, packed: bool | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         # x: (batch, frames, input_size) -> (batch, frames, 2 * hidden_size), zero on padding
-        packed = x.is_cuda if packed is None else packed
+        packed = x.is_cuda if self.packed is None else self.packed
         reversed_x = reverse_within_lengths(x, lengths)
         forward = self._run(self.forward_lstm, x, lengths, packed)
         backward = reverse_within_lengths(self._run(self.backward_lstm, reversed_x, lengths, packed), lengths)

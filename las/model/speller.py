@@ -58,7 +58,9 @@ class Speller(nn.Module):
         zeros = memory.values.new_zeros(batch, self.query.in_features)
         layers = len(self.cells)
         uniform = memory.mask.float() / memory.lengths[:, None].float()  # (batch, frames)
-        return SpellerState((zeros,) * layers, (zeros,) * layers, memory.values.new_zeros(batch, memory.values.shape[2]), uniform)
+        return SpellerState(
+            (zeros,) * layers, (zeros,) * layers, memory.values.new_zeros(batch, memory.values.shape[2]), uniform
+        )
 
     def step(
         self, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput

@@ -1,0 +1,50 @@
+"""Decoding strategies behind one interface: each turns listener memory into n-best hypotheses.
+
+The loop that drives a strategy (training's dev pass, `las decode`) never knows which one runs.
+Every strategy works on a whole batch of utterances at once — beam search on utterances x beams
+in one tensor batch per step — on CPU and CUDA alike.
+"""
+
+from __future__ import annotations
+
+from las.config import DecodeConfig
+from las.errors import LasError
+from las.model.las import LAS
+from las.search.beam import BeamSearch
+from las.search.common import Hypothesis, Strategy, Symbols
+from las.search.paths import GreedySearch, SamplingSearch
+from las.text import Vocabulary
+
+__all__ = ["BeamSearch", "GreedySearch", "Hypothesis", "SamplingSearch", "Strategy", "Symbols", "build_strategy"]
+
+
+def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None = None) -> Strategy:
+    """The strategy named by `config.strategy`, with its settings from the same config."""
+    symbols = Symbols.of(vocabulary)
+    if config.strategy == "greedy":
+        return GreedySearch(symbols, config.max_length_ratio)
+    if config.strategy == "sample":
+        return SamplingSearch(
+            symbols,
+            config.max_length_ratio,
+            config.samples,
+            config.temperature,
+            config.length_normalize,
+            config.nbest,
+            config.seed,
+        )
+    if config.strategy == "beam":
+        if config.ctc_weight > 0 and (model is None or model.ctc_head is None):
+            raise LasError("decode.ctc_weight > 0 needs a model trained with a CTC head (model.ctc_weight > 0)")
+        return BeamSearch(
+            symbols,
+            config.max_length_ratio,
+            config.min_length_ratio,
+            config.beam_size,
+            config.nbest,
+            config.length_penalty,
+            config.length_normalize,
+            config.eos_threshold,
+            config.ctc_weight,
+        )
+    raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam)")

@@ -1,0 +1,96 @@
+"""Strategies that follow one path per row: greedy decoding and random search (sampling)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from las.model.las import LAS
+from las.model.listener import ListenerOutput
+from las.search.common import Hypothesis, Symbols, length_limits, step_log_probs
+
+
+def follow_paths(
+    model: LAS,
+    memory: ListenerOutput,  # (paths, ...)
+    symbols: Symbols,
+    max_length_ratio: float,
+    choose: Callable[[torch.Tensor], torch.Tensor],  # log-probs (paths, vocabulary) -> tokens (paths,)
+) -> list[Hypothesis]:
+    """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit."""
+    rows = memory.values.shape[0]
+    limits = length_limits(memory, max_length_ratio)
+    state = model.speller.initial_state(memory)
+    tokens = torch.full((rows,), symbols.sos, dtype=torch.long, device=memory.values.device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
+    scores = torch.zeros(rows, device=tokens.device)
+    emitted, weights = [], []
+    for step in range(int(limits.max())):
+        log_probs, state = step_log_probs(model, tokens, state, memory, symbols)
+        tokens = torch.where(step + 1 >= limits, symbols.eos, choose(log_probs))  # at the limit: end here
+        scores += log_probs.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
+        emitted.append(tokens)
+        weights.append(state.weights)
+        finished |= tokens == symbols.eos
+        if finished.all():
+            break
+    emitted_ids = torch.stack(emitted, dim=1).tolist()  # (rows, steps)
+    attention = torch.stack(weights, dim=1).float().cpu()  # (rows, steps, frames)
+    lengths = memory.lengths.tolist()
+    hypotheses = []
+    for row, ids in enumerate(emitted_ids):
+        end = ids.index(symbols.eos)
+        hypotheses.append(Hypothesis(ids[:end], scores[row].item(), attention[row, : end + 1, : lengths[row]]))
+    return hypotheses
+
+
+@dataclass(frozen=True)
+class GreedySearch:
+    """The most likely character at every step: fast, and what training reports dev CER with."""
+
+    symbols: Symbols
+    max_length_ratio: float
+
+    @torch.no_grad()
+    def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
+        paths = follow_paths(model, memory, self.symbols, self.max_length_ratio, lambda log_probs: log_probs.argmax(-1))
+        return [[hypothesis] for hypothesis in paths]
+
+
+@dataclass(frozen=True)
+class SamplingSearch:
+    """Random search (CMU 11-785 HW4): draw paths from the softmax at a temperature, keep the ones
+    the model scores highest. The greedy path is always one of the candidates, so the result is
+    never less likely under the model than greedy decoding."""
+
+    symbols: Symbols
+    max_length_ratio: float
+    samples: int
+    temperature: float
+    length_normalize: bool
+    nbest: int
+    seed: int
+
+    @torch.no_grad()
+    def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
+        batch, samples = memory.values.shape[0], self.samples
+        expanded = memory.select(torch.arange(batch, device=memory.values.device).repeat_interleave(samples))
+        generator = torch.Generator(device=memory.values.device).manual_seed(self.seed)
+        greedy_rows = torch.arange(batch * samples, device=memory.values.device) % samples == 0
+
+        def choose(log_probs: torch.Tensor) -> torch.Tensor:
+            drawn = torch.multinomial((log_probs / self.temperature).softmax(-1), 1, generator=generator).squeeze(1)
+            return torch.where(greedy_rows, log_probs.argmax(-1), drawn)
+
+        paths = follow_paths(model, expanded, self.symbols, self.max_length_ratio, choose)
+        results = []
+        for utterance in range(batch):
+            unique = {tuple(path.tokens): path for path in paths[utterance * samples : (utterance + 1) * samples]}
+            ranked = sorted(unique.values(), key=self.rank, reverse=True)
+            results.append(ranked[: self.nbest])
+        return results
+
+    def rank(self, hypothesis: Hypothesis) -> float:
+        return hypothesis.score / (len(hypothesis.tokens) + 1) if self.length_normalize else hypothesis.score

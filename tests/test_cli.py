@@ -1,0 +1,208 @@
+"""Each command end to end through Typer's runner, and every bad input giving one clear line."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from las.cli import app
+
+from .conftest import AN4, TINY, an4_rows, write_manifest
+
+runner = CliRunner()
+
+
+def run(*arguments: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, [str(argument) for argument in arguments])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A run trained through the CLI, shared by the tests below."""
+    root = tmp_path_factory.mktemp("cli")
+    manifest = write_manifest(root / "train.tsv", an4_rows("train", 4, longest_seconds=1.6))
+    settings = TINY + [f"data.cache_dir={root / 'cache'}", "data.batch_size=2", "train.learning_rate=5e-3"]
+    overrides = [item for assignment in settings for item in ("--set", assignment)]
+    code, stdout, stderr = run(
+        "train",
+        "--train",
+        manifest,
+        "--dev",
+        manifest,
+        "--out",
+        root / "run",
+        "--epochs",
+        "12",
+        "--device",
+        "cpu",
+        *overrides,
+    )
+    assert code == 0, stderr
+    assert "best model:" in stdout
+    return {"root": root, "train": manifest, "run": root / "run"}
+
+
+def test_train_writes_the_promised_files(trained: dict[str, Path]) -> None:
+    run_directory = trained["run"]
+    for name in ("best.pt", "last.pt", "metrics.jsonl"):
+        assert (run_directory / name).is_file()
+    records = [json.loads(line) for line in (run_directory / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 12
+    assert {"epoch", "train_loss", "dev_cer", "seconds"} <= records[0].keys()
+    assert sorted(path.name for path in (run_directory / "attention").iterdir())[0] == "epoch_001.png"
+
+
+def test_decode_and_eval_reproduce_the_training_cer(trained: dict[str, Path]) -> None:
+    run_directory, manifest = trained["run"], trained["train"]
+    hypotheses = trained["root"] / "hyp.csv"
+    code, _, stderr = run("decode", run_directory / "last.pt", manifest, "--out", hypotheses, "--device", "cpu")
+    assert code == 0, stderr
+    assert "utterances/s" in stderr and "real-time factor" in stderr
+    assert hypotheses.read_text().startswith("id,label\n")
+    code, stdout, _ = run("eval", hypotheses, manifest, "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    assert {"utterances", "mean_distance", "cer", "wer", "substitutions", "deletions", "insertions"} <= report.keys()
+    last_epoch = json.loads((run_directory / "metrics.jsonl").read_text().splitlines()[-1])
+    assert report["utterances"] == 4
+    assert report["cer"] == pytest.approx(last_epoch["dev_cer"])
+
+
+@pytest.mark.parametrize("output_format", ["kaldi", "jsonl"])
+def test_decode_formats_to_stdout(trained: dict[str, Path], output_format: str) -> None:
+    code, stdout, _ = run(
+        "decode", trained["run"] / "best.pt", AN4 / "audio" / "an102-mrcb-b.flac", "--format", output_format
+    )
+    assert code == 0
+    line = stdout.strip()
+    if output_format == "kaldi":
+        assert line.startswith("an102-mrcb-b")
+    else:
+        record = json.loads(line)
+        assert record["id"] == "an102-mrcb-b" and isinstance(record["score"], float)
+
+
+def test_beam_and_random_search_with_nbest_and_attention_maps(trained: dict[str, Path], tmp_path: Path) -> None:
+    manifest = trained["train"]
+    output = tmp_path / "beam.jsonl"
+    code, _, stderr = run(
+        "decode", trained["run"] / "best.pt", manifest, "--strategy", "beam", "--beam-size", "4", "--nbest", "3",
+        "--ctc-weight", "0.3", "--format", "jsonl", "--out", output, "--plot-attention", "2", "--device", "cpu",
+    )  # fmt: skip
+    assert code == 0, stderr
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == 4
+    for record in records:
+        assert 1 <= len(record["nbest"]) <= 3
+        assert record["nbest"][0] == {"text": record["text"], "score": record["score"]}
+        scores = [item["score"] for item in record["nbest"]]
+        assert scores == sorted(scores, reverse=True)
+    assert sorted(path.suffix for path in (tmp_path / "beam_attention").iterdir()) == [".png", ".png"]
+    code, stdout, stderr = run(
+        "decode", trained["run"] / "best.pt", manifest, "--strategy", "sample", "--samples", "8", "--temperature", "0.7"
+    )
+    assert code == 0, stderr
+    assert stdout.startswith("id,label\n") and len(stdout.strip().splitlines()) == 5
+
+
+def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+
+    payload = torch.load(trained["run"] / "best.pt", weights_only=True)
+    payload["config"]["model"]["ctc_weight"] = 0.0
+    payload["model"] = {key: value for key, value in payload["model"].items() if not key.startswith("ctc_head")}
+    without_ctc = tmp_path / "no_ctc.pt"
+    torch.save(payload, without_ctc)
+    code, _, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam", "--ctc-weight", "0.5")
+    assert_clear_error(code, stderr, "needs a model trained with a CTC head")
+
+
+def test_eval_text_report(trained: dict[str, Path], tmp_path: Path) -> None:
+    hypotheses = tmp_path / "hyp.txt"
+    hypotheses.write_text("".join(f"{row[0]} {row[3]}\n" for row in an4_rows("train", 4, longest_seconds=1.6)))
+    code, stdout, _ = run("eval", hypotheses, trained["train"])
+    assert code == 0
+    assert "CER                   0.00%" in stdout and "mean distance         0.000" in stdout
+
+
+def assert_clear_error(code: int, stderr: str, message: str) -> None:
+    assert code == 1
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert message in lines[0], lines[0]
+    assert "Traceback" not in stderr
+
+
+def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path) -> None:
+    checkpoint = trained["run"] / "best.pt"
+    good = an4_rows("train", 1)[0]
+
+    malformed = tmp_path / "malformed.tsv"
+    malformed.write_text("id\tpath\tduration_s\ttext\n" + "\t".join(good) + "\nbroken line\n")
+    assert_clear_error(
+        *run("train", "--train", malformed, "--out", tmp_path / "r1")[::2],
+        f"{malformed}:3: expected 4 tab-separated fields",
+    )
+
+    empty_text = write_manifest(tmp_path / "empty_text.tsv", [good[:3] + [" "]])
+    assert_clear_error(*run("train", "--train", empty_text, "--out", tmp_path / "r2")[::2], "empty transcript")
+
+    missing_audio = write_manifest(tmp_path / "missing_audio.tsv", [[good[0], "absent.flac", "1.0", "YES"]])
+    assert_clear_error(*run("decode", checkpoint, missing_audio)[::2], "audio file not found")
+
+    (tmp_path / "empty.flac").write_bytes(b"")
+    assert_clear_error(*run("decode", checkpoint, tmp_path / "empty.flac")[::2], "empty.flac")
+
+    unknown = write_manifest(tmp_path / "unknown.tsv", [good[:3] + ["HELLO wörld"]])
+    assert_clear_error(
+        *run("decode", checkpoint, unknown)[::2], "characters outside the vocabulary: 'l', 'r', 'w', 'ö'"
+    )
+
+    assert_clear_error(*run("decode", tmp_path / "absent.pt", trained["train"])[::2], "checkpoint not found")
+    not_checkpoint = tmp_path / "junk.pt"
+    not_checkpoint.write_text("junk")
+    assert_clear_error(*run("decode", not_checkpoint, trained["train"])[::2], "not a readable las checkpoint")
+
+    hypotheses = tmp_path / "hyp.txt"
+    hypotheses.write_text(f"{good[0]} YES\nextra-id NO\n")
+    assert_clear_error(*run("eval", hypotheses, trained["train"])[::2], "id mismatch")
+
+    assert_clear_error(
+        *run("train", "--set", "model.colour=blue", "--out", tmp_path / "r3")[::2], "unknown config key 'model.colour'"
+    )
+    assert_clear_error(
+        *run(
+            "train",
+            "--set",
+            "model.attention=bogus",
+            "--train",
+            trained["train"],
+            "--dev",
+            trained["train"],
+            "--out",
+            tmp_path / "r4",
+            "--set",
+            f"data.cache_dir={trained['root'] / 'cache'}",
+        )[::2],
+        "unknown attention 'bogus'",
+    )
+
+
+def test_checkpoint_from_another_version_is_refused(trained: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+
+    payload = torch.load(trained["run"] / "best.pt", weights_only=True)
+    payload["version"] = 999
+    old = tmp_path / "old.pt"
+    torch.save(payload, old)
+    assert_clear_error(*run("decode", old, trained["train"])[::2], "checkpoint format version 999 is not supported")
+
+
+def test_help_shows_defaults() -> None:
+    code, stdout, _ = run("train", "--help")
+    assert code == 0
+    assert "data/an4/train.tsv" in stdout and "runs/an4" in stdout
+    code, stdout, _ = run("decode", "--help")
+    assert code == 0 and "--strategy" in stdout

@@ -1,0 +1,145 @@
+"""Decoding strategies: beam 1 is greedy, batching changes nothing, scores are log-likelihoods."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from las.checkpoint import load_checkpoint
+from las.config import DecodeConfig
+from las.data.features import FeatureCache
+from las.data.manifest import read_utterances
+from las.search import BeamSearch, GreedySearch, SamplingSearch, Symbols, build_strategy
+from scripts.reference_beam import reference_beam_search
+
+from .test_model import VOCABULARY, batch, make_model, teacher_forced_log_likelihood
+
+SYMBOLS = Symbols.of(VOCABULARY)
+
+
+def beam(symbols: Symbols, **changes: object) -> BeamSearch:
+    settings = dict(
+        symbols=symbols,
+        max_length_ratio=1.5,
+        min_length_ratio=0.0,
+        beam_size=4,
+        nbest=4,
+        length_penalty=0.0,
+        length_normalize=False,
+        eos_threshold=0.0,
+        ctc_weight=0.0,
+    )
+    return BeamSearch(**{**settings, **changes})
+
+
+@pytest.fixture(scope="module", params=["untrained", "trained"])
+def model_and_memory(request: pytest.FixtureRequest, trained_run: dict[str, Path]):
+    """An untrained model, whose hypotheses run to the length limit, and a briefly trained one on
+    real utterances, whose hypotheses end on their own and compete: between them every rule of
+    the search is exercised."""
+    if request.param == "untrained":
+        model = make_model()
+        features, lengths, _, _ = batch()
+        return model, features, lengths, model.listener(features, lengths), SYMBOLS
+    checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
+    model = checkpoint.build_model()
+    cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
+    features = [checkpoint.normalizer(item) for item in cache.load_all(read_utterances(trained_run["train"]))]
+    lengths = torch.tensor([len(item) for item in features])
+    padded = torch.nn.utils.rnn.pad_sequence(features, batch_first=True)
+    return model, padded, lengths, model.listener(padded, lengths), Symbols.of(checkpoint.vocabulary)
+
+
+def test_beam_size_one_equals_greedy(model_and_memory) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    beamed = beam(symbols, beam_size=1, nbest=1).search(model, memory)
+    for greedy_hypotheses, beam_hypotheses in zip(greedy, beamed, strict=True):
+        assert beam_hypotheses[0].tokens == greedy_hypotheses[0].tokens
+        assert beam_hypotheses[0].score == pytest.approx(greedy_hypotheses[0].score, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"length_normalize": True},
+        {"length_penalty": 0.5, "min_length_ratio": 0.2},
+        {"eos_threshold": 1.5},
+        {"ctc_weight": 0.3},
+    ],
+)
+def test_batched_beam_search_equals_the_per_utterance_reference(model_and_memory, changes: dict) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    search = beam(symbols, **changes)
+    batched = search.search(model, memory)
+    for row in range(memory.values.shape[0]):
+        single = memory.select(torch.tensor([row]))
+        single = single._replace(
+            keys=single.keys[:, : single.lengths[0]],
+            values=single.values[:, : single.lengths[0]],
+            mask=single.mask[:, : single.lengths[0]],
+            hidden=single.hidden[:, : single.lengths[0]],
+        )
+        reference = reference_beam_search(model, single, search)
+        assert [h.tokens for h in batched[row]] == [h.tokens for h in reference]
+        for ours, theirs in zip(batched[row], reference, strict=True):
+            assert ours.score == pytest.approx(theirs.score, abs=1e-4)
+            torch.testing.assert_close(ours.attention, theirs.attention, rtol=1e-4, atol=1e-5)
+
+
+def test_beam_scores_are_teacher_forced_log_likelihoods_and_nbest_is_sorted_and_distinct(model_and_memory) -> None:
+    model, features, lengths, memory, symbols = model_and_memory
+    search = beam(symbols, beam_size=5, nbest=5)
+    for row, hypotheses in enumerate(search.search(model, memory)):
+        assert 1 < len(hypotheses) <= 5
+        scores = [hypothesis.score for hypothesis in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(hypothesis.tokens) for hypothesis in hypotheses}) == len(hypotheses)
+        single_features, single_lengths = features[row : row + 1, : lengths[row]], lengths[row : row + 1]
+        for hypothesis in hypotheses:
+            likelihood = teacher_forced_log_likelihood(model, single_features, single_lengths, hypothesis.tokens)
+            assert hypothesis.score == pytest.approx(likelihood, abs=1e-4)
+
+
+def test_wider_beams_never_find_less_likely_best_hypotheses(model_and_memory) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    wide = beam(symbols, beam_size=8, nbest=1).search(model, memory)
+    for greedy_hypotheses, beam_hypotheses in zip(greedy, wide, strict=True):
+        assert beam_hypotheses[0].score >= greedy_hypotheses[0].score - 1e-5
+
+
+def sampling(symbols: Symbols, **changes: object) -> SamplingSearch:
+    settings = dict(
+        symbols=symbols, max_length_ratio=1.5, samples=16, temperature=1.5, length_normalize=False, nbest=3, seed=7
+    )
+    return SamplingSearch(**{**settings, **changes})
+
+
+def test_sampling_is_reproducible_with_a_seed_and_scores_are_log_likelihoods(model_and_memory) -> None:
+    model, features, lengths, memory, symbols = model_and_memory
+    first = sampling(symbols).search(model, memory)
+    again = sampling(symbols).search(model, memory)
+    other = sampling(symbols, seed=8).search(model, memory)
+    as_tokens = lambda results: [[h.tokens for h in hypotheses] for hypotheses in results]  # noqa: E731
+    assert as_tokens(first) == as_tokens(again)
+    assert as_tokens(first) != as_tokens(other)
+    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    for row, hypotheses in enumerate(first):
+        scores = [hypothesis.score for hypothesis in hypotheses]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hypotheses}) == len(hypotheses)
+        assert hypotheses[0].score >= greedy[row][0].score - 1e-5  # the greedy path is a candidate
+        single_features, single_lengths = features[row : row + 1, : lengths[row]], lengths[row : row + 1]
+        likelihood = teacher_forced_log_likelihood(model, single_features, single_lengths, hypotheses[0].tokens)
+        assert hypotheses[0].score == pytest.approx(likelihood, abs=1e-4)
+
+
+def test_build_strategy_from_config() -> None:
+    model = make_model()
+    assert isinstance(build_strategy(DecodeConfig(), VOCABULARY, model), GreedySearch)
+    assert isinstance(build_strategy(replace(DecodeConfig(), strategy="sample"), VOCABULARY, model), SamplingSearch)
+    strategy = build_strategy(replace(DecodeConfig(), strategy="beam", beam_size=3, ctc_weight=0.3), VOCABULARY, model)
+    assert isinstance(strategy, BeamSearch) and strategy.beam_size == 3 and strategy.ctc_weight == 0.3
