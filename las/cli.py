@@ -76,7 +76,7 @@ def as_assignments(shorthands: dict[str, Any]) -> list[str]:
     return [f"{key}={value}" for key, value in shorthands.items() if value is not None]
 
 
-def _default(text: str, value: Any) -> str:
+def with_default(text: str, value: Any) -> str:
     return f"{text} (default: {value})"
 
 
@@ -87,23 +87,23 @@ def train(
         Path | None, typer.Option("--config", help="TOML file of settings (sections as in las.config).")
     ] = None,
     train_manifest: Annotated[
-        str | None, typer.Option("--train", help=_default("Training manifest.", DEFAULTS.data.train))
+        str | None, typer.Option("--train", help=with_default("Training manifest.", DEFAULTS.data.train))
     ] = None,
     dev_manifest: Annotated[
-        str | None, typer.Option("--dev", help=_default("Dev manifest, decoded every epoch.", DEFAULTS.data.dev))
+        str | None, typer.Option("--dev", help=with_default("Dev manifest, decoded every epoch.", DEFAULTS.data.dev))
     ] = None,
-    out: Annotated[str | None, typer.Option("--out", help=_default("Run directory.", DEFAULTS.train.out))] = None,
+    out: Annotated[str | None, typer.Option("--out", help=with_default("Run directory.", DEFAULTS.train.out))] = None,
     epochs: Annotated[
-        int | None, typer.Option("--epochs", help=_default("Epochs to train.", DEFAULTS.train.epochs))
+        int | None, typer.Option("--epochs", help=with_default("Epochs to train.", DEFAULTS.train.epochs))
     ] = None,
     assignments: Annotated[
         list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE, e.g. model.attention=dot.")
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out from its last.pt.")] = False,
     device: Annotated[
-        Device | None, typer.Option("--device", help=_default("Where to train.", DEFAULTS.train.device))
+        Device | None, typer.Option("--device", help=with_default("Where to train.", DEFAULTS.train.device))
     ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help=_default("Random seed.", DEFAULTS.train.seed))] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help=with_default("Random seed.", DEFAULTS.train.seed))] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""
     from las.train import train as run_training
@@ -134,28 +134,36 @@ def decode(
         OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl (with scores, n-best).")
     ] = OutputFormat.csv,
     strategy: Annotated[
-        StrategyName | None, typer.Option("--strategy", help=_default("Search strategy.", DEFAULTS.decode.strategy))
+        StrategyName | None, typer.Option("--strategy", help=with_default("Search strategy.", DEFAULTS.decode.strategy))
     ] = None,
     beam_size: Annotated[
-        int | None, typer.Option("--beam-size", min=1, help=_default("Beam width.", DEFAULTS.decode.beam_size))
+        int | None, typer.Option("--beam-size", min=1, help=with_default("Beam width.", DEFAULTS.decode.beam_size))
     ] = None,
     samples: Annotated[
         int | None,
-        typer.Option("--samples", min=1, help=_default("Random search: paths per utterance.", DEFAULTS.decode.samples)),
+        typer.Option(
+            "--samples", min=1, help=with_default("Random search: paths per utterance.", DEFAULTS.decode.samples)
+        ),
     ] = None,
     temperature: Annotated[
         float | None,
         typer.Option(
-            "--temperature", min=1e-6, help=_default("Random search: softmax temperature.", DEFAULTS.decode.temperature)
+            "--temperature",
+            min=1e-6,
+            help=with_default("Random search: softmax temperature.", DEFAULTS.decode.temperature),
         ),
     ] = None,
     length_penalty: Annotated[
         float | None,
-        typer.Option("--length-penalty", help=_default("Score bonus per character.", DEFAULTS.decode.length_penalty)),
+        typer.Option(
+            "--length-penalty", help=with_default("Score bonus per character.", DEFAULTS.decode.length_penalty)
+        ),
     ] = None,
     nbest: Annotated[
         int | None,
-        typer.Option("--nbest", min=1, help=_default("Hypotheses kept per utterance (JSONL).", DEFAULTS.decode.nbest)),
+        typer.Option(
+            "--nbest", min=1, help=with_default("Hypotheses kept per utterance (JSONL).", DEFAULTS.decode.nbest)
+        ),
     ] = None,
     ctc_weight: Annotated[
         float | None,
@@ -163,12 +171,12 @@ def decode(
             "--ctc-weight",
             min=0.0,
             max=1.0,
-            help=_default("Beam search: CTC prefix score weight.", DEFAULTS.decode.ctc_weight),
+            help=with_default("Beam search: CTC prefix score weight.", DEFAULTS.decode.ctc_weight),
         ),
     ] = None,
     batch_size: Annotated[
         int | None,
-        typer.Option("--batch-size", min=1, help=_default("Utterances per batch.", DEFAULTS.decode.batch_size)),
+        typer.Option("--batch-size", min=1, help=with_default("Utterances per batch.", DEFAULTS.decode.batch_size)),
     ] = None,
     assignments: Annotated[
         list[str] | None, typer.Option("--set", help="Override a decode setting, e.g. decode.length_normalize=true.")
@@ -226,6 +234,28 @@ def evaluate(
 
     report = evaluate_files(hypothesis, reference, worst)
     typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report, by_length))
+
+
+@app.command()
+@reports_errors
+def info(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train.")],
+) -> None:
+    """What a checkpoint holds: its training progress, vocabulary and full configuration."""
+    import json
+
+    from las.checkpoint import load_checkpoint
+    from las.text import SPECIALS
+
+    loaded = load_checkpoint(checkpoint)
+    parameters = sum(tensor.numel() for tensor in loaded.model_state.values())
+    progress = loaded.training_state.get("progress", {})
+    typer.echo(f"parameters    {parameters / 1e6:.2f}M")
+    typer.echo(f"epochs        {progress.get('epoch', '?')} (step {progress.get('step', '?')})")
+    typer.echo(f"best dev CER  {progress.get('best_cer', float('nan')):.2f}%")
+    characters = loaded.vocabulary.symbols[len(SPECIALS) :]
+    typer.echo(f"vocabulary    {len(characters)} characters {''.join(characters)!r} and {', '.join(SPECIALS)}")
+    typer.echo(json.dumps(loaded.config.to_dict(), indent=2))
 
 
 def main() -> None:

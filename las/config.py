@@ -54,12 +54,12 @@ class ModelConfig:
     speller_layers: int = 1
     dropout: float = 0.2
     tie_embedding: bool = False
-    ctc_weight: float = 0.3  # λ of the joint CTC-attention loss; 0 removes the CTC head
+    ctc_weight: float = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 60
+    epochs: int = 80
     learning_rate: float = 2e-3
     warmup_steps: int = 300
     final_learning_rate_scale: float = 0.05  # cosine decay ends at learning_rate * this
@@ -73,7 +73,7 @@ class TrainConfig:
     frequency_masks: int = 2
     frequency_mask_width: int = 15
     time_masks: int = 2
-    time_mask_width: int = 20
+    time_mask_width: int = 30
     specaugment_start_epoch: int = 5
     max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
@@ -90,8 +90,9 @@ class DecodeConfig:
     min_length_ratio: float = 0.0
     beam_size: int = 8
     nbest: int = 1
-    # Ranking: score / (characters + 1) when normalising, plus length_penalty per character.
-    length_normalize: bool = False
+    # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus
+    # length_penalty per character. Scores themselves stay log-likelihoods.
+    length_normalize: bool = True
     length_penalty: float = 0.0
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: float = 0.0

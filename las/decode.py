@@ -14,7 +14,7 @@ from las.data.features import FeatureCache
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
 from las.inference import transcribe
-from las.plots import plot_attention as plot_attention_map
+from las.plots import plot_hypothesis
 from las.search import Hypothesis, build_strategy
 from las.text import Vocabulary
 from las.transcripts import Transcript, write_transcripts
@@ -51,13 +51,7 @@ def decode(
     model = checkpoint.build_model(device)
     strategy = build_strategy(config.decode, vocabulary, model)
     features = FeatureCache(config.data.cache_dir, config.features).load_all(utterances, "features")
-    dataset = SpeechDataset(
-        [utterance.id for utterance in utterances],
-        [checkpoint.normalizer(item) for item in features],
-        [utterance.text for utterance in utterances],
-        vocabulary,
-        with_targets=False,
-    )
+    dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, vocabulary, with_targets=False)
     started = time.perf_counter()
     results = transcribe(model, dataset, strategy, config.decode.batch_size, config.data.max_batch_frames, device)
     seconds = time.perf_counter() - started
@@ -71,14 +65,7 @@ def decode(
             plot_directory or (Path(out).with_suffix("").as_posix() + "_attention" if out else "attention")
         )
         for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
-            best = hypotheses[0]
-            labels = [vocabulary.symbols[index] for index in best.tokens] + ["<eos>"]
-            plot_attention_map(
-                best.attention,
-                labels,
-                directory / f"{identifier}.png",
-                f"{identifier}: {vocabulary.decode(best.tokens)!r}",
-            )
+            plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / f"{identifier}.png")
     frames = sum(item.shape[0] for item in features)
     return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
 

@@ -12,6 +12,9 @@ matplotlib.use("Agg")  # files only: no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from las.search.common import Hypothesis  # noqa: E402
+from las.text import EOS, Vocabulary  # noqa: E402
+
 
 def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Path, title: str) -> None:
     """Save `weights` `(steps, encoder_frames)` with one row per emitted symbol in `labels`."""
@@ -26,3 +29,9 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Pat
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=80)
     plt.close(figure)
+
+
+def plot_hypothesis(identifier: str, hypothesis: Hypothesis, vocabulary: Vocabulary, path: str | Path) -> None:
+    """The attention of one decoded utterance, titled with its id and text."""
+    labels = [vocabulary.symbols[index] for index in hypothesis.tokens] + [EOS]
+    plot_attention(hypothesis.attention, labels, path, f"{identifier}: {vocabulary.decode(hypothesis.tokens)!r}")

@@ -14,19 +14,19 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from las.checkpoint import load_checkpoint, save_checkpoint
+from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.features import FeatureCache, Normalizer
-from las.data.manifest import Utterance, check_characters, read_utterances
+from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.losses import joint_loss
 from las.metrics import character_error_rate
 from las.model.las import LAS
-from las.plots import plot_attention
+from las.plots import plot_hypothesis
 from las.search import GreedySearch, Symbols
 from las.text import Vocabulary
 
@@ -53,12 +53,24 @@ class Progress:
     step: int = 0  # optimizer steps
     best_cer: float = math.inf
     bad_batches: int = 0
-    loss_sum: float = 0.0  # over the batches of the current epoch so far
+    elapsed: float = 0.0  # seconds spent on completed epochs
+    # Sums over the current epoch so far:
+    loss_sum: float = 0.0
+    part_sums: dict[str, float] = field(default_factory=dict)  # attention and CTC parts of loss_sum
     loss_batches: int = 0
     frames: int = 0
-    seconds: float = 0.0  # spent on the current epoch so far
-    elapsed: float = 0.0  # spent on completed epochs
+    train_seconds: float = 0.0
     rng: dict[str, Any] = field(default_factory=dict)
+
+    def next_epoch(self, dev_cer: float, seconds: float) -> Progress:
+        """The progress at the start of the following epoch: totals kept, epoch sums cleared."""
+        return Progress(
+            epoch=self.epoch + 1,
+            step=self.step,
+            best_cer=min(self.best_cer, dev_cer),
+            bad_batches=self.bad_batches,
+            elapsed=self.elapsed + seconds,
+        )
 
 
 @dataclass
@@ -79,194 +91,197 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     train_features = cache.load_all(train_utterances, "train features")
     dev_features = cache.load_all(dev_utterances, "dev features")
     normalizer = normalizer or Normalizer.fit(train_features)
-
-    def dataset(utterances: list[Utterance], features: list[torch.Tensor], with_targets: bool) -> SpeechDataset:
-        return SpeechDataset(
-            [utterance.id for utterance in utterances],
-            [normalizer(item) for item in features],
-            [utterance.text for utterance in utterances],
-            vocabulary,
-            with_targets,
-        )
-
     return Corpus(
-        dataset(train_utterances, train_features, True), dataset(dev_utterances, dev_features, False), normalizer
+        SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary),
+        SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False),
+        normalizer,
     )
 
 
 def train(config: Config, resume: bool = False, assignments: list[str] | None = None) -> Path:
-    """Train into `config.train.out`; with `resume`, continue the run saved there (with `assignments` on top)."""
+    """Train into `config.train.out`; with `resume`, continue the run saved there (`assignments` on top
+    of its saved config). Returns the run directory."""
     out = Path(config.train.out)
-    last = out / "last.pt"
     checkpoint = None
     if resume:
-        if not last.exists():
-            raise LasError(f"--resume: no checkpoint to resume from at {last}")
-        checkpoint = load_checkpoint(last)
+        if not (out / "last.pt").exists():
+            raise LasError(f"--resume: no checkpoint to resume from at {out / 'last.pt'}")
+        checkpoint = load_checkpoint(out / "last.pt")
         config = checkpoint.config.replace(assignments or [])
-    device = resolve_device(config.train.device)
+    elif (out / "last.pt").exists():
+        raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
     torch.manual_seed(config.train.seed)
     corpus = load_corpus(
-        config,
-        checkpoint.vocabulary if checkpoint else None,
-        checkpoint.normalizer if checkpoint else None,
+        config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
     )
-    vocabulary = corpus.train.vocabulary
-    model = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).to(device)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=config.train.learning_rate, weight_decay=config.train.weight_decay
-    )
-    sampler = BucketBatchSampler(
-        corpus.train.frame_counts(), config.data.batch_size, config.data.max_batch_frames, seed=config.train.seed
-    )
-    total_steps = config.train.epochs * len(sampler)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: learning_rate_scale(
-            step, config.train.warmup_steps, total_steps, config.train.final_learning_rate_scale
-        ),
-    )
-    progress = Progress()
-    if checkpoint:
-        try:
-            model.load_state_dict(checkpoint.model_state)
-        except RuntimeError:
-            raise LasError(
-                f"{last}: model settings differ from the checkpoint's; resume with the same model.*"
-            ) from None
-        optimizer.load_state_dict(checkpoint.training_state["optimizer"])
-        scheduler.load_state_dict(checkpoint.training_state["scheduler"])
-        progress = Progress(**checkpoint.training_state["progress"])
-        restore_rng(progress.rng)
-    elif last.exists():
-        raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    keep_metrics_until(out / "metrics.jsonl", progress.epoch)
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
-
-    def save(path: Path) -> None:
-        progress.rng = capture_rng()
-        state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "progress": vars(progress)}
-        save_checkpoint(path, config, vocabulary, corpus.normalizer, model, state)
-
-    search = GreedySearch(Symbols.of(vocabulary), config.decode.max_length_ratio)
-    parameters = sum(parameter.numel() for parameter in model.parameters())
-    tqdm.write(
-        f"training {parameters / 1e6:.2f}M parameters on {device}: "
-        f"{len(corpus.train)} train, {len(corpus.dev)} dev utterances"
-    )
-    try:
-        while progress.epoch < config.train.epochs:
-            train_epoch(model, corpus.train, sampler, optimizer, scheduler, config, progress, device)
-            started = time.perf_counter()
-            dev_cer = evaluate_dev(
-                model, corpus.dev, search, config, device, out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
-            )
-            progress.seconds += time.perf_counter() - started
-            record = {
-                "epoch": progress.epoch + 1,
-                "step": progress.step,
-                "train_loss": progress.loss_sum / max(1, progress.loss_batches),
-                "dev_cer": dev_cer,
-                "seconds": round(progress.seconds, 2),
-                "elapsed_seconds": round(progress.elapsed + progress.seconds, 2),
-                "learning_rate": scheduler.get_last_lr()[0],
-                "teacher_forcing": teacher_forcing_rate(
-                    progress.epoch, config.train.teacher_forcing_final, config.train.teacher_forcing_decay_epochs
-                ),
-                "train_frames_per_second": round(progress.frames / max(progress.seconds, 1e-9)),
-                "bad_batches": progress.bad_batches,
-                "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            }
-            progress = Progress(
-                epoch=progress.epoch + 1,
-                step=progress.step,
-                best_cer=min(progress.best_cer, dev_cer),
-                bad_batches=progress.bad_batches,
-                elapsed=record["elapsed_seconds"],
-            )
-            with open(out / "metrics.jsonl", "a") as file:
-                file.write(json.dumps(record) + "\n")
-            save(last)
-            if dev_cer <= progress.best_cer:
-                shutil.copyfile(last, out / ".best.pt.tmp")
-                (out / ".best.pt.tmp").replace(out / "best.pt")
-            tqdm.write(
-                f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
-                f"best {progress.best_cer:6.2f}%  {record['seconds']:.0f}s"
-            )
-    except KeyboardInterrupt:
-        save(last)
-        raise LasError(
-            f"interrupted: saved {last} at epoch {progress.epoch + 1}, batch {progress.batch_in_epoch}; "
-            "continue with --resume"
-        ) from None
+    Trainer(config, corpus, out, checkpoint).run()
     return out
 
 
-def train_epoch(
-    model: LAS,
-    dataset: SpeechDataset,
-    sampler: BucketBatchSampler,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    config: Config,
-    progress: Progress,
-    device: torch.device,
-) -> None:
-    """One pass over the training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on."""
-    settings = config.train
-    model.train()
-    sampler.set_epoch(progress.epoch)
-    batches = sampler.batches()
-    forcing = teacher_forcing_rate(
-        progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
-    )
-    augment = progress.epoch >= settings.specaugment_start_epoch
-    bar = tqdm(batches[progress.batch_in_epoch :], desc=f"epoch {progress.epoch + 1}", unit="batch", leave=False)
-    started = time.perf_counter()
-    for indices in bar:
-        batch = dataset.collate(indices).to(device)
-        features = batch.features
-        if augment:
-            features = spec_augment(
-                features,
-                batch.feature_lengths,
-                settings.frequency_masks,
-                settings.frequency_mask_width,
-                settings.time_masks,
-                settings.time_mask_width,
-            )
-        output = model(features, batch.feature_lengths, batch.targets_in, forcing)
-        loss, parts = joint_loss(
-            output,
-            batch.targets_in,
-            batch.targets_out,
-            batch.target_lengths,
-            config.model.ctc_weight,
-            settings.label_smoothing,
+class Trainer:
+    """One run: the model, its optimizer and schedules, the data, and where training stands."""
+
+    def __init__(self, config: Config, corpus: Corpus, out: Path, checkpoint: Checkpoint | None) -> None:
+        self.config = config
+        self.corpus = corpus
+        self.out = out
+        self.device = resolve_device(config.train.device)
+        self.vocabulary = corpus.train.vocabulary
+        self.model = LAS.build(config.model, config.features.mel_bins, len(self.vocabulary)).to(self.device)
+        settings = config.train
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
-        optimizer.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            progress.batch_in_epoch += 1
-            progress.bad_batches += 1
-            if progress.bad_batches > settings.max_bad_batches:
-                raise LasError(
-                    f"training diverged: {progress.bad_batches} batches with a non-finite loss "
-                    "(lower train.learning_rate?)"
+        self.sampler = BucketBatchSampler(
+            corpus.train.frame_counts(), config.data.batch_size, config.data.max_batch_frames, seed=settings.seed
+        )
+        total_steps = settings.epochs * len(self.sampler)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: learning_rate_scale(
+                step, settings.warmup_steps, total_steps, settings.final_learning_rate_scale
+            ),
+        )
+        self.search = GreedySearch(Symbols.of(self.vocabulary), config.decode.max_length_ratio)
+        self.progress = Progress()
+        if checkpoint:
+            self.restore(checkpoint)
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        try:
+            self.model.load_state_dict(checkpoint.model_state)
+        except RuntimeError:
+            raise LasError(
+                f"{self.out / 'last.pt'}: model settings differ from the checkpoint's; resume with the same model.*"
+            ) from None
+        self.optimizer.load_state_dict(checkpoint.training_state["optimizer"])
+        self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
+        self.progress = Progress(**checkpoint.training_state["progress"])
+        restore_rng(self.progress.rng)
+
+    def save(self, path: Path) -> None:
+        self.progress.rng = capture_rng()
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "progress": vars(self.progress),
+        }
+        save_checkpoint(path, self.config, self.vocabulary, self.corpus.normalizer, self.model, state)
+
+    def run(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        keep_metrics_until(self.out / "metrics.jsonl", self.progress.epoch)
+        (self.out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        parameters = sum(parameter.numel() for parameter in self.model.parameters())
+        tqdm.write(
+            f"training {parameters / 1e6:.2f}M parameters on {self.device}: "
+            f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
+        )
+        try:
+            while self.progress.epoch < self.config.train.epochs:
+                self.train_epoch()
+                self.finish_epoch()
+        except KeyboardInterrupt:
+            self.save(self.out / "last.pt")
+            raise LasError(
+                f"interrupted: saved {self.out / 'last.pt'} at epoch {self.progress.epoch + 1}, "
+                f"batch {self.progress.batch_in_epoch}; continue with --resume"
+            ) from None
+
+    def train_epoch(self) -> None:
+        """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on."""
+        settings, progress, model = self.config.train, self.progress, self.model
+        model.train()
+        self.sampler.set_epoch(progress.epoch)
+        batches = self.sampler.batches()[progress.batch_in_epoch :]
+        forcing = teacher_forcing_rate(
+            progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
+        )
+        augment = progress.epoch >= settings.specaugment_start_epoch
+        bar = tqdm(batches, desc=f"epoch {progress.epoch + 1}", unit="batch", leave=False)
+        started = time.perf_counter()
+        for indices in bar:
+            batch = self.corpus.train.collate(indices).to(self.device)
+            features = batch.features
+            if augment:
+                features = spec_augment(
+                    features,
+                    batch.feature_lengths,
+                    settings.frequency_masks,
+                    settings.frequency_mask_width,
+                    settings.time_masks,
+                    settings.time_mask_width,
                 )
-            continue
-        loss.backward()
-        clip_gradients(model, settings.gradient_clip)
-        optimizer.step()
-        scheduler.step()
-        progress.batch_in_epoch += 1
-        progress.step += 1
-        progress.loss_sum += loss.item()
-        progress.loss_batches += 1
-        progress.frames += int(batch.feature_lengths.sum())
-        bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
-    progress.seconds += time.perf_counter() - started
+            output = model(features, batch.feature_lengths, batch.targets_in, forcing)
+            loss, parts = joint_loss(
+                output,
+                batch.targets_in,
+                batch.targets_out,
+                batch.target_lengths,
+                self.config.model.ctc_weight,
+                settings.label_smoothing,
+            )
+            self.optimizer.zero_grad(set_to_none=True)
+            if not torch.isfinite(loss):
+                progress.batch_in_epoch += 1
+                progress.bad_batches += 1
+                if progress.bad_batches > settings.max_bad_batches:
+                    raise LasError(
+                        f"training diverged: {progress.bad_batches} batches with a non-finite loss "
+                        "(lower train.learning_rate?)"
+                    )
+                continue
+            loss.backward()
+            clip_gradients(model, settings.gradient_clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            progress.batch_in_epoch += 1  # counted once its update is made, so a resume never skips one
+            progress.step += 1
+            progress.loss_sum += loss.item()
+            progress.loss_batches += 1
+            for name, value in parts.items():
+                progress.part_sums[name] = progress.part_sums.get(name, 0.0) + value
+            progress.frames += int(batch.feature_lengths.sum())
+            bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
+        progress.train_seconds += time.perf_counter() - started
+
+    def finish_epoch(self) -> None:
+        """Decode dev, log the epoch, save `last.pt` (and `best.pt` when dev CER improved)."""
+        progress = self.progress
+        started = time.perf_counter()
+        plot = self.out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
+        dev_cer = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
+        seconds = progress.train_seconds + time.perf_counter() - started
+        batches = max(1, progress.loss_batches)
+        settings = self.config.train
+        record = {
+            "epoch": progress.epoch + 1,
+            "step": progress.step,
+            "train_loss": progress.loss_sum / batches,
+            **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
+            "dev_cer": dev_cer,
+            "seconds": round(seconds, 2),
+            "elapsed_seconds": round(progress.elapsed + seconds, 2),
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "teacher_forcing": teacher_forcing_rate(
+                progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
+            ),
+            "train_frames_per_second": round(progress.frames / max(progress.train_seconds, 1e-9)),
+            "bad_batches": progress.bad_batches,
+            "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        }
+        with open(self.out / "metrics.jsonl", "a") as file:
+            file.write(json.dumps(record) + "\n")
+        self.progress = progress.next_epoch(dev_cer, seconds)
+        self.save(self.out / "last.pt")
+        if dev_cer <= self.progress.best_cer:
+            temporary = self.out / ".best.pt.tmp"
+            shutil.copyfile(self.out / "last.pt", temporary)
+            temporary.replace(self.out / "best.pt")
+        tqdm.write(
+            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
+            f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
+        )
 
 
 def clip_gradients(model: LAS, limit: float) -> None:
@@ -280,11 +295,8 @@ def evaluate_dev(
     results = transcribe(model, dataset, search, config.decode.batch_size, config.data.max_batch_frames, device, "dev")
     best = [hypotheses[0] for hypotheses in results]
     vocabulary = dataset.vocabulary
-    hypotheses = [vocabulary.decode(hypothesis.tokens) for hypothesis in best]
-    first = best[0]
-    labels = [vocabulary.symbols[index] for index in first.tokens] + ["<eos>"]
-    plot_attention(first.attention, labels, plot_path, f"{dataset.ids[0]}: {hypotheses[0]!r}")
-    return character_error_rate(hypotheses, dataset.texts)
+    plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
+    return character_error_rate([vocabulary.decode(hypothesis.tokens) for hypothesis in best], dataset.texts)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -19,9 +19,10 @@ from pathlib import Path
 import typer
 
 VARIANTS: dict[str, list[str]] = {
-    "default (location, CTC 0.3)": [],
-    "dot attention, CTC 0.3": ["model.attention=dot"],
+    "default (location attention, CTC 0.5)": [],
+    "location, CTC 0.3": ["model.ctc_weight=0.3"],
     "location, no CTC": ["model.ctc_weight=0"],
+    "dot attention, CTC 0.5": ["model.attention=dot"],
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -48,7 +49,7 @@ def train_until(run: Path, assignments: list[str], stop_after: int) -> list[dict
 def main(stop_after: int = 25, root: Path = Path("runs/ablation")) -> None:
     rows = []
     for name, assignments in VARIANTS.items():
-        run = root / name.split(" (")[0].replace(" ", "-").replace(",", "")
+        run = root / name.split(" (")[0].replace(" ", "-").replace(",", "").replace(".", "")
         history = records(run) if len(records(run)) >= stop_after else train_until(run, assignments, stop_after)
         history = history[:stop_after]
         best = min(record["dev_cer"] for record in history)

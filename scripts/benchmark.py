@@ -2,7 +2,10 @@
 
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
-    python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # throughput + CER
+    python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
+    python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
+                                  # batched beam search against the per-utterance reference
+    python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
 """
@@ -123,6 +126,117 @@ def decode(checkpoint: Path, manifest: Path, device: str = "cpu") -> None:
         f"CER {scores['cer']:.2f}%, WER {scores['wer']:.2f}%, mean distance {scores['mean_distance']:.3f}; "
         f"peak memory {peak:.0f} MB"
     )
+
+
+STRATEGIES: dict[str, list[str]] = {
+    "greedy": ["decode.strategy=greedy"],
+    "random search, 32 samples, T=1": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=1.0"],
+    "random search, 32 samples, T=0.6": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=0.6"],
+    "random search, 32 samples, T=0.6, not normalised": [
+        "decode.strategy=sample",
+        "decode.samples=32",
+        "decode.temperature=0.6",
+        "decode.length_normalize=false",
+    ],
+    "beam 8": ["decode.strategy=beam", "decode.beam_size=8"],
+    "beam 8, not normalised": ["decode.strategy=beam", "decode.beam_size=8", "decode.length_normalize=false"],
+    "beam 8, CTC 0.3": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.3"],
+    "beam 8, CTC 0.5": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.5"],
+    "beam 16, CTC 0.3": ["decode.strategy=beam", "decode.beam_size=16", "decode.ctc_weight=0.3"],
+}
+
+
+@app.command()
+def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: int = 3) -> None:
+    """Each strategy on one checkpoint: CER, mean distance, speed; then batched beam search
+    against the per-utterance reference, both over the same utterances, in one run."""
+    from reference_beam import reference_beam_search
+
+    from las.checkpoint import load_checkpoint
+    from las.data.dataset import SpeechDataset
+    from las.device import resolve_device
+    from las.evaluate import score
+    from las.inference import transcribe
+    from las.search import build_strategy
+
+    loaded = load_checkpoint(checkpoint)
+    target = resolve_device(device)
+    model = loaded.build_model(target)
+    vocabulary = loaded.vocabulary
+    utterances = read_utterances(manifest)
+    features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load_all(utterances)
+    dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, vocabulary, with_targets=False)
+    audio_seconds = sum(len(f) for f in features) * loaded.config.features.hop_ms / 1000
+    references = {u.id: u.text for u in utterances}
+    print(
+        f"{len(dataset)} utterances ({audio_seconds:.0f} s of audio), {checkpoint}, {target}, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats} runs\n"
+    )
+    print("| strategy | dev CER % | mean distance | WER % | utterances/s | real-time factor |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, assignments in STRATEGIES.items():
+        settings = loaded.config.replace(assignments)
+        strategy = build_strategy(settings.decode, vocabulary, model)
+        timings = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            results = transcribe(
+                model, dataset, strategy, settings.decode.batch_size, settings.data.max_batch_frames, target
+            )
+            timings.append(time.perf_counter() - started)
+        seconds = statistics.median(timings)
+        hypotheses = {i: vocabulary.decode(r[0].tokens) for i, r in zip(dataset.ids, results, strict=True)}
+        report = score(hypotheses, references)
+        print(
+            f"| {name} | {report.cer:.2f} | {report.mean_distance:.3f} | {report.wer:.2f} | "
+            f"{len(dataset) / seconds:.1f} | {seconds / audio_seconds:.4f} |"
+        )
+
+    settings = loaded.config.replace(STRATEGIES["beam 8"] + ["decode.nbest=8"])
+    beam = build_strategy(settings.decode, vocabulary, model)
+    started = time.perf_counter()
+    batched = transcribe(model, dataset, beam, settings.decode.batch_size, settings.data.max_batch_frames, target)
+    batched_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    reference = []
+    with torch.no_grad():
+        for index in range(len(dataset)):
+            item = dataset.collate([index]).to(target)
+            reference.append(reference_beam_search(model, model.listener(item.features, item.feature_lengths), beam))
+    reference_seconds = time.perf_counter() - started
+    same = sum(
+        [h.tokens for h in ours] == [h.tokens for h in theirs]
+        and all(abs(a.score - b.score) <= 1e-4 for a, b in zip(ours, theirs, strict=True))
+        for ours, theirs in zip(batched, reference, strict=True)
+    )
+    print(
+        f"\nbeam 8, 8-best: batched {batched_seconds:.2f} s, per-utterance reference {reference_seconds:.2f} s: "
+        f"batched is {reference_seconds / batched_seconds:.1f}x faster; identical n-best lists (scores within 1e-4) "
+        f"for {same}/{len(dataset)} utterances"
+    )
+
+
+@app.command(name="eval-speed")
+def eval_speed(utterances: int = 100_000, manifest: str = "data/an4/train.tsv") -> None:
+    """Score `utterances` hypothesis/reference pairs made from AN4 transcripts with random edits."""
+    import random
+
+    from las.evaluate import score
+
+    texts = [u.text for u in read_utterances(manifest)]
+    generator = random.Random(0)
+    references, hypotheses = {}, {}
+    for index in range(utterances):
+        reference = texts[index % len(texts)]
+        characters = list(reference)
+        for _ in range(generator.randint(0, 4)):
+            position = generator.randrange(len(characters))
+            characters[position] = generator.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+        references[f"utt{index}"], hypotheses[f"utt{index}"] = reference, "".join(characters)
+    started = time.perf_counter()
+    report = score(hypotheses, references)
+    seconds = time.perf_counter() - started
+    print(f"scored {report.utterances} utterances in {seconds:.2f} s (CER {report.cer:.2f}%)")
 
 
 if __name__ == "__main__":

@@ -37,10 +37,11 @@ def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch
             if ctc is not None:
                 increments, ctc_forward = ctc.score(ctc_state)
                 step_scores = (1 - search.ctc_weight) * log_probs + search.ctc_weight * increments
-            may_end = search.may_end(log_probs, step + 1, torch.tensor([min_length]))[0].item()
+            at_limit = step + 1 >= max_length
+            may_end = at_limit or search.may_end(log_probs, step + 1, torch.tensor([min_length]))[0].item()
             for token in range(step_scores.shape[1]):
                 total = score + step_scores[0, token].item()
-                if (token == symbols.eos and not may_end) or (step + 1 >= max_length and token != symbols.eos):
+                if (token == symbols.eos and not may_end) or (at_limit and token != symbols.eos):
                     total = float("-inf")
                 if math.isfinite(total):
                     extension = (new_state, weights + [new_state.weights[0]], ctc_forward, increments, ctc_state)

@@ -200,6 +200,13 @@ def test_checkpoint_from_another_version_is_refused(trained: dict[str, Path], tm
     assert_clear_error(*run("decode", old, trained["train"])[::2], "checkpoint format version 999 is not supported")
 
 
+def test_info_describes_a_checkpoint(trained: dict[str, Path]) -> None:
+    code, stdout, _ = run("info", trained["run"] / "last.pt")
+    assert code == 0
+    assert "epochs        12 (step 24)" in stdout
+    assert '"ctc_weight": 0.5' in stdout and "<pad>, <sos>, <eos>, <unk>" in stdout
+
+
 def test_help_shows_defaults() -> None:
     code, stdout, _ = run("train", "--help")
     assert code == 0

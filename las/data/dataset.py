@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from las.data.features import Normalizer
+from las.data.manifest import Utterance
 from las.text import Vocabulary
 
 
@@ -51,6 +53,24 @@ class SpeechDataset(torch.utils.data.Dataset):
         self.texts = list(texts)
         self.vocabulary = vocabulary
         self.tokens = [vocabulary.encode(text) if with_targets else [] for text in self.texts]
+
+    @classmethod
+    def from_utterances(
+        cls,
+        utterances: Sequence[Utterance],
+        features: Sequence[torch.Tensor],
+        normalizer: Normalizer,
+        vocabulary: Vocabulary,
+        with_targets: bool = True,
+    ) -> SpeechDataset:
+        """Utterances with their raw features, normalised here."""
+        return cls(
+            [utterance.id for utterance in utterances],
+            [normalizer(item) for item in features],
+            [utterance.text for utterance in utterances],
+            vocabulary,
+            with_targets,
+        )
 
     def __len__(self) -> int:
         return len(self.ids)

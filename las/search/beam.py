@@ -67,13 +67,8 @@ class BeamSearch:
             if ctc is not None:
                 increments, ctc_forward = ctc.score(ctc_state)
                 step_scores = (1 - self.ctc_weight) * log_probs + self.ctc_weight * increments
-            candidates = scores.reshape(rows, 1) + step_scores  # (rows, vocabulary)
-            candidates[:, eos] = candidates[:, eos].masked_fill(
-                ~self.may_end(log_probs, step + 1, min_lengths), float("-inf")
-            )
-            at_limit = step + 1 >= max_lengths
-            candidates[at_limit] = candidates[at_limit].masked_fill(
-                torch.arange(candidates.shape[1], device=device) != eos, float("-inf")
+            candidates = self.allowed(
+                scores.reshape(rows, 1) + step_scores, log_probs, step + 1, min_lengths, max_lengths
             )
             vocabulary = candidates.shape[1]
             # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
@@ -107,6 +102,23 @@ class BeamSearch:
             if done.all():
                 break
         return [sorted(hypotheses, key=self.rank, reverse=True)[: self.nbest] for hypotheses in finals]
+
+    def allowed(
+        self,
+        candidates: torch.Tensor,  # (rows, vocabulary) scores of every extension
+        log_probs: torch.Tensor,  # (rows, vocabulary) the attention decoder's
+        length: int,  # output symbols once extended, <eos> included
+        min_lengths: torch.Tensor,  # (rows,)
+        max_lengths: torch.Tensor,  # (rows,)
+    ) -> torch.Tensor:
+        """`candidates` with -inf where a rule forbids the extension: <eos> too early or too unlikely,
+        anything but <eos> at the length limit (where <eos> is always allowed)."""
+        eos = self.symbols.eos
+        at_limit = length >= max_lengths  # (rows,)
+        may_end = self.may_end(log_probs, length, min_lengths) | at_limit
+        candidates[:, eos] = candidates[:, eos].masked_fill(~may_end, float("-inf"))
+        not_eos = torch.arange(candidates.shape[1], device=candidates.device) != eos
+        return candidates.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
 
     def may_end(self, log_probs: torch.Tensor, length: int, min_lengths: torch.Tensor) -> torch.Tensor:
         """`(rows,)` whether <eos> may follow: long enough, and likely enough if thresholded."""
