@@ -3,15 +3,15 @@ plus the training state that `--resume` restores. Written atomically: write, the
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from las.config import Config
+from las.config import Config, DecodeConfig
 from las.data.features import Normalizer
 from las.errors import LasError
 from las.model.las import LAS
@@ -28,6 +28,11 @@ class Checkpoint:
     normalizer: Normalizer
     model_state: dict[str, torch.Tensor]
     training_state: dict[str, Any]  # empty for a model-only file
+
+    def decoding_config(self, assignments: list[str] | None = None) -> Config:
+        """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
+        settings belong to each decoding, not to the run (whose dev pass used its own defaults)."""
+        return dataclasses.replace(self.config, decode=DecodeConfig()).replace(assignments or [])
 
     def build_model(self, device: torch.device | str = "cpu") -> LAS:
         model = LAS.build(self.config.model, self.config.features.mel_bins, len(self.vocabulary))
@@ -64,8 +69,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise LasError(f"checkpoint not found: {path}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        raise LasError(f"{path}: not a readable las checkpoint ({str(error).splitlines()[0]})") from None
+    except Exception as error:  # torch.load fails on foreign or damaged files in many ways
+        reason = (str(error).splitlines() or [type(error).__name__])[0]
+        raise LasError(f"{path}: not a readable las checkpoint ({type(error).__name__}: {reason})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise LasError(f"{path}: not a las checkpoint")
     if payload.get("version") != VERSION:

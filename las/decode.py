@@ -41,9 +41,9 @@ def decode(
     plot_attention: int = 0,
     plot_directory: str | Path | None = None,
 ) -> DecodeSummary:
-    """Transcribe `input_path`; `assignments` override the checkpoint's `decode.*` settings."""
+    """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them."""
     checkpoint = load_checkpoint(checkpoint_path)
-    config = checkpoint.config.replace(assignments or [])
+    config = checkpoint.decoding_config(assignments)
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
     utterances = read_utterances(input_path, require_text=False)

@@ -4,10 +4,10 @@ pass and `las decode`, so both report the same transcripts."""
 from __future__ import annotations
 
 import torch
-from tqdm import tqdm
 
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.model.las import LAS
+from las.progress import progress_bar
 from las.search import Hypothesis, Strategy
 
 
@@ -26,7 +26,7 @@ def transcribe(
     model.eval()
     sampler = BucketBatchSampler(dataset.frame_counts(), batch_size, max_batch_frames, shuffle=False)
     results: list[list[Hypothesis]] = [[] for _ in range(len(dataset))]
-    for indices in tqdm(sampler, desc=description, unit="batch", leave=False):
+    for indices in progress_bar(sampler, description, "batch"):
         batch = dataset.collate(indices).to(device)
         memory = model.listener(batch.features, batch.feature_lengths)
         for index, hypotheses in zip(indices, strategy.search(model, memory), strict=True):

@@ -27,6 +27,7 @@ from las.losses import joint_loss
 from las.metrics import character_error_rate
 from las.model.las import LAS
 from las.plots import plot_hypothesis
+from las.progress import progress_bar
 from las.search import GreedySearch, Symbols
 from las.text import Vocabulary
 
@@ -198,7 +199,7 @@ class Trainer:
             progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
         )
         augment = progress.epoch >= settings.specaugment_start_epoch
-        bar = tqdm(batches, desc=f"epoch {progress.epoch + 1}", unit="batch", leave=False)
+        bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch")
         started = time.perf_counter()
         for indices in bar:
             batch = self.corpus.train.collate(indices).to(self.device)

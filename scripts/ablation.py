@@ -36,7 +36,14 @@ def records(run: Path) -> list[dict]:
 def train_until(run: Path, assignments: list[str], stop_after: int) -> list[dict]:
     command = [sys.executable, "-m", "las", "train", "--out", str(run)]
     command += [item for assignment in assignments for item in ("--set", assignment)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # SIGINT back to its default in the child: a shell starts background jobs with it ignored,
+    # and the Ctrl-C that stops training would then never arrive.
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     while process.poll() is None and len(records(run)) < stop_after:
         time.sleep(2)
     if process.poll() is None:

@@ -175,7 +175,7 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     print("| strategy | dev CER % | mean distance | WER % | utterances/s | real-time factor |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, assignments in STRATEGIES.items():
-        settings = loaded.config.replace(assignments)
+        settings = loaded.decoding_config(assignments)
         strategy = build_strategy(settings.decode, vocabulary, model)
         timings = []
         for _ in range(repeats):
@@ -192,7 +192,7 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
             f"{len(dataset) / seconds:.1f} | {seconds / audio_seconds:.4f} |"
         )
 
-    settings = loaded.config.replace(STRATEGIES["beam 8"] + ["decode.nbest=8"])
+    settings = loaded.decoding_config(STRATEGIES["beam 8"] + ["decode.nbest=8"])
     beam = build_strategy(settings.decode, vocabulary, model)
     started = time.perf_counter()
     batched = transcribe(model, dataset, beam, settings.decode.batch_size, settings.data.max_batch_frames, target)

@@ -24,7 +24,9 @@ def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch
     frames = memory.lengths[0].item()
     ctc = None
     if search.ctc_weight > 0:
-        ctc = CTCPrefixScorer(model.ctc_head(memory.hidden).log_softmax(-1), memory.lengths, symbols.blank, symbols.eos)
+        ctc = CTCPrefixScorer.from_log_probs(
+            model.ctc_head(memory.hidden).log_softmax(-1), memory.lengths, symbols.blank, symbols.eos
+        )
     # A hypothesis: (score, tokens, speller state, attention rows, CTC state)
     alive = [(0.0, [], model.speller.initial_state(memory), [], ctc.initial_state() if ctc else None)]
     finals: list[Hypothesis] = []
@@ -56,7 +58,7 @@ def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch
             if token != symbols.eos and len(alive) < beams:
                 if ctc is not None:
                     origin, chosen = torch.tensor([0]), torch.tensor([token])
-                    ctc_state = CTCPrefixScorer.select(ctc_forward, increments, ctc_state, origin, chosen)
+                    ctc_state = CTCPrefixScorer.select_extensions(ctc_forward, increments, ctc_state, origin, chosen)
                 alive.append((total, tokens + [token], state, weights, ctc_state))
         if len(finals) >= beams or not alive:
             break

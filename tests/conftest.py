@@ -19,6 +19,7 @@ TINY = [
     "model.embedding_dim=32",
     "model.speller_hidden=96",
     "model.dropout=0.0",
+    "model.ctc_weight=0.3",
     "model.location_channels=4",
     "model.location_kernel=5",
     "train.warmup_steps=5",

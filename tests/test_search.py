@@ -11,6 +11,7 @@ from las.config import DecodeConfig
 from las.data.features import FeatureCache
 from las.data.manifest import read_utterances
 from las.search import BeamSearch, GreedySearch, SamplingSearch, Symbols, build_strategy
+from las.search.ctc_prefix import CTCPrefixScorer
 from scripts.reference_beam import reference_beam_search
 
 from .test_model import VOCABULARY, batch, make_model, teacher_forced_log_likelihood
@@ -143,3 +144,30 @@ def test_build_strategy_from_config() -> None:
     assert isinstance(build_strategy(replace(DecodeConfig(), strategy="sample"), VOCABULARY, model), SamplingSearch)
     strategy = build_strategy(replace(DecodeConfig(), strategy="beam", beam_size=3, ctc_weight=0.3), VOCABULARY, model)
     assert isinstance(strategy, BeamSearch) and strategy.beam_size == 3 and strategy.ctc_weight == 0.3
+
+
+def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood() -> None:
+    """Increments along a sequence, <eos> included, sum to log P_ctc(sequence | audio)."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(2, 9, 6).log_softmax(-1)  # (rows, frames, vocabulary); blank 0, <eos> 5
+    lengths = torch.tensor([9, 6])
+    sequences = [[1, 1, 3], [2, 4]]  # a repeated character needs a blank between: the hard case
+    scorer = CTCPrefixScorer.from_log_probs(log_probs, lengths, blank=0, eos=5)
+    state = scorer.initial_state()
+    totals = torch.zeros(2)
+    for step in range(3):
+        increments, forward = scorer.score(state)
+        tokens = torch.tensor([sequence[step] if step < len(sequence) else 5 for sequence in sequences])
+        totals += increments[torch.arange(2), tokens]
+        state = CTCPrefixScorer.select_extensions(forward, increments, state, torch.arange(2), tokens)
+    increments, _ = scorer.score(state)
+    totals[0] += increments[0, 5]  # the first sequence is one longer: its <eos> comes now
+    for row, sequence in enumerate(sequences):
+        expected = -torch.nn.functional.ctc_loss(
+            log_probs[row, : lengths[row], None],  # (frames, 1, vocabulary)
+            torch.tensor([sequence]),
+            lengths[row : row + 1],
+            torch.tensor([len(sequence)]),
+            reduction="sum",
+        )
+        assert totals[row].item() == pytest.approx(expected.item(), abs=1e-4)

@@ -16,9 +16,13 @@ AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
 
 def decode_audio(content: bytes, path: Path, sample_rate: int) -> torch.Tensor:
     """Mono waveform `(samples,)` at `sample_rate` from the encoded bytes of the file at `path`."""
+    if not content:
+        raise LasError(f"audio file is empty: {path}")
     try:
         samples, rate = soundfile.read(io.BytesIO(content), dtype="float32", always_2d=True)
-    except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
+    except soundfile.LibsndfileError as error:
+        raise LasError(f"cannot read audio file {path}: {error.error_string}") from None
+    except (RuntimeError, TypeError) as error:
         raise LasError(f"cannot read audio file {path}: {error}") from None
     if samples.shape[0] == 0:
         raise LasError(f"audio file is empty: {path}")

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torchaudio
-from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import decode_audio, read_bytes
 from las.data.manifest import Utterance
+from las.progress import progress_bar
 
 FEATURE_VERSION = 1  # bump when the extraction code changes what it computes
 
@@ -73,7 +73,7 @@ class FeatureCache:
         return features
 
     def load_all(self, utterances: Sequence[Utterance], description: str = "features") -> list[torch.Tensor]:
-        return [self.features(utterance) for utterance in tqdm(utterances, desc=description, unit="utt", leave=False)]
+        return [self.features(utterance) for utterance in progress_bar(utterances, description, "utt")]
 
 
 @dataclass(frozen=True)

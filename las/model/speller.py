@@ -20,9 +20,12 @@ class SpellerState(NamedTuple):
     weights: torch.Tensor  # (batch, frames): the previous step's attention weights
 
     def select(self, indices: torch.Tensor) -> SpellerState:
-        pick = lambda tensor: tensor.index_select(0, indices)  # noqa: E731
+        """Rows `indices` of every tensor (beam search reorders hypotheses this way)."""
         return SpellerState(
-            tuple(map(pick, self.hidden)), tuple(map(pick, self.cell)), pick(self.context), pick(self.weights)
+            tuple(tensor[indices] for tensor in self.hidden),
+            tuple(tensor[indices] for tensor in self.cell),
+            self.context[indices],
+            self.weights[indices],
         )
 
 

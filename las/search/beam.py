@@ -2,14 +2,60 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
+from las.model.speller import SpellerState
 from las.search.common import Hypothesis, Symbols, length_limits, step_log_probs
-from las.search.ctc_prefix import CTCPrefixScorer
+from las.search.ctc_prefix import CTCPrefixScorer, PrefixState
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Everything kept per row — one beam of one utterance, `beam_size` rows per utterance."""
+
+    memory: ListenerOutput
+    speller: SpellerState
+    tokens: torch.Tensor  # (rows,) the last symbol of each prefix
+    history: torch.Tensor  # (rows, steps) the prefix
+    attention: torch.Tensor  # (rows, steps + 1, frames) the weights behind each symbol
+    max_lengths: torch.Tensor  # (rows,)
+    min_lengths: torch.Tensor  # (rows,)
+    ctc: CTCPrefixScorer | None
+    ctc_state: PrefixState | None
+
+    def extend(
+        self, origin: torch.Tensor, tokens: torch.Tensor, speller: SpellerState, ctc_state: PrefixState | None
+    ) -> Rows:
+        """Rows after a step: prefix `origin[row]` extended by `tokens[row]` (the same utterance)."""
+        return replace(
+            self,
+            speller=speller.select(origin),
+            tokens=tokens,
+            history=torch.cat([self.history[origin], tokens[:, None]], dim=1),
+            attention=self.attention[origin],
+            ctc_state=ctc_state,
+        )
+
+    def keep(self, rows: torch.Tensor) -> Rows:
+        """Only `rows`: the beams of utterances still searching, so that finished ones cost nothing."""
+        ctc_state = self.ctc_state
+        if ctc_state is not None:
+            ctc_state = PrefixState(ctc_state.forward[:, :, rows], ctc_state.score[rows], ctc_state.last[rows])
+        return Rows(
+            self.memory.select(rows),
+            self.speller.select(rows),
+            self.tokens[rows],
+            self.history[rows],
+            self.attention[rows],
+            self.max_lengths[rows],
+            self.min_lengths[rows],
+            self.ctc.select(rows) if self.ctc is not None else None,
+            ctc_state,
+        )
 
 
 @dataclass(frozen=True)
@@ -37,85 +83,86 @@ class BeamSearch:
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        batch, beams, eos = memory.values.shape[0], self.beam_size, self.symbols.eos
+        beams, eos = self.beam_size, self.symbols.eos
         device = memory.values.device
-        memory = memory.select(torch.arange(batch, device=device).repeat_interleave(beams))  # (batch * beams, ...)
-        rows = batch * beams
-        offsets = torch.arange(batch, device=device)[:, None] * beams  # (batch, 1): first row of each utterance
-        max_lengths = length_limits(memory, self.max_length_ratio)  # (rows,)
-        min_lengths = (memory.lengths.float() * self.min_length_ratio).floor().long()
-        state = model.speller.initial_state(memory)
-        ctc = None
-        if self.ctc_weight > 0:
-            ctc = CTCPrefixScorer(
-                model.ctc_head(memory.hidden).log_softmax(-1), memory.lengths, self.symbols.blank, eos
-            )
-            ctc_state = ctc.initial_state()
-        tokens = torch.full((rows,), self.symbols.sos, dtype=torch.long, device=device)
+        utterances = torch.arange(memory.values.shape[0], device=device)  # original index of each live utterance
+        rows = self.start(model, memory.select(utterances.repeat_interleave(beams)))
         # All beams of an utterance start as the same empty prefix: keep one alive.
-        scores = torch.full((batch, beams), float("-inf"), device=device)
+        scores = torch.full((len(utterances), beams), float("-inf"), device=device)
         scores[:, 0] = 0.0
-        history = torch.empty(rows, 0, dtype=torch.long, device=device)
-        attention = torch.empty(rows, 0, memory.values.shape[1], device=device)
-        finals: list[list[Hypothesis]] = [[] for _ in range(batch)]
-        done = torch.zeros(batch, dtype=torch.bool, device=device)
-        frames = memory.lengths.tolist()
-        for step in range(int(max_lengths.max())):
-            log_probs, state = step_log_probs(model, tokens, state, memory, self.symbols)  # (rows, vocabulary)
-            attention = torch.cat([attention, state.weights[:, None, :]], dim=1)
-            step_scores = log_probs
-            if ctc is not None:
-                increments, ctc_forward = ctc.score(ctc_state)
+        finals: list[list[Hypothesis]] = [[] for _ in range(len(utterances))]
+        for step in range(int(rows.max_lengths.max())):
+            batch = len(utterances)
+            log_probs, speller = step_log_probs(model, rows.tokens, rows.speller, rows.memory, self.symbols)
+            rows = replace(rows, attention=torch.cat([rows.attention, speller.weights[:, None, :]], dim=1))
+            step_scores = log_probs  # (batch * beams, vocabulary)
+            if rows.ctc is not None:
+                increments, ctc_forward = rows.ctc.score(rows.ctc_state)
                 step_scores = (1 - self.ctc_weight) * log_probs + self.ctc_weight * increments
-            candidates = self.allowed(
-                scores.reshape(rows, 1) + step_scores, log_probs, step + 1, min_lengths, max_lengths
-            )
+            candidates = self.allowed(scores.reshape(-1, 1) + step_scores, log_probs, step + 1, rows)
             vocabulary = candidates.shape[1]
             # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
             top_scores, top_index = candidates.reshape(batch, beams * vocabulary).topk(2 * beams, dim=1)
             top_tokens = top_index % vocabulary
-            top_origin = top_index // vocabulary + offsets  # (batch, 2 * beams) rows
-            is_end = (top_tokens == eos) & torch.isfinite(top_scores)
-            final = is_end & (torch.arange(2 * beams, device=device) < beams) & ~done[:, None]
-            for utterance, position in final.nonzero().tolist():
+            top_origin = top_index // vocabulary + torch.arange(batch, device=device)[:, None] * beams  # rows
+            ends = (top_tokens == eos) & torch.isfinite(top_scores)
+            original = utterances.tolist()
+            for utterance, position in ends[:, :beams].nonzero().tolist():
                 row = top_origin[utterance, position].item()
-                length = history.shape[1]
-                finals[utterance].append(
+                finals[original[utterance]].append(
                     Hypothesis(
-                        history[row].tolist(),
+                        rows.history[row].tolist(),
                         top_scores[utterance, position].item(),
-                        attention[row, : length + 1, : frames[row]].cpu(),
+                        rows.attention[row, :, : rows.memory.lengths[row]].cpu(),
                     )
                 )
             # Continue with the best `beams` candidates that do not end.
             keep = (top_tokens == eos).long().argsort(dim=1, stable=True)[:, :beams]  # (batch, beams)
             scores = top_scores.gather(1, keep)
-            origin = top_origin.gather(1, keep).reshape(rows)
-            tokens = top_tokens.gather(1, keep).reshape(rows)
-            state = state.select(origin)
-            history = torch.cat([history[origin], tokens[:, None]], dim=1)
-            attention = attention[origin]
-            if ctc is not None:
-                ctc_state = ctc.select(ctc_forward, increments, ctc_state, origin, tokens)
-            done |= torch.tensor([len(hypotheses) >= beams for hypotheses in finals], device=device)
+            origin = top_origin.gather(1, keep).reshape(-1)
+            tokens = top_tokens.gather(1, keep).reshape(-1)
+            ctc_state = None
+            if rows.ctc is not None:
+                ctc_state = rows.ctc.select_extensions(ctc_forward, increments, rows.ctc_state, origin, tokens)
+            rows = rows.extend(origin, tokens, speller, ctc_state)
+            done = torch.tensor([len(finals[index]) >= beams for index in original], device=device)
             done |= ~torch.isfinite(scores).any(dim=1)
             if done.all():
                 break
+            if done.any():
+                live = (~done).nonzero().squeeze(1)
+                rows = rows.keep((live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1))
+                scores, utterances = scores[live], utterances[live]
         return [sorted(hypotheses, key=self.rank, reverse=True)[: self.nbest] for hypotheses in finals]
 
-    def allowed(
-        self,
-        candidates: torch.Tensor,  # (rows, vocabulary) scores of every extension
-        log_probs: torch.Tensor,  # (rows, vocabulary) the attention decoder's
-        length: int,  # output symbols once extended, <eos> included
-        min_lengths: torch.Tensor,  # (rows,)
-        max_lengths: torch.Tensor,  # (rows,)
-    ) -> torch.Tensor:
-        """`candidates` with -inf where a rule forbids the extension: <eos> too early or too unlikely,
-        anything but <eos> at the length limit (where <eos> is always allowed)."""
+    def start(self, model: LAS, memory: ListenerOutput) -> Rows:
+        """The rows before the first step: every beam an empty prefix after <sos>."""
+        rows = memory.values.shape[0]
+        device = memory.values.device
+        ctc = ctc_state = None
+        if self.ctc_weight > 0:
+            ctc_log_probs = model.ctc_head(memory.hidden).log_softmax(-1)
+            ctc = CTCPrefixScorer.from_log_probs(ctc_log_probs, memory.lengths, self.symbols.blank, self.symbols.eos)
+            ctc_state = ctc.initial_state()
+        return Rows(
+            memory=memory,
+            speller=model.speller.initial_state(memory),
+            tokens=torch.full((rows,), self.symbols.sos, dtype=torch.long, device=device),
+            history=torch.empty(rows, 0, dtype=torch.long, device=device),
+            attention=torch.empty(rows, 0, memory.values.shape[1], device=device),
+            max_lengths=length_limits(memory, self.max_length_ratio),
+            min_lengths=(memory.lengths.float() * self.min_length_ratio).floor().long(),
+            ctc=ctc,
+            ctc_state=ctc_state,
+        )
+
+    def allowed(self, candidates: torch.Tensor, log_probs: torch.Tensor, length: int, rows: Rows) -> torch.Tensor:
+        """`candidates` `(rows, vocabulary)` with -inf where a rule forbids the extension: <eos> too
+        early or too unlikely; anything but <eos> at the length limit (where <eos> always may come).
+        `length` counts the output symbols once extended, <eos> included."""
         eos = self.symbols.eos
-        at_limit = length >= max_lengths  # (rows,)
-        may_end = self.may_end(log_probs, length, min_lengths) | at_limit
+        at_limit = length >= rows.max_lengths  # (rows,)
+        may_end = self.may_end(log_probs, length, rows.min_lengths) | at_limit
         candidates[:, eos] = candidates[:, eos].masked_fill(~may_end, float("-inf"))
         not_eos = torch.arange(candidates.shape[1], device=candidates.device) != eos
         return candidates.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))

@@ -8,6 +8,7 @@ every `g + c` in one pass over the frames, batched over hypotheses and character
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -19,18 +20,26 @@ class PrefixState(NamedTuple):
     last: torch.Tensor  # (rows,) last character of `g`, -1 while `g` is empty
 
 
+@dataclass(frozen=True)
 class CTCPrefixScorer:
-    def __init__(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int, eos: int) -> None:
+    x: torch.Tensor  # (frames, rows, vocabulary) CTC log-probabilities, certain blanks past each row's end
+    lengths: torch.Tensor  # (rows,) encoder frames
+    blank: int
+    eos: int
+
+    @classmethod
+    def from_log_probs(cls, log_probs: torch.Tensor, lengths: torch.Tensor, blank: int, eos: int) -> CTCPrefixScorer:
         # log_probs: (rows, frames, vocabulary); lengths: (rows,)
-        rows, frames, _ = log_probs.shape
+        frames = log_probs.shape[1]
         past_end = torch.arange(frames, device=lengths.device)[None, :] >= lengths[:, None]  # (rows, frames)
         # Past a row's end every frame is a certain blank, so nothing changes there.
         x = log_probs.float().masked_fill(past_end[:, :, None], float("-inf"))
         x[:, :, blank] = x[:, :, blank].masked_fill(past_end, 0.0)
-        self.x = x.transpose(0, 1).contiguous()  # (frames, rows, vocabulary)
-        self.lengths = lengths
-        self.blank = blank
-        self.eos = eos
+        return cls(x.transpose(0, 1).contiguous(), lengths, blank, eos)
+
+    def select(self, rows: torch.Tensor) -> CTCPrefixScorer:
+        """The scorer of `rows` only (beam search drops the rows of finished utterances)."""
+        return CTCPrefixScorer(self.x[:, rows], self.lengths[rows], self.blank, self.eos)
 
     def initial_state(self) -> PrefixState:
         frames, rows, _ = self.x.shape
@@ -63,7 +72,7 @@ class CTCPrefixScorer:
         return prefix - state.score[:, None], forward
 
     @staticmethod
-    def select(
+    def select_extensions(
         forward: torch.Tensor, increments: torch.Tensor, state: PrefixState, origin: torch.Tensor, tokens: torch.Tensor
     ) -> PrefixState:
         """The state of each row's chosen extension: hypothesis `origin[row]` followed by `tokens[row]`."""

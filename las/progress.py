@@ -1,0 +1,16 @@
+"""Progress bars: one policy for every long step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TypeVar
+
+from tqdm import tqdm
+
+Item = TypeVar("Item")
+
+
+def progress_bar(items: Iterable[Item], description: str, unit: str) -> tqdm:
+    """A transient tqdm bar on stderr; off when stderr is not a terminal (logs, pipes, tests), so
+    that what remains there is the run's own lines and errors."""
+    return tqdm(items, desc=description, unit=unit, leave=False, disable=None)
