@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,8 +164,6 @@ def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
 
 def _coerce(value: Any, kind: Any, key: str) -> Any:
     """Parse a `--set` string (or check a TOML value) against the field's declared type."""
-    if isinstance(kind, types.UnionType):  # e.g. `str | None`; not used yet, kept strict
-        raise LasError(f"config key {key!r} has an unsupported type")
     try:
         if kind is bool:
             if isinstance(value, bool):

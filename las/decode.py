@@ -61,9 +61,8 @@ def decode(
     ]
     write_output(transcripts, output_format, out)
     if plot_attention:
-        directory = Path(
-            plot_directory or (Path(out).with_suffix("").as_posix() + "_attention" if out else "attention")
-        )
+        # Beside the output by default: dev.csv -> dev_attention/
+        directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
         for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
             plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / f"{identifier}.png")
     frames = sum(item.shape[0] for item in features)

@@ -36,8 +36,8 @@ class Batch:
         )
 
 
-class SpeechDataset(torch.utils.data.Dataset):
-    """Utterances held in memory: AN4-sized corpora fit many times over."""
+class SpeechDataset:
+    """Utterances held in memory (AN4-sized corpora fit many times over), batched by `collate`."""
 
     def __init__(
         self,
@@ -52,7 +52,10 @@ class SpeechDataset(torch.utils.data.Dataset):
         self.features = list(features)
         self.texts = list(texts)
         self.vocabulary = vocabulary
-        self.tokens = [vocabulary.encode(text) if with_targets else [] for text in self.texts]
+        # Encoded once here, not in every batch: (characters,) int64 each.
+        self.tokens = [
+            torch.tensor(vocabulary.encode(text) if with_targets else [], dtype=torch.long) for text in self.texts
+        ]
 
     @classmethod
     def from_utterances(
@@ -75,16 +78,13 @@ class SpeechDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, index: int) -> int:
-        return index  # collate gathers from the lists directly, avoiding per-item tuples
-
     def frame_counts(self) -> list[int]:
         return [item.shape[0] for item in self.features]
 
     def collate(self, indices: Sequence[int]) -> Batch:
         vocabulary = self.vocabulary
         features = [self.features[index] for index in indices]
-        tokens = [torch.tensor(self.tokens[index], dtype=torch.long) for index in indices]
+        tokens = [self.tokens[index] for index in indices]
         sos = torch.tensor([vocabulary.sos])
         eos = torch.tensor([vocabulary.eos])
         return Batch(
