@@ -58,6 +58,7 @@ class StrategyName(StrEnum):
     greedy = "greedy"
     sample = "sample"
     beam = "beam"
+    ctc = "ctc"
 
 
 @app.callback()

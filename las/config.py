@@ -44,8 +44,9 @@ class ModelConfig:
     pyramid_layers: int = 3  # each halves the time axis: 2**layers shorter
     key_dim: int = 128
     value_dim: int = 128
-    attention: str = "location"  # see las.model.attention.ATTENTIONS
-    attention_dim: int = 128  # hidden size of additive/location attention
+    attention: str = "location"  # dot | scaled_dot | general | additive | location
+    attention_heads: int = 1  # > 1: multi-head attention of that kind (divides key_dim, value_dim)
+    attention_temperature: float = 1.0  # > 1 smooths attention weights, < 1 sharpens them
     location_channels: int = 10
     location_kernel: int = 15
     embedding_dim: int = 128
@@ -82,7 +83,7 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecodeConfig:
-    strategy: str = "greedy"  # greedy | sample | beam
+    strategy: str = "greedy"  # greedy | sample | beam | ctc (CTC greedy, needs a CTC head)
     batch_size: int = 32
     # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`.
     max_length_ratio: float = 1.5

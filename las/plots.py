@@ -32,6 +32,8 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Pat
 
 
 def plot_hypothesis(identifier: str, hypothesis: Hypothesis, vocabulary: Vocabulary, path: str | Path) -> None:
-    """The attention of one decoded utterance, titled with its id and text."""
+    """The attention of one decoded utterance, titled with its id and text (none for CTC decoding)."""
+    if hypothesis.attention is None:
+        return
     labels = [vocabulary.symbols[index] for index in hypothesis.tokens] + [EOS]
     plot_attention(hypothesis.attention, labels, path, f"{identifier}: {vocabulary.decode(hypothesis.tokens)!r}")

@@ -130,6 +130,7 @@ def decode(checkpoint: Path, manifest: Path, device: str = "cpu") -> None:
 
 STRATEGIES: dict[str, list[str]] = {
     "greedy": ["decode.strategy=greedy"],
+    "CTC greedy (listener + CTC head only)": ["decode.strategy=ctc"],
     "random search, 32 samples, T=1": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=1.0"],
     "random search, 32 samples, T=0.6": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=0.6"],
     "random search, 32 samples, T=0.6, not normalised": [

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from las.errors import LasError
-from las.model.attention import ATTENTIONS, build_attention
+from las.model.attention import ATTENTIONS, MultiHeadAttention, build_attention
 
 
 def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Tensor]:
@@ -21,7 +21,7 @@ def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Ten
 
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
-    attention = build_attention(name, 8, location_channels=3, location_kernel=5)
+    attention = build_attention(name, 8, 5, location_channels=3, location_kernel=5)
     arguments = inputs()
     context, weights = attention(**arguments)
     assert context.shape == (3, 5) and weights.shape == (3, 6)
@@ -33,7 +33,7 @@ def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_gradient_reaches_every_parameter_and_input(name: str) -> None:
-    attention = build_attention(name, 8, location_channels=3, location_kernel=5)
+    attention = build_attention(name, 8, 5, location_channels=3, location_kernel=5)
     arguments = {
         key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in inputs().items()
     }
@@ -45,7 +45,7 @@ def test_gradient_reaches_every_parameter_and_input(name: str) -> None:
 
 
 def test_location_aware_attention_reads_the_previous_weights() -> None:
-    attention = build_attention("location", 8, location_channels=3, location_kernel=5)
+    attention = build_attention("location", 8, 5, location_channels=3, location_kernel=5)
     arguments = inputs()
     _, uniform = attention(**arguments)
     shifted = torch.zeros_like(arguments["previous_weights"])
@@ -55,7 +55,7 @@ def test_location_aware_attention_reads_the_previous_weights() -> None:
 
 
 def test_content_attention_ignores_the_previous_weights() -> None:
-    attention = build_attention("dot", 8, location_channels=3, location_kernel=5)
+    attention = build_attention("dot", 8, 5, location_channels=3, location_kernel=5)
     arguments = inputs()
     _, first = attention(**arguments)
     _, second = attention(**{**arguments, "previous_weights": torch.rand(3, 6)})
@@ -64,4 +64,42 @@ def test_content_attention_ignores_the_previous_weights() -> None:
 
 def test_unknown_attention_is_a_clear_error() -> None:
     with pytest.raises(LasError, match="unknown attention 'bogus'"):
-        build_attention("bogus", 8, location_channels=3, location_kernel=5)
+        build_attention("bogus", 8, 5, location_channels=3, location_kernel=5)
+
+
+def multi_head_inputs() -> dict[str, torch.Tensor]:
+    arguments = inputs()
+    arguments["values"] = torch.randn(3, 6, 8)  # divisible by the head counts below
+    return arguments
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+def test_multi_head_attention_masks_padding_and_one_head_is_the_single_head_variant(name: str) -> None:
+    arguments = multi_head_inputs()
+    torch.manual_seed(0)
+    single = build_attention(name, 8, 8, heads=1, location_channels=3, location_kernel=5)
+    torch.manual_seed(0)
+    one_head = MultiHeadAttention(ATTENTIONS[name], 1, 8, location_channels=3, location_kernel=5)
+    for expected, actual in zip(single(**arguments), one_head(**arguments), strict=True):
+        torch.testing.assert_close(actual, expected)
+    context, weights = build_attention(name, 8, 8, heads=4, location_channels=3, location_kernel=5)(**arguments)
+    assert context.shape == (3, 8) and weights.shape == (3, 6)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3))
+    assert torch.all(weights[~arguments["mask"]] == 0)
+
+
+def test_temperature_smooths_or_sharpens_the_weights() -> None:
+    arguments = inputs()
+    entropies = []
+    for temperature in (0.5, 1.0, 2.0):
+        torch.manual_seed(0)
+        _, weights = build_attention("dot", 8, 5, temperature=temperature)(**arguments)
+        entropies.append(-(weights[0] * weights[0].clamp_min(1e-12).log()).sum().item())
+    assert entropies[0] < entropies[1] < entropies[2]
+
+
+def test_bad_head_counts_and_temperatures_are_clear_errors() -> None:
+    with pytest.raises(LasError, match="attention_heads=3 must divide"):
+        build_attention("dot", 8, 8, heads=3)
+    with pytest.raises(LasError, match="attention_temperature must be positive"):
+        build_attention("dot", 8, 8, temperature=0.0)

@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from las.checkpoint import load_checkpoint
 from las.config import DecodeConfig
 from las.data.features import FeatureCache
 from las.data.manifest import read_utterances
-from las.search import BeamSearch, GreedySearch, SamplingSearch, Symbols, build_strategy
+from las.search import BeamSearch, CTCGreedySearch, GreedySearch, SamplingSearch, Symbols, build_strategy
 from las.search.ctc_prefix import CTCPrefixScorer
 from scripts.reference_beam import reference_beam_search
 
@@ -171,3 +172,30 @@ def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood() -> None:
             reduction="sum",
         )
         assert totals[row].item() == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_ctc_greedy_merges_repeats_and_drops_blanks() -> None:
+    # Frame-wise best symbols 5 5 0 5 6 6 0 | padding: "5 5 6" once repeats merge and blanks go.
+    best = torch.tensor([[5, 5, 0, 5, 6, 6, 0, 7, 7]])
+    logits = torch.full((1, 9, 8), -10.0).scatter(2, best[:, :, None], 10.0)
+    model = SimpleNamespace(ctc_head=lambda hidden: logits)
+    memory = SimpleNamespace(hidden=torch.zeros(1, 9, 4), lengths=torch.tensor([7]))
+    symbols = Symbols(sos=1, eos=2, blank=0, forbidden=(0, 1))
+    [[hypothesis]] = CTCGreedySearch(symbols).search(model, memory)
+    assert hypothesis.tokens == [5, 5, 6]
+    assert hypothesis.score == pytest.approx(7 * logits[0, 0].log_softmax(-1).max().item())
+    assert hypothesis.attention is None
+
+
+def test_ctc_greedy_decodes_a_trained_model(trained_run: dict[str, Path]) -> None:
+    checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
+    model = checkpoint.build_model()
+    strategy = build_strategy(replace(DecodeConfig(), strategy="ctc"), checkpoint.vocabulary, model)
+    cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
+    features = [checkpoint.normalizer(item) for item in cache.load_all(read_utterances(trained_run["train"]))]
+    lengths = torch.tensor([len(item) for item in features])
+    results = strategy.search(
+        model, model.listener(torch.nn.utils.rnn.pad_sequence(features, batch_first=True), lengths)
+    )
+    assert len(results) == 4 and all(len(hypotheses) == 1 for hypotheses in results)
+    assert all(checkpoint.vocabulary.pad not in hypotheses[0].tokens for hypotheses in results)

@@ -20,6 +20,13 @@ from las.errors import LasError
 
 
 class Attention(nn.Module):
+    """Scores divided by `temperature` before the softmax: above 1 smooths the weights, below 1
+    sharpens them (Chorowski et al. 2015 discuss both)."""
+
+    def __init__(self, temperature: float = 1.0) -> None:
+        super().__init__()
+        self.temperature = temperature
+
     def forward(
         self,
         query: torch.Tensor,  # (batch, key_dim)
@@ -28,7 +35,8 @@ class Attention(nn.Module):
         mask: torch.Tensor,  # (batch, frames) bool, True at valid frames
         previous_weights: torch.Tensor,  # (batch, frames)
     ) -> tuple[torch.Tensor, torch.Tensor]:  # context (batch, value_dim), weights (batch, frames)
-        scores = self.score(query, keys, previous_weights).masked_fill(~mask, float("-inf"))
+        scores = self.score(query, keys, previous_weights) / self.temperature
+        scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         context = torch.bmm(weights[:, None, :], values).squeeze(1)
         return context, weights
@@ -41,8 +49,8 @@ class Attention(nn.Module):
 class DotAttention(Attention):
     """Luong et al. 2015: score = q·k."""
 
-    def __init__(self, key_dim: int, **_: int) -> None:
-        super().__init__()
+    def __init__(self, key_dim: int, temperature: float = 1.0, **_: int) -> None:
+        super().__init__(temperature)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
         return torch.bmm(keys, query[:, :, None]).squeeze(2)
@@ -51,19 +59,30 @@ class DotAttention(Attention):
 class ScaledDotAttention(DotAttention):
     """Vaswani et al. 2017: score = q·k / sqrt(d), keeping the softmax out of saturation."""
 
-    def __init__(self, key_dim: int, **_: int) -> None:
-        super().__init__(key_dim)
+    def __init__(self, key_dim: int, temperature: float = 1.0, **_: int) -> None:
+        super().__init__(key_dim, temperature)
         self.scale = 1.0 / math.sqrt(key_dim)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
         return super().score(query, keys, previous_weights) * self.scale
 
 
+class GeneralAttention(Attention):
+    """Luong et al. 2015, "general" (bilinear): score = (W·q)·k."""
+
+    def __init__(self, key_dim: int, temperature: float = 1.0, **_: int) -> None:
+        super().__init__(temperature)
+        self.bilinear = nn.Linear(key_dim, key_dim, bias=False)
+
+    def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(keys, self.bilinear(query)[:, :, None]).squeeze(2)
+
+
 class AdditiveAttention(Attention):
     """Bahdanau et al. 2015: score = w·tanh(q + k)."""
 
-    def __init__(self, key_dim: int, **_: int) -> None:
-        super().__init__()
+    def __init__(self, key_dim: int, temperature: float = 1.0, **_: int) -> None:
+        super().__init__(temperature)
         self.energy = nn.Linear(key_dim, 1, bias=False)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
@@ -80,8 +99,15 @@ class LocationAwareAttention(AdditiveAttention):
     favours moving forward monotonically: alignments form in far fewer epochs on small corpora.
     """
 
-    def __init__(self, key_dim: int, location_channels: int = 10, location_kernel: int = 15, **_: int) -> None:
-        super().__init__(key_dim)
+    def __init__(
+        self,
+        key_dim: int,
+        temperature: float = 1.0,
+        location_channels: int = 10,
+        location_kernel: int = 15,
+        **_: int,
+    ) -> None:
+        super().__init__(key_dim, temperature)
         self.convolution = nn.Conv1d(1, location_channels, location_kernel, padding=location_kernel // 2, bias=False)
         self.projection = nn.Linear(location_channels, key_dim, bias=False)
 
@@ -90,15 +116,57 @@ class LocationAwareAttention(AdditiveAttention):
         return self.projection(features.transpose(1, 2))  # (batch, frames, key_dim)
 
 
+class MultiHeadAttention(Attention):
+    """Several attentions of one kind (Vaswani et al. 2017), each on its own slice of the query,
+    keys and values; contexts are concatenated and weights averaged (what plots and the next
+    step's location term read). With one head it is exactly the single-head attention."""
+
+    def __init__(self, kind: type[Attention], heads: int, key_dim: int, **options: float) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(kind(key_dim // heads, **options) for _ in range(heads))
+
+    def forward(
+        self,
+        query: torch.Tensor,  # (batch, key_dim)
+        keys: torch.Tensor,  # (batch, frames, key_dim)
+        values: torch.Tensor,  # (batch, frames, value_dim)
+        mask: torch.Tensor,  # (batch, frames)
+        previous_weights: torch.Tensor,  # (batch, frames)
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        count = len(self.heads)
+        slices = zip(query.chunk(count, -1), keys.chunk(count, -1), values.chunk(count, -1), strict=True)
+        outputs = [head(q, k, v, mask, previous_weights) for head, (q, k, v) in zip(self.heads, slices, strict=True)]
+        context = torch.cat([context for context, _ in outputs], dim=-1)  # (batch, value_dim)
+        weights = torch.stack([weights for _, weights in outputs]).mean(dim=0)  # (batch, frames)
+        return context, weights
+
+
 ATTENTIONS: dict[str, type[Attention]] = {
     "dot": DotAttention,
     "scaled_dot": ScaledDotAttention,
+    "general": GeneralAttention,
     "additive": AdditiveAttention,
     "location": LocationAwareAttention,
 }
 
 
-def build_attention(name: str, key_dim: int, location_channels: int, location_kernel: int) -> Attention:
+def build_attention(
+    name: str,
+    key_dim: int,
+    value_dim: int,
+    heads: int = 1,
+    temperature: float = 1.0,
+    location_channels: int = 10,
+    location_kernel: int = 15,
+) -> Attention:
+    """The attention named `name` (with `heads` > 1, that many heads of it)."""
     if name not in ATTENTIONS:
         raise LasError(f"unknown attention {name!r} (choose from {', '.join(ATTENTIONS)})")
-    return ATTENTIONS[name](key_dim, location_channels=location_channels, location_kernel=location_kernel)
+    if heads < 1 or key_dim % heads or value_dim % heads:
+        raise LasError(f"model.attention_heads={heads} must divide model.key_dim={key_dim} and value_dim={value_dim}")
+    if temperature <= 0:
+        raise LasError(f"model.attention_temperature must be positive, got {temperature}")
+    options = dict(temperature=temperature, location_channels=location_channels, location_kernel=location_kernel)
+    if heads == 1:
+        return ATTENTIONS[name](key_dim, **options)
+    return MultiHeadAttention(ATTENTIONS[name], heads, key_dim, **options)

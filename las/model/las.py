@@ -32,7 +32,15 @@ class LAS(nn.Module):
         listener = Listener(
             input_size, config.listener_hidden, config.pyramid_layers, config.key_dim, config.value_dim, config.dropout
         )
-        attention = build_attention(config.attention, config.key_dim, config.location_channels, config.location_kernel)
+        attention = build_attention(
+            config.attention,
+            config.key_dim,
+            config.value_dim,
+            config.attention_heads,
+            config.attention_temperature,
+            config.location_channels,
+            config.location_kernel,
+        )
         speller = Speller(
             vocabulary_size,
             config.embedding_dim,

@@ -12,10 +12,20 @@ from las.errors import LasError
 from las.model.las import LAS
 from las.search.beam import BeamSearch
 from las.search.common import Hypothesis, Strategy, Symbols
+from las.search.ctc_greedy import CTCGreedySearch
 from las.search.paths import GreedySearch, SamplingSearch
 from las.text import Vocabulary
 
-__all__ = ["BeamSearch", "GreedySearch", "Hypothesis", "SamplingSearch", "Strategy", "Symbols", "build_strategy"]
+__all__ = [
+    "BeamSearch",
+    "CTCGreedySearch",
+    "GreedySearch",
+    "Hypothesis",
+    "SamplingSearch",
+    "Strategy",
+    "Symbols",
+    "build_strategy",
+]
 
 
 def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None = None) -> Strategy:
@@ -33,9 +43,14 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
             config.nbest,
             config.seed,
         )
+    needs_ctc = config.strategy == "ctc" or (config.strategy == "beam" and config.ctc_weight > 0)
+    if needs_ctc and (model is None or model.ctc_head is None):
+        raise LasError(
+            f"decode.strategy={config.strategy} with CTC needs a model trained with a CTC head (model.ctc_weight > 0)"
+        )
+    if config.strategy == "ctc":
+        return CTCGreedySearch(symbols)
     if config.strategy == "beam":
-        if config.ctc_weight > 0 and (model is None or model.ctc_head is None):
-            raise LasError("decode.ctc_weight > 0 needs a model trained with a CTC head (model.ctc_weight > 0)")
         return BeamSearch(
             symbols,
             config.max_length_ratio,
@@ -47,4 +62,4 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
             config.eos_threshold,
             config.ctc_weight,
         )
-    raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam)")
+    raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam, ctc)")
