@@ -38,7 +38,7 @@ def test_reads_an_audio_file_and_a_folder(tmp_path: Path) -> None:
     ("line", "message"),
     [
         ("x\taudio.flac\t1.0", r"train.tsv:3: expected 4 tab-separated fields"),
-        ("an10-fjmd-b\t{audio}\t1.0\tAGAIN", r"train.tsv:3: duplicate id 'an10-fjmd-b' \(first on line 2\)"),
+        ("an10-fjmd-b\t{audio}\t1.0\tAGAIN", r"train.tsv:3: duplicate id 'an10-fjmd-b' \(first at .*train.tsv:2\)"),
         ("y\t{audio}\t1.0\t  ", r"train.tsv:3: empty transcript for 'y'"),
         ("z\tmissing.flac\t1.0\tHELLO", r"train.tsv:3: audio file not found: .*missing.flac"),
         ("w\t{audio}\tlong\tHELLO", r"train.tsv:3: duration_s 'long' is not a number"),

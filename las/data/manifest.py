@@ -1,9 +1,10 @@
-"""Readers that turn what a user has into utterance records: TSV manifests and audio files."""
+"""Readers that turn what a user has into utterance records, one small reader per format."""
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,21 +23,65 @@ class Utterance:
 
 
 def read_utterances(path: str | Path, require_text: bool = True) -> list[Utterance]:
-    """Utterances of a TSV manifest, an audio file, or a folder of audio files (chosen by the path)."""
+    """Utterances of whatever `path` is: a TSV or JSONL (NeMo) manifest, a Kaldi data directory
+    (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), a folder of audio files, or one
+    audio file. Every reader yields the same records, checked the same way."""
     path = Path(path)
-    if path.is_dir():
-        utterances = _read_audio_folder(path)
-    elif not path.exists():
+    if not path.exists():
         raise LasError(f"input not found: {path}")
-    elif path.suffix.lower() in AUDIO_SUFFIXES:
-        utterances = [Utterance(path.stem, path)]
-    elif path.suffix.lower() == ".tsv":
-        utterances = read_tsv_manifest(path)
-    else:
-        raise LasError(f"{path}: unknown input format (expected a .tsv manifest, an audio file or a folder)")
-    if require_text and utterances and utterances[0].text is None:
-        raise LasError(f"{path}: has no transcripts; training and scoring need a manifest")
+    utterances = _checked(_reader_for(path)(path), path)
+    if require_text and any(utterance.text is None for utterance in utterances):
+        raise LasError(f"{path}: has no transcripts; training and scoring need them")
     return utterances
+
+
+Records = Iterator[tuple[str, Utterance]]  # (where it was read, e.g. "file:line"; the utterance)
+
+
+def _reader_for(path: Path) -> Callable[[Path], Records]:
+    if path.is_dir():
+        if (path / "wav.scp").is_file():
+            return _kaldi_records
+        if next(path.rglob("*.trans.txt"), None) is not None:
+            return _librispeech_records
+        return _audio_folder_records
+    suffix = path.suffix.lower()
+    if suffix in AUDIO_SUFFIXES:
+        return lambda file: iter([(str(file), Utterance(file.stem, file))])
+    if suffix == ".tsv":
+        return _tsv_records
+    if suffix in (".jsonl", ".json"):
+        return _jsonl_records
+    raise LasError(
+        f"{path}: unknown input format (expected a .tsv or .jsonl manifest, a Kaldi data directory, "
+        "a LibriSpeech folder, a folder of audio files or an audio file)"
+    )
+
+
+def _checked(records: Records, source: Path) -> list[Utterance]:
+    """The utterances, refusing empty or duplicate ids, empty transcripts and missing audio."""
+    utterances: list[Utterance] = []
+    first: dict[str, str] = {}
+    for where, utterance in records:
+        if not utterance.id:
+            raise LasError(f"{where}: empty id")
+        if utterance.id in first:
+            raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first[utterance.id]})")
+        first[utterance.id] = where
+        if utterance.text is not None and not utterance.text:
+            raise LasError(f"{where}: empty transcript for {utterance.id!r}")
+        if not utterance.audio.is_file():
+            raise LasError(f"{where}: audio file not found: {utterance.audio}")
+        utterances.append(utterance)
+    if not utterances:
+        raise LasError(f"{source}: no utterances")
+    return utterances
+
+
+def _resolve(audio: str, base: Path) -> Path:
+    """An audio path as written: absolute, relative to the current directory, or else to `base`."""
+    path = Path(audio)
+    return path if path.is_absolute() or path.exists() else base / path
 
 
 def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -56,41 +101,74 @@ def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
             yield line, row
 
 
-def read_tsv_manifest(path: Path) -> list[Utterance]:
+def _tsv_records(path: Path) -> Records:
     """`id  path  duration_s  text` with a header line; audio paths are relative to the manifest."""
-    utterances: list[Utterance] = []
-    first_line: dict[str, int] = {}
     for line, (identifier, audio, duration, text) in manifest_rows(path):
-        if not identifier:
-            raise LasError(f"{path}:{line}: empty id")
-        if identifier in first_line:
-            raise LasError(f"{path}:{line}: duplicate id {identifier!r} (first on line {first_line[identifier]})")
-        first_line[identifier] = line
         try:
             float(duration)
         except ValueError:
             raise LasError(f"{path}:{line}: duration_s {duration!r} is not a number") from None
-        if not text.strip():
-            raise LasError(f"{path}:{line}: empty transcript for {identifier!r}")
-        audio_path = path.parent / audio
-        if not audio_path.is_file():
-            raise LasError(f"{path}:{line}: audio file not found: {audio_path}")
-        utterances.append(Utterance(identifier, audio_path, text.strip()))
-    if not utterances:
-        raise LasError(f"{path}: manifest has no utterances")
-    return utterances
+        yield f"{path}:{line}", Utterance(identifier, path.parent / audio, text.strip())
 
 
-def _read_audio_folder(folder: Path) -> list[Utterance]:
+def _jsonl_records(path: Path) -> Records:
+    """NeMo manifests: one object per line with `audio_filepath`, `duration`, `text` and optionally `id`."""
+    with open(path, encoding="utf-8") as file:
+        for line, content in enumerate(file, start=1):
+            if not content.strip():
+                continue
+            try:
+                record = json.loads(content)
+                audio = _resolve(str(record["audio_filepath"]), path.parent)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise LasError(f"{path}:{line}: expected a JSON object with 'audio_filepath' (and 'text')") from None
+            text = record.get("text")
+            yield (
+                f"{path}:{line}",
+                Utterance(str(record.get("id") or audio.stem), audio, None if text is None else str(text).strip()),
+            )
+
+
+def _kaldi_records(directory: Path) -> Records:
+    """`wav.scp` (`id path`) and, when present, `text` (`id transcript`); piped commands are refused."""
+    transcripts: dict[str, str] = {}
+    if (directory / "text").is_file():
+        for _, identifier, text in _id_lines(directory / "text"):
+            transcripts[identifier] = text
+    scp = directory / "wav.scp"
+    for line, identifier, audio in _id_lines(scp):
+        if audio.endswith("|") or " " in audio:
+            raise LasError(
+                f"{scp}:{line}: {identifier!r} is read through a command ({audio!r}); las reads audio files only: "
+                "write the audio to files (e.g. with sox) and list their paths"
+            )
+        if transcripts and identifier not in transcripts:
+            raise LasError(f"{scp}:{line}: {identifier!r} has no transcript in {directory / 'text'}")
+        yield f"{scp}:{line}", Utterance(identifier, _resolve(audio, directory), transcripts.get(identifier))
+
+
+def _librispeech_records(directory: Path) -> Records:
+    """`speaker/chapter/speaker-chapter.trans.txt` (`id TRANSCRIPT`) beside `id.flac`."""
+    for transcripts in sorted(directory.rglob("*.trans.txt")):
+        for line, identifier, text in _id_lines(transcripts):
+            yield f"{transcripts}:{line}", Utterance(identifier, transcripts.parent / f"{identifier}.flac", text)
+
+
+def _audio_folder_records(folder: Path) -> Records:
     files = sorted(item for item in folder.rglob("*") if item.suffix.lower() in AUDIO_SUFFIXES)
     if not files:
         raise LasError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
-    utterances = [Utterance(file.stem, file) for file in files]
-    ids = [utterance.id for utterance in utterances]
-    if len(set(ids)) != len(ids):
-        duplicate = next(identifier for identifier in ids if ids.count(identifier) > 1)
-        raise LasError(f"{folder}: two audio files share the id {duplicate!r}")
-    return utterances
+    for file in files:
+        yield str(file), Utterance(file.stem, file)
+
+
+def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, id, rest of the line) of a Kaldi-style `id value` file."""
+    with open(path, encoding="utf-8") as file:
+        for line, content in enumerate(file, start=1):
+            if content.strip():
+                identifier, _, rest = content.strip().partition(" ")
+                yield line, identifier, rest.strip()
 
 
 def check_characters(utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
