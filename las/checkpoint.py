@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from las.config import Config, DecodeConfig
-from las.data.features import Normalizer
+from las.data.features import Normalizer, feature_dimension
 from las.errors import LasError
 from las.model.las import LAS
 from las.text import Vocabulary
@@ -28,14 +28,21 @@ class Checkpoint:
     normalizer: Normalizer
     model_state: dict[str, torch.Tensor]
     training_state: dict[str, Any]  # empty for a model-only file
+    input_size: int  # feature dimension the model reads
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
         settings belong to each decoding, not to the run (whose dev pass used its own defaults)."""
         return dataclasses.replace(self.config, decode=DecodeConfig()).replace(assignments or [])
 
+    def check_features(self, features: list[torch.Tensor], source: str | Path) -> None:
+        """Refuse features of another dimension than the model was trained on."""
+        dimension = feature_dimension(features, source)
+        if dimension != self.input_size:
+            raise LasError(f"{source}: features have {dimension} dimensions, the model reads {self.input_size}")
+
     def build_model(self, device: torch.device | str = "cpu") -> LAS:
-        model = LAS.build(self.config.model, self.config.features.mel_bins, len(self.vocabulary))
+        model = LAS.build(self.config.model, self.input_size, len(self.vocabulary))
         model.load_state_dict(self.model_state)
         return model.to(device).eval()
 
@@ -56,6 +63,7 @@ def save_checkpoint(
         "vocabulary": vocabulary.to_list(),
         "normalizer": normalizer.to_dict(),
         "model": model.state_dict(),
+        "input_size": model.input_size,
         "training": training_state,
     }
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -85,4 +93,5 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         Normalizer.from_dict(payload["normalizer"]),
         payload["model"],
         payload["training"],
+        payload.get("input_size", payload["config"]["features"]["mel_bins"]),
     )

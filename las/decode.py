@@ -51,6 +51,7 @@ def decode(
     model = checkpoint.build_model(device)
     strategy = build_strategy(config.decode, vocabulary, model)
     features = FeatureCache(config.data.cache_dir, config.features).load_all(utterances, "features")
+    checkpoint.check_features(features, input_path)
     dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, vocabulary, with_targets=False)
     started = time.perf_counter()
     results = transcribe(model, dataset, strategy, config.decode.batch_size, config.data.max_batch_frames, device)
@@ -65,7 +66,7 @@ def decode(
         directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
         for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
             plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / f"{identifier}.png")
-    frames = sum(item.shape[0] for item in features)
+    frames = sum(item.shape[0] for item in features)  # 10 ms frames, as in HW4 features too
     return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
 
 

@@ -18,7 +18,7 @@ from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
 from las.data.dataset import BucketBatchSampler, SpeechDataset
-from las.data.features import FeatureCache, Normalizer
+from las.data.features import FeatureCache, Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
 from las.errors import LasError
@@ -91,6 +91,8 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     cache = FeatureCache(config.data.cache_dir, config.features)
     train_features = cache.load_all(train_utterances, "train features")
     dev_features = cache.load_all(dev_utterances, "dev features")
+    if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
+        raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features)
     return Corpus(
         SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary),
@@ -128,7 +130,8 @@ class Trainer:
         self.out = out
         self.device = resolve_device(config.train.device)
         self.vocabulary = corpus.train.vocabulary
-        self.model = LAS.build(config.model, config.features.mel_bins, len(self.vocabulary)).to(self.device)
+        input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
+        self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay

@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from las.data.manifest import read_utterances
@@ -85,3 +86,62 @@ def test_bad_jsonl_line_and_duplicate_ids_across_folders(tmp_path: Path) -> None
         shutil.copy(AN4 / "audio" / "an10-fjmd-b.flac", tmp_path / folder / "same.flac")
     with pytest.raises(LasError, match=r"two/same.flac: duplicate id 'same' \(first at .*one/same.flac\)"):
         read_utterances(tmp_path, require_text=False)
+
+
+def object_array(items: list) -> np.ndarray:
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array
+
+
+@pytest.fixture
+def hw4_features(tmp_path: Path) -> Path:
+    """HW4-style 40-dimensional features: train/dev `.npy` object arrays with transcript arrays
+    (words as bytes for train, characters between <sos> and <eos> for dev), and a test set."""
+    generator = np.random.default_rng(0)
+    texts = [row[3] for row in ROWS]
+    features = object_array([generator.normal(size=(40 + 7 * index, 40)).astype(np.float32) for index in range(3)])
+    for split in ("train", "dev", "test"):
+        np.save(tmp_path / f"{split}.npy", features, allow_pickle=True)
+    words = object_array([np.array([word.encode() for word in text.split()]) for text in texts])
+    np.save(tmp_path / "train_transcripts.npy", words, allow_pickle=True)
+    characters = object_array([np.array(["<sos>", *text, "<eos>"]) for text in texts])
+    np.save(tmp_path / "dev_transcripts.npy", characters, allow_pickle=True)
+    return tmp_path
+
+
+def test_hw4_feature_arrays_with_word_or_character_transcripts(hw4_features: Path) -> None:
+    for split in ("train", "dev"):
+        utterances = read_utterances(hw4_features / f"{split}.npy")
+        assert [(u.id, u.text, u.features.shape) for u in utterances] == [
+            (str(index), row[3], (40 + 7 * index, 40)) for index, row in enumerate(ROWS)
+        ]
+    assert [u.text for u in read_utterances(hw4_features / "test.npy", require_text=False)] == [None] * 3
+    with pytest.raises(LasError, match="has no transcripts"):
+        read_utterances(hw4_features / "test.npy")
+
+
+def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Path) -> None:
+    from typer.testing import CliRunner
+
+    from las.checkpoint import load_checkpoint
+    from las.cli import app
+
+    from .conftest import TINY
+
+    runner = CliRunner()
+    assignments = TINY + ["data.batch_size=3", f"data.cache_dir={hw4_features / 'cache'}"]
+    settings = [item for assignment in assignments for item in ("--set", assignment)]
+    out = hw4_features / "run"
+    arguments = ["train", "--train", hw4_features / "train.npy", "--dev", hw4_features / "dev.npy"]
+    result = runner.invoke(app, [str(item) for item in [*arguments, "--out", out, "--epochs", "2", *settings]])
+    assert result.exit_code == 0, result.stderr
+    assert load_checkpoint(out / "last.pt").input_size == 40
+    result = runner.invoke(app, ["decode", str(out / "last.pt"), str(hw4_features / "test.npy")])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "id,label" and [
+        line.split(",")[0] for line in result.stdout.splitlines()[1:]
+    ] == ["0", "1", "2"]
+    result = runner.invoke(app, ["decode", str(out / "last.pt"), str(AN4 / "audio" / "an10-fjmd-b.flac")])
+    assert result.exit_code == 1
+    assert "features have 80 dimensions, the model reads 40" in result.stderr

@@ -17,6 +17,7 @@ import torchaudio
 from las.config import FeatureConfig
 from las.data.audio import decode_audio, read_bytes
 from las.data.manifest import Utterance
+from las.errors import LasError
 from las.progress import progress_bar
 
 FEATURE_VERSION = 1  # bump when the extraction code changes what it computes
@@ -58,7 +59,10 @@ class FeatureCache:
         self.extractor = FilterbankExtractor(config)
 
     def features(self, utterance: Utterance) -> torch.Tensor:
-        """Features `(frames, mel_bins)` of one utterance, computed only on a cache miss."""
+        """Features `(frames, dim)` of one utterance: precomputed ones as they are, else log-mels
+        computed only on a cache miss."""
+        if utterance.features is not None:
+            return torch.from_numpy(utterance.features)
         content = read_bytes(utterance.audio)
         key = hashlib.sha256(content + self.settings_digest.encode()).hexdigest()
         path = self.directory / key[:2] / f"{key}.npy"
@@ -74,6 +78,14 @@ class FeatureCache:
 
     def load_all(self, utterances: Sequence[Utterance], description: str = "features") -> list[torch.Tensor]:
         return [self.features(utterance) for utterance in progress_bar(utterances, description, "utt")]
+
+
+def feature_dimension(features: Sequence[torch.Tensor], source: str | Path) -> int:
+    """The one feature dimension of a corpus; mixed dimensions are an error."""
+    dimensions = {item.shape[1] for item in features}
+    if len(dimensions) != 1:
+        raise LasError(f"{source}: utterances have features of different dimensions: {sorted(dimensions)}")
+    return dimensions.pop()
 
 
 @dataclass(frozen=True)

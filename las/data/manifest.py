@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from las.data.audio import AUDIO_SUFFIXES
 from las.errors import LasError
 from las.text import Vocabulary
@@ -15,11 +17,12 @@ from las.text import Vocabulary
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Utterance:
     id: str
-    audio: Path
+    audio: Path | None  # None for precomputed features
     text: str | None = None  # None when transcripts are unknown (decoding raw audio)
+    features: np.ndarray | None = None  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
 
 
 def read_utterances(path: str | Path, require_text: bool = True) -> list[Utterance]:
@@ -50,6 +53,8 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
         return lambda file: iter([(str(file), Utterance(file.stem, file))])
     if suffix == ".tsv":
         return _tsv_records
+    if suffix == ".npy":
+        return _feature_array_records
     if suffix in (".jsonl", ".json"):
         return _jsonl_records
     raise LasError(
@@ -70,7 +75,7 @@ def _checked(records: Records, source: Path) -> list[Utterance]:
         first[utterance.id] = where
         if utterance.text is not None and not utterance.text:
             raise LasError(f"{where}: empty transcript for {utterance.id!r}")
-        if not utterance.audio.is_file():
+        if utterance.features is None and not utterance.audio.is_file():
             raise LasError(f"{where}: audio file not found: {utterance.audio}")
         utterances.append(utterance)
     if not utterances:
@@ -160,6 +165,40 @@ def _audio_folder_records(folder: Path) -> Records:
         raise LasError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
     for file in files:
         yield str(file), Utterance(file.stem, file)
+
+
+def _feature_array_records(path: Path) -> Records:
+    """CMU 11-785 HW4 features: an object `.npy` of `(frames, dim)` arrays; transcripts, if any, in
+    `<name>_transcripts.npy` beside it (arrays of words, or of characters between <sos> and <eos>).
+    Ids are the array indices, as in the course's Kaggle submissions."""
+    features = _load_array(path)
+    transcripts_path = path.with_name(f"{path.stem}_transcripts.npy")
+    transcripts = _load_array(transcripts_path) if transcripts_path.exists() else None
+    if transcripts is not None and len(transcripts) != len(features):
+        raise LasError(f"{transcripts_path}: {len(transcripts)} transcripts for {len(features)} utterances in {path}")
+    for index, array in enumerate(features):
+        array = np.asarray(array, dtype=np.float32)
+        if array.ndim != 2 or array.shape[0] == 0:
+            raise LasError(f"{path}[{index}]: expected a (frames, dim) array of features, got shape {array.shape}")
+        text = _transcript_text(transcripts[index]) if transcripts is not None else None
+        yield f"{path}[{index}]", Utterance(str(index), None, text, array)
+
+
+def _load_array(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=True, encoding="bytes")  # HW4 files are object arrays
+    except (OSError, ValueError) as error:
+        raise LasError(f"cannot read {path}: {error}") from None
+
+
+def _transcript_text(items: np.ndarray | str | bytes) -> str:
+    """One HW4 transcript as text: words joined by spaces, or characters joined as they are."""
+    if isinstance(items, bytes | str):
+        items = [items]
+    symbols = [item.decode() if isinstance(item, bytes) else str(item) for item in items]
+    symbols = [symbol for symbol in symbols if symbol not in ("<sos>", "<eos>")]
+    characters = all(len(symbol) == 1 for symbol in symbols)
+    return ("" if characters else " ").join(symbols).strip()
 
 
 def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:

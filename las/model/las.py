@@ -27,6 +27,11 @@ class LAS(nn.Module):
         self.speller = speller
         self.ctc_head = ctc_head
 
+    @property
+    def input_size(self) -> int:
+        """Feature dimension the model reads (80 log-mels by default; precomputed features vary)."""
+        return self.listener.input_layer.forward_lstm.input_size
+
     @classmethod
     def build(cls, config: ModelConfig, input_size: int, vocabulary_size: int) -> LAS:
         listener = Listener(
