@@ -1,6 +1,7 @@
 """Benchmarks behind docs/BENCHMARKS.md. Each prints a Markdown table; variants run side by side.
 
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
+    python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
@@ -75,6 +76,82 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"| packed (`pack_padded_sequence`) | {packed:.3f} | {frames / packed:,.0f} |")
     print(f"| padded, reversed within lengths | {padded:.3f} | {frames / padded:,.0f} |")
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
+
+
+@app.command()
+def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an4/train.tsv") -> None:
+    """Training steps (forward, backward, update) of the default model over the same utterances,
+    batched three ways, interleaved: length-bucketed batches on the padded CPU path (what
+    `las train` does on a CPU), random (unbucketed) batches, and bucketed batches packed."""
+    from las.data.dataset import BucketBatchSampler, SpeechDataset
+    from las.losses import joint_loss
+    from las.model.las import LAS
+    from las.text import Vocabulary
+
+    config = Config()
+    chosen = read_utterances(manifest)[:utterances]
+    features = FeatureCache(config.data.cache_dir, config.features).load_all(chosen)
+    vocabulary = Vocabulary.from_texts(u.text for u in chosen)
+    dataset = SpeechDataset.from_utterances(chosen, features, Normalizer.fit(features), vocabulary)
+    lengths = dataset.frame_counts()
+    bucketed = BucketBatchSampler(lengths, config.data.batch_size, config.data.max_batch_frames, seed=0).batches()
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0)).tolist()
+    size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
+    unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
+    torch.manual_seed(0)
+    model = LAS.build(config.model, config.features.mel_bins, len(vocabulary))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    layers = [model.listener.input_layer, *model.listener.pyramid]
+
+    def epoch(batches: list[list[int]], packed: bool) -> tuple[float, float]:
+        """Seconds spent collating batches, and in training steps."""
+        for layer in layers:
+            layer.packed = packed
+        loading = stepping = 0.0
+        for indices in batches:
+            started = time.perf_counter()
+            batch = dataset.collate(indices)
+            loaded = time.perf_counter()
+            output = model(batch.features, batch.feature_lengths, batch.targets_in)
+            loss, _ = joint_loss(
+                output, batch.targets_in, batch.targets_out, batch.target_lengths, config.model.ctc_weight, 0.1
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            loading += loaded - started
+            stepping += time.perf_counter() - loaded
+        return loading, stepping
+
+    variants = {
+        "bucketed, padded (las on CPU)": (bucketed, False),
+        "unbucketed, padded": (unbucketed, False),
+        "bucketed, packed (las's CUDA path)": (bucketed, True),
+    }
+    timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    epoch(bucketed[:2], False)  # warm-up
+    for _ in range(repeats):
+        for name, (batches, packed) in variants.items():
+            timings[name].append(epoch(batches, packed))
+    frames = sum(lengths)
+    print(
+        f"{len(dataset)} AN4 utterances ({frames} frames), default model, batches of up to "
+        f"{config.data.batch_size}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"median of {repeats} interleaved passes:\n"
+    )
+    print("| batching | padded frames | seconds | frames/s | data loading share |\n| --- | --- | --- | --- | --- |")
+    medians = {}
+    for name, (batches, _) in variants.items():
+        padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in batches)
+        total = statistics.median(loading + stepping for loading, stepping in timings[name])
+        share = statistics.median(loading / (loading + stepping) for loading, stepping in timings[name])
+        medians[name] = total
+        print(f"| {name} | {padded / frames - 1:.1%} extra | {total:.2f} | {frames / total:,.0f} | {share:.2%} |")
+    ours = medians["bucketed, padded (las on CPU)"]
+    print(
+        f"\nbucketed is {medians['unbucketed, padded'] / ours:.2f}x the frames/s of unbucketed batches, "
+        f"{medians["bucketed, packed (las's CUDA path)"] / ours:.2f}x those of packed ones on this CPU"
+    )
 
 
 @app.command()
