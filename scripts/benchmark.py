@@ -78,6 +78,9 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
 
 
+PACKED = "bucketed, packed (las's CUDA path)"
+
+
 @app.command()
 def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an4/train.tsv") -> None:
     """Training steps (forward, backward, update) of the default model over the same utterances,
@@ -126,7 +129,7 @@ def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an
     variants = {
         "bucketed, padded (las on CPU)": (bucketed, False),
         "unbucketed, padded": (unbucketed, False),
-        "bucketed, packed (las's CUDA path)": (bucketed, True),
+        PACKED: (bucketed, True),
     }
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     epoch(bucketed[:2], False)  # warm-up
@@ -150,7 +153,7 @@ def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an
     ours = medians["bucketed, padded (las on CPU)"]
     print(
         f"\nbucketed is {medians['unbucketed, padded'] / ours:.2f}x the frames/s of unbucketed batches, "
-        f"{medians["bucketed, packed (las's CUDA path)"] / ours:.2f}x those of packed ones on this CPU"
+        f"{medians[PACKED] / ours:.2f}x those of packed ones on this CPU"
     )
 
 
