@@ -38,11 +38,10 @@ def follow_paths(
             break
     emitted_ids = torch.stack(emitted, dim=1).tolist()  # (rows, steps)
     attention = torch.stack(weights, dim=1).float().cpu()  # (rows, steps, frames)
-    lengths = memory.lengths.tolist()
     hypotheses = []
-    for row, ids in enumerate(emitted_ids):
+    for row, (ids, score, length) in enumerate(zip(emitted_ids, scores.tolist(), memory.lengths.tolist(), strict=True)):
         end = ids.index(symbols.eos)
-        hypotheses.append(Hypothesis(ids[:end], scores[row].item(), attention[row, : end + 1, : lengths[row]]))
+        hypotheses.append(Hypothesis(ids[:end], score, attention[row, : end + 1, :length]))
     return hypotheses
 
 
