@@ -35,13 +35,13 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
         return GreedySearch(symbols, config.max_length_ratio)
     if config.strategy == "sample":
         return SamplingSearch(
-            symbols,
-            config.max_length_ratio,
-            config.samples,
-            config.temperature,
-            config.length_normalize,
-            config.nbest,
-            config.seed,
+            symbols=symbols,
+            max_length_ratio=config.max_length_ratio,
+            samples=config.samples,
+            temperature=config.temperature,
+            length_normalize=config.length_normalize,
+            nbest=config.nbest,
+            seed=config.seed,
         )
     needs_ctc = config.strategy == "ctc" or (config.strategy == "beam" and config.ctc_weight > 0)
     if needs_ctc and (model is None or model.ctc_head is None):
@@ -52,14 +52,14 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
         return CTCGreedySearch(symbols)
     if config.strategy == "beam":
         return BeamSearch(
-            symbols,
-            config.max_length_ratio,
-            config.min_length_ratio,
-            config.beam_size,
-            config.nbest,
-            config.length_penalty,
-            config.length_normalize,
-            config.eos_threshold,
-            config.ctc_weight,
+            symbols=symbols,
+            max_length_ratio=config.max_length_ratio,
+            min_length_ratio=config.min_length_ratio,
+            beam_size=config.beam_size,
+            nbest=config.nbest,
+            length_penalty=config.length_penalty,
+            length_normalize=config.length_normalize,
+            eos_threshold=config.eos_threshold,
+            ctc_weight=config.ctc_weight,
         )
     raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam, ctc)")
