@@ -53,6 +53,7 @@ class ModelConfig:
     speller_hidden: int = 256
     speller_layers: int = 1
     dropout: float = 0.2
+    locked_dropout: bool = False  # listener: one dropout mask per utterance, shared by all frames
     tie_embedding: bool = False
     ctc_weight: float = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from las.model.listener import BidirectionalLSTM, Listener, halve_lengths, reverse_within_lengths
+from las.model.listener import BidirectionalLSTM, Listener, LockedDropout, halve_lengths, reverse_within_lengths
 
 
 def make_listener(pyramid_layers: int = 3) -> Listener:
@@ -72,3 +72,22 @@ def test_padded_path_equals_packed_path_with_gradients() -> None:
     torch.testing.assert_close(padded_input_grad, packed_input_grad)
     for padded, packed in zip(padded_grads, packed_grads, strict=True):
         torch.testing.assert_close(padded, packed)
+
+
+def test_locked_dropout_shares_one_mask_across_frames() -> None:
+    torch.manual_seed(0)
+    dropout = LockedDropout(0.5).train()
+    output = dropout(torch.ones(4, 30, 16))
+    dropped = output == 0  # (batch, frames, features)
+    assert torch.all(dropped == dropped[:, :1, :])  # the same units dropped at every frame
+    assert 0 < dropped[:, 0].float().mean() < 1
+    torch.testing.assert_close(output[~dropped], torch.full_like(output[~dropped], 2.0))  # rescaled by 1/(1-p)
+    assert torch.equal(dropout.eval()(torch.ones(2, 3, 4)), torch.ones(2, 3, 4))
+
+
+def test_listener_with_locked_dropout_keeps_lengths_and_padding() -> None:
+    torch.manual_seed(0)
+    listener = Listener(5, 6, 2, 4, 3, dropout=0.3, locked_dropout=True).train()
+    output = listener(torch.randn(2, 9, 5), torch.tensor([9, 5]))
+    assert output.lengths.tolist() == [3, 2]
+    assert torch.all(output.hidden[~output.mask] == 0)

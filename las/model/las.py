@@ -35,7 +35,13 @@ class LAS(nn.Module):
     @classmethod
     def build(cls, config: ModelConfig, input_size: int, vocabulary_size: int) -> LAS:
         listener = Listener(
-            input_size, config.listener_hidden, config.pyramid_layers, config.key_dim, config.value_dim, config.dropout
+            input_size,
+            config.listener_hidden,
+            config.pyramid_layers,
+            config.key_dim,
+            config.value_dim,
+            config.dropout,
+            config.locked_dropout,
         )
         attention = build_attention(
             config.attention,

@@ -55,6 +55,22 @@ class BidirectionalLSTM(nn.Module):
         return pad_packed_sequence(lstm(sequence)[0], batch_first=True, total_length=x.shape[1])[0]
 
 
+class LockedDropout(nn.Module):
+    """Variational dropout (Gal & Ghahramani 2016): one mask per sequence and feature, shared by
+    every frame, so a recurrent layer sees the same units dropped all along the utterance."""
+
+    def __init__(self, probability: float) -> None:
+        super().__init__()
+        self.probability = probability
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: (batch, frames, features)
+        if not self.training or self.probability == 0:
+            return x
+        keep = x.new_empty(x.shape[0], 1, x.shape[2]).bernoulli_(1 - self.probability)
+        return x * keep / (1 - self.probability)
+
+
 class ListenerOutput(NamedTuple):
     keys: torch.Tensor  # (batch, encoder_frames, key_dim)
     values: torch.Tensor  # (batch, encoder_frames, value_dim)
@@ -81,12 +97,13 @@ class Listener(nn.Module):
         key_dim: int,
         value_dim: int,
         dropout: float,
+        locked_dropout: bool = False,
     ) -> None:
         super().__init__()
         self.input_layer = BidirectionalLSTM(input_size, hidden_size)
         # Each pyramid layer reads two adjacent frames concatenated: 2 frames x 2 directions.
         self.pyramid = nn.ModuleList(BidirectionalLSTM(4 * hidden_size, hidden_size) for _ in range(pyramid_layers))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = LockedDropout(dropout) if locked_dropout else nn.Dropout(dropout)
         self.key = nn.Linear(2 * hidden_size, key_dim)
         self.value = nn.Linear(2 * hidden_size, value_dim)
         self.output_size = 2 * hidden_size
