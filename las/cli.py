@@ -125,6 +125,31 @@ def train(
 
 @app.command()
 @reports_errors
+def pretrain(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="TOML file of settings (model.* must match las train's).")
+    ] = None,
+    train_manifest: Annotated[
+        str | None, typer.Option("--train", help=with_default("Transcripts to learn from.", DEFAULTS.data.train))
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Where the speller goes.")] = Path("runs/speller.pt"),
+    epochs: Annotated[int, typer.Option("--epochs", min=1, help="Passes over the transcripts.")] = 20,
+    assignments: Annotated[list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE.")] = None,
+) -> None:
+    """Pre-train the speller as a character language model (attention context zeroed); start
+    training from it with `las train --set train.speller_init=FILE`."""
+    from las.data.manifest import read_utterances
+    from las.pretrain import pretrain_speller
+
+    overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
+    settings = load_config(config, overrides)
+    texts = [utterance.text for utterance in read_utterances(settings.data.train)]
+    losses = pretrain_speller(settings, texts, out, epochs)
+    typer.echo(f"language-model loss {losses[0]:.3f} -> {losses[-1]:.3f}; speller saved to {out}")
+
+
+@app.command()
+@reports_errors
 def decode(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
     input_path: Annotated[

@@ -76,6 +76,7 @@ class TrainConfig:
     time_masks: int = 2
     time_mask_width: int = 30
     specaugment_start_epoch: int = 5
+    speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda

@@ -27,6 +27,7 @@ from las.losses import joint_loss
 from las.metrics import character_error_rate
 from las.model.las import LAS
 from las.plots import plot_hypothesis
+from las.pretrain import load_speller
 from las.progress import progress_bar
 from las.search import GreedySearch, Symbols
 from las.text import Vocabulary
@@ -150,6 +151,8 @@ class Trainer:
         self.progress = Progress()
         if checkpoint:
             self.restore(checkpoint)
+        elif settings.speller_init:
+            load_speller(self.model.speller, settings.speller_init, self.vocabulary)
 
     def restore(self, checkpoint: Checkpoint) -> None:
         try:

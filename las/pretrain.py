@@ -1,0 +1,90 @@
+"""`las pretrain`: the speller trained alone as a character language model on the training
+transcripts, its attention context held at zero (CMU 11-785 HW4 recitation). `las train
+--set train.speller_init=FILE` then starts joint training from these weights."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from las.config import Config
+from las.errors import LasError
+from las.losses import attention_loss
+from las.model.las import LAS
+from las.model.listener import ListenerOutput
+from las.model.speller import Speller
+from las.progress import progress_bar
+from las.text import Vocabulary
+
+FORMAT = "las-speller"
+
+
+def silent_memory(batch: int, key_dim: int, value_dim: int) -> ListenerOutput:
+    """One zero frame per utterance: the attention context is zero, so the speller only sees text."""
+    zeros = torch.zeros(batch, 1, 1)
+    return ListenerOutput(
+        keys=zeros.expand(batch, 1, key_dim),
+        values=zeros.expand(batch, 1, value_dim),
+        mask=torch.ones(batch, 1, dtype=torch.bool),
+        lengths=torch.ones(batch, dtype=torch.long),
+        hidden=zeros,
+    )
+
+
+def pretrain_speller(
+    config: Config, texts: list[str], out: str | Path, epochs: int, batch_size: int = 64
+) -> list[float]:
+    """Train the speller of `config.model` on `texts`; save it to `out`; return the mean loss per epoch."""
+    vocabulary = Vocabulary.from_texts(texts)
+    torch.manual_seed(config.train.seed)
+    speller = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).speller
+    optimizer = torch.optim.Adam(speller.parameters(), lr=config.train.learning_rate)
+    encoded = [torch.tensor(vocabulary.encode(text)) for text in texts]
+    losses = []
+    for _ in progress_bar(range(epochs), "pretrain", "epoch"):
+        total = 0.0
+        order = torch.randperm(len(encoded)).tolist()
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        for indices in batches:
+            tokens = [encoded[index] for index in indices]
+            targets_in = pad([torch.cat([torch.tensor([vocabulary.sos]), item]) for item in tokens])
+            targets_out = pad([torch.cat([item, torch.tensor([vocabulary.eos])]) for item in tokens])
+            memory = silent_memory(len(indices), config.model.key_dim, config.model.value_dim)
+            logits, _ = speller(memory, targets_in)
+            loss = attention_loss(logits, targets_out, config.train.label_smoothing)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(speller.parameters(), config.train.gradient_clip)
+            optimizer.step()
+            total += loss.item()
+        losses.append(total / len(batches))
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.with_name(f".{out.name}.tmp")
+    torch.save({"format": FORMAT, "vocabulary": vocabulary.to_list(), "speller": speller.state_dict()}, temporary)
+    os.replace(temporary, out)
+    return losses
+
+
+def pad(sequences: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=0)
+
+
+def load_speller(speller: Speller, path: str | Path, vocabulary: Vocabulary) -> None:
+    """Copy a pre-trained speller into `speller`; its vocabulary and shapes must match."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise LasError(f"train.speller_init: file not found: {path}") from None
+    except Exception as error:  # foreign or damaged files fail in many ways
+        raise LasError(f"{path}: not a readable pre-trained speller ({type(error).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise LasError(f"{path}: not a pre-trained speller (write one with las pretrain)")
+    if payload["vocabulary"] != vocabulary.to_list():
+        raise LasError(f"{path}: its vocabulary differs from the training transcripts'")
+    try:
+        speller.load_state_dict(payload["speller"])
+    except RuntimeError:
+        raise LasError(f"{path}: speller shapes differ from model.* (pre-train with the same settings)") from None

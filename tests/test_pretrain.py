@@ -1,0 +1,56 @@
+"""Speller pre-training as a character language model, and starting joint training from it."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from las.cli import app
+from las.config import Config
+from las.errors import LasError
+from las.pretrain import pretrain_speller
+from las.train import Trainer, load_corpus
+
+from .conftest import TINY
+
+
+def test_language_model_loss_falls(tiny_config: Config, tmp_path: Path) -> None:
+    texts = ["YES", "NO", "START", "X I SIXTY ONE"] * 4
+    losses = pretrain_speller(tiny_config, texts, tmp_path / "speller.pt", epochs=30, batch_size=8)
+    assert losses[-1] < 0.5 * losses[0]
+    assert (tmp_path / "speller.pt").is_file()
+
+
+def test_joint_training_starts_from_the_pretrained_speller(tiny_config: Config, tmp_path: Path) -> None:
+    corpus = load_corpus(tiny_config, None, None)
+    texts = corpus.train.texts
+    pretrain_speller(tiny_config, texts, tmp_path / "speller.pt", epochs=2)
+    saved = torch.load(tmp_path / "speller.pt", weights_only=True)["speller"]
+    config = replace(tiny_config, train=replace(tiny_config.train, speller_init=str(tmp_path / "speller.pt")))
+    trainer = Trainer(config, corpus, tmp_path / "run", None)
+    loaded = trainer.model.speller.state_dict()
+    assert loaded.keys() == saved.keys()
+    for name, tensor in saved.items():
+        assert torch.equal(loaded[name], tensor), name
+    fresh = Trainer(tiny_config, corpus, tmp_path / "fresh", None).model.speller.state_dict()
+    assert not torch.equal(fresh["embedding.weight"], saved["embedding.weight"])
+
+
+def test_mismatched_or_missing_spellers_are_clear_errors(tiny_config: Config, tmp_path: Path) -> None:
+    corpus = load_corpus(tiny_config, None, None)
+    pretrain_speller(tiny_config, ["QUITE OTHER WORDS"], tmp_path / "other.pt", epochs=1)
+    for path, message in [(tmp_path / "other.pt", "vocabulary differs"), (tmp_path / "absent.pt", "file not found")]:
+        config = replace(tiny_config, train=replace(tiny_config.train, speller_init=str(path)))
+        with pytest.raises(LasError, match=message):
+            Trainer(config, corpus, tmp_path / "run", None)
+
+
+def test_pretrain_command(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> None:
+    train, _ = tiny_manifests
+    overrides = [item for assignment in TINY for item in ("--set", assignment)]
+    arguments = ["pretrain", "--train", str(train), "--out", str(tmp_path / "sp.pt"), "--epochs", "3", *overrides]
+    result = CliRunner().invoke(app, arguments)
+    assert result.exit_code == 0, result.stderr
+    assert "language-model loss" in result.stdout and (tmp_path / "sp.pt").is_file()
