@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from las.config import Config
+from las.data.dataset import speller_targets
 from las.errors import LasError
 from las.losses import attention_loss
 from las.model.las import LAS
@@ -48,9 +49,7 @@ def pretrain_speller(
         order = torch.randperm(len(encoded)).tolist()
         batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
         for indices in batches:
-            tokens = [encoded[index] for index in indices]
-            targets_in = pad([torch.cat([torch.tensor([vocabulary.sos]), item]) for item in tokens])
-            targets_out = pad([torch.cat([item, torch.tensor([vocabulary.eos])]) for item in tokens])
+            targets_in, targets_out, _ = speller_targets([encoded[index] for index in indices], vocabulary)
             memory = silent_memory(len(indices), config.model.key_dim, config.model.value_dim)
             logits, _ = speller(memory, targets_in)
             loss = attention_loss(logits, targets_out, config.train.label_smoothing)
@@ -66,10 +65,6 @@ def pretrain_speller(
     torch.save({"format": FORMAT, "vocabulary": vocabulary.to_list(), "speller": speller.state_dict()}, temporary)
     os.replace(temporary, out)
     return losses
-
-
-def pad(sequences: list[torch.Tensor]) -> torch.Tensor:
-    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True, padding_value=0)
 
 
 def load_speller(speller: Speller, path: str | Path, vocabulary: Vocabulary) -> None:

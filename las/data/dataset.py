@@ -82,20 +82,28 @@ class SpeechDataset:
         return [item.shape[0] for item in self.features]
 
     def collate(self, indices: Sequence[int]) -> Batch:
-        vocabulary = self.vocabulary
         features = [self.features[index] for index in indices]
-        tokens = [self.tokens[index] for index in indices]
-        sos = torch.tensor([vocabulary.sos])
-        eos = torch.tensor([vocabulary.eos])
+        targets_in, targets_out, target_lengths = speller_targets([self.tokens[i] for i in indices], self.vocabulary)
         return Batch(
             ids=[self.ids[index] for index in indices],
             features=pad_sequence(features, batch_first=True),
             feature_lengths=torch.tensor([item.shape[0] for item in features]),
-            targets_in=pad_sequence([torch.cat([sos, item]) for item in tokens], True, vocabulary.pad),
-            targets_out=pad_sequence([torch.cat([item, eos]) for item in tokens], True, vocabulary.pad),
-            target_lengths=torch.tensor([len(item) + 1 for item in tokens]),
+            targets_in=targets_in,
+            targets_out=targets_out,
+            target_lengths=target_lengths,
             texts=[self.texts[index] for index in indices],
         )
+
+
+def speller_targets(
+    tokens: Sequence[torch.Tensor], vocabulary: Vocabulary
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Teacher-forcing inputs `<sos> c1..cn` and targets `c1..cn <eos>`, PAD-padded to
+    `(batch, longest + 1)`, and their lengths `(batch,)` (characters + 1)."""
+    sos, eos = torch.tensor([vocabulary.sos]), torch.tensor([vocabulary.eos])
+    targets_in = pad_sequence([torch.cat([sos, item]) for item in tokens], True, vocabulary.pad)
+    targets_out = pad_sequence([torch.cat([item, eos]) for item in tokens], True, vocabulary.pad)
+    return targets_in, targets_out, torch.tensor([len(item) + 1 for item in tokens])
 
 
 class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
