@@ -76,6 +76,9 @@ class TrainConfig:
     time_masks: int = 2
     time_mask_width: int = 30
     specaugment_start_epoch: int = 5
+    # Speed perturbation (Ko et al. 2015): each utterance is heard at speed 1-x, 1 or 1+x, drawn
+    # anew every epoch (features of all three cached). 0 turns it off; needs audio, not features.
+    speed_perturbation: float = 0.0
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1

@@ -10,7 +10,7 @@ from tqdm import tqdm
 Item = TypeVar("Item")
 
 
-def progress_bar(items: Iterable[Item], description: str, unit: str) -> tqdm:
+def progress_bar(items: Iterable[Item], description: str, unit: str, enabled: bool = True) -> tqdm:
     """A transient tqdm bar on stderr; off when stderr is not a terminal (logs, pipes, tests), so
-    that what remains there is the run's own lines and errors."""
-    return tqdm(items, desc=description, unit=unit, leave=False, disable=None)
+    that what remains there is the run's own lines and errors, and off when not `enabled`."""
+    return tqdm(items, desc=description, unit=unit, leave=False, disable=None if enabled else True)

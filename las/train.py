@@ -20,7 +20,7 @@ from las.data.augment import spec_augment
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.features import FeatureCache, Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
-from las.device import resolve_device
+from las.distributed import Distributed
 from las.errors import LasError
 from las.inference import transcribe
 from las.losses import joint_loss
@@ -95,8 +95,13 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features)
+    change = config.train.speed_perturbation
+    if change and any(utterance.audio is None for utterance in train_utterances):
+        raise LasError(f"{config.data.train}: train.speed_perturbation needs audio, not precomputed features")
+    speeds = [1 - change, 1 + change] if change else []
+    perturbed = [cache.load_all(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     return Corpus(
-        SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary),
+        SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary, True, perturbed),
         SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False),
         normalizer,
     )
@@ -118,21 +123,38 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
     corpus = load_corpus(
         config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
     )
-    Trainer(config, corpus, out, checkpoint).run()
+    distributed = Distributed.from_environment()
+    try:
+        Trainer(config, corpus, out, checkpoint, distributed).run()
+    finally:
+        distributed.stop()
     return out
 
 
 class Trainer:
-    """One run: the model, its optimizer and schedules, the data, and where training stands."""
+    """One run: the model, its optimizer and schedules, the data, and where training stands.
 
-    def __init__(self, config: Config, corpus: Corpus, out: Path, checkpoint: Checkpoint | None) -> None:
+    Under `torchrun` there is one Trainer per rank: all hold the same model and batch list, each
+    trains on its shard of every global batch and decodes its shard of dev; rank 0 writes.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        corpus: Corpus,
+        out: Path,
+        checkpoint: Checkpoint | None,
+        distributed: Distributed = Distributed(),
+    ) -> None:
         self.config = config
         self.corpus = corpus
         self.out = out
-        self.device = resolve_device(config.train.device)
+        self.distributed = distributed
+        self.device = distributed.start(config.train.device)
         self.vocabulary = corpus.train.vocabulary
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
+        self.network = distributed.wrap(self.model, self.device)  # what training steps call
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
@@ -140,7 +162,7 @@ class Trainer:
         self.sampler = BucketBatchSampler(
             corpus.train.frame_counts(), config.data.batch_size, config.data.max_batch_frames, seed=settings.seed
         )
-        total_steps = settings.epochs * len(self.sampler)
+        total_steps = settings.epochs * len(self.global_batches())
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             lambda step: learning_rate_scale(
@@ -153,6 +175,8 @@ class Trainer:
             self.restore(checkpoint)
         elif settings.speller_init:
             load_speller(self.model.speller, settings.speller_init, self.vocabulary)
+        if distributed.enabled:  # ranks share the model, not their augmentation draws
+            torch.manual_seed(settings.seed + 1_000_003 * distributed.rank + self.progress.step)
 
     def restore(self, checkpoint: Checkpoint) -> None:
         try:
@@ -175,21 +199,28 @@ class Trainer:
         }
         save_checkpoint(path, self.config, self.vocabulary, self.corpus.normalizer, self.model, state)
 
+    def global_batches(self) -> list[list[int]]:
+        """This epoch's batches; under torchrun, those with an utterance for every rank."""
+        return [batch for batch in self.sampler.batches() if len(batch) >= self.distributed.world_size]
+
     def run(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        keep_metrics_until(self.out / "metrics.jsonl", self.progress.epoch)
-        (self.out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        parameters = sum(parameter.numel() for parameter in self.model.parameters())
-        tqdm.write(
-            f"training {parameters / 1e6:.2f}M parameters on {self.device}: "
-            f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
-        )
+        if self.distributed.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            keep_metrics_until(self.out / "metrics.jsonl", self.progress.epoch)
+            (self.out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+            parameters = sum(parameter.numel() for parameter in self.model.parameters())
+            processes = f" x {self.distributed.world_size} processes" if self.distributed.enabled else ""
+            tqdm.write(
+                f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
+                f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
+            )
         try:
             while self.progress.epoch < self.config.train.epochs:
                 self.train_epoch()
                 self.finish_epoch()
         except KeyboardInterrupt:
-            self.save(self.out / "last.pt")
+            if self.distributed.is_main:
+                self.save(self.out / "last.pt")
             raise LasError(
                 f"interrupted: saved {self.out / 'last.pt'} at epoch {self.progress.epoch + 1}, "
                 f"batch {self.progress.batch_in_epoch}; continue with --resume"
@@ -197,18 +228,18 @@ class Trainer:
 
     def train_epoch(self) -> None:
         """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on."""
-        settings, progress, model = self.config.train, self.progress, self.model
-        model.train()
+        settings, progress, distributed = self.config.train, self.progress, self.distributed
+        self.network.train()
         self.sampler.set_epoch(progress.epoch)
-        batches = self.sampler.batches()[progress.batch_in_epoch :]
+        batches = self.global_batches()[progress.batch_in_epoch :]
         forcing = teacher_forcing_rate(
             progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
         )
         augment = progress.epoch >= settings.specaugment_start_epoch
-        bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch")
+        bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch", enabled=distributed.is_main)
         started = time.perf_counter()
         for indices in bar:
-            batch = self.corpus.train.collate(indices).to(self.device)
+            batch = self.corpus.train.collate(distributed.shard(indices), perturb=True).to(self.device)
             features = batch.features
             if augment:
                 features = spec_augment(
@@ -219,7 +250,7 @@ class Trainer:
                     settings.time_masks,
                     settings.time_mask_width,
                 )
-            output = model(features, batch.feature_lengths, batch.targets_in, forcing)
+            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
             loss, parts = joint_loss(
                 output,
                 batch.targets_in,
@@ -227,9 +258,14 @@ class Trainer:
                 batch.target_lengths,
                 self.config.model.ctc_weight,
                 settings.label_smoothing,
+                self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
+            )
+            # One reduction gives every rank the global batch's loss, its parts and frame count.
+            total_loss, frames, *part_values = distributed.sum(
+                [loss.item(), float(batch.feature_lengths.sum()), *parts.values()]
             )
             self.optimizer.zero_grad(set_to_none=True)
-            if not torch.isfinite(loss):
+            if not math.isfinite(total_loss):
                 progress.batch_in_epoch += 1
                 progress.bad_batches += 1
                 if progress.bad_batches > settings.max_bad_batches:
@@ -238,17 +274,17 @@ class Trainer:
                         "(lower train.learning_rate?)"
                     )
                 continue
-            loss.backward()
-            clip_gradients(model, settings.gradient_clip)
+            (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
+            clip_gradients(self.model, settings.gradient_clip)
             self.optimizer.step()
             self.scheduler.step()
             progress.batch_in_epoch += 1  # counted once its update is made, so a resume never skips one
             progress.step += 1
-            progress.loss_sum += loss.item()
+            progress.loss_sum += total_loss
             progress.loss_batches += 1
-            for name, value in parts.items():
+            for name, value in zip(parts, part_values, strict=True):
                 progress.part_sums[name] = progress.part_sums.get(name, 0.0) + value
-            progress.frames += int(batch.feature_lengths.sum())
+            progress.frames += int(frames)
             bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
         progress.train_seconds += time.perf_counter() - started
 
@@ -257,7 +293,9 @@ class Trainer:
         progress = self.progress
         started = time.perf_counter()
         plot = self.out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
-        dev_cer = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
+        dev_cer = evaluate_dev(
+            self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed
+        )
         seconds = progress.train_seconds + time.perf_counter() - started
         batches = max(1, progress.loss_batches)
         settings = self.config.train
@@ -277,9 +315,11 @@ class Trainer:
             "bad_batches": progress.bad_batches,
             "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         }
+        self.progress = progress.next_epoch(dev_cer, seconds)
+        if not self.distributed.is_main:
+            return
         with open(self.out / "metrics.jsonl", "a") as file:
             file.write(json.dumps(record) + "\n")
-        self.progress = progress.next_epoch(dev_cer, seconds)
         self.save(self.out / "last.pt")
         if dev_cer <= self.progress.best_cer:
             temporary = self.out / ".best.pt.tmp"
@@ -296,14 +336,27 @@ def clip_gradients(model: LAS, limit: float) -> None:
 
 
 def evaluate_dev(
-    model: LAS, dataset: SpeechDataset, search: GreedySearch, config: Config, device: torch.device, plot_path: Path
+    model: LAS,
+    dataset: SpeechDataset,
+    search: GreedySearch,
+    config: Config,
+    device: torch.device,
+    plot_path: Path,
+    distributed: Distributed = Distributed(),
 ) -> float:
-    """Greedy dev CER (no teacher forcing), and the attention map of the first dev utterance."""
-    results = transcribe(model, dataset, search, config.decode.batch_size, config.data.max_batch_frames, device, "dev")
+    """Greedy dev CER (no teacher forcing), and the attention map of the first dev utterance.
+    Each rank decodes its shard of dev; every rank gets the CER of all of it."""
+    indices = distributed.shard(range(len(dataset)))
+    results = transcribe(
+        model, dataset.subset(indices), search, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
+    )
     best = [hypotheses[0] for hypotheses in results]
     vocabulary = dataset.vocabulary
-    plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
-    return character_error_rate([vocabulary.decode(hypothesis.tokens) for hypothesis in best], dataset.texts)
+    if distributed.is_main:  # rank 0's shard starts with utterance 0
+        plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
+    decoded = [(index, vocabulary.decode(hypothesis.tokens)) for index, hypothesis in zip(indices, best, strict=True)]
+    texts = dict(pair for part in distributed.gather(decoded) for pair in part)
+    return character_error_rate([texts[index] for index in range(len(dataset))], dataset.texts)
 
 
 def capture_rng() -> dict[str, Any]:

@@ -145,3 +145,22 @@ def test_spec_augment_masks_only_inside_utterances() -> None:
         silenced = (masked[row] == 0).all(dim=1)
         assert silenced.sum() <= 2 * (length // 5)
         assert not silenced[length:].any()
+
+
+def test_speed_perturbation_changes_duration_and_is_cached_apart(tmp_path: Path) -> None:
+    utterance = read_utterances(AN4 / "audio" / "an10-fjmd-b.flac", require_text=False)[0]
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    frames = {speed: cache.features(utterance, speed).shape[0] for speed in (0.9, 1.0, 1.1)}
+    assert frames == {0.9: 178, 1.0: 161, 1.1: 146}  # 25,600 samples -> 28,444 and 23,273
+    assert len(list((tmp_path / "cache").rglob("*.npy"))) == 3
+
+
+def test_collate_draws_perturbed_copies_only_when_asked() -> None:
+    vocabulary = Vocabulary.from_texts(["A"])
+    original = [torch.zeros(4, 2) for _ in range(8)]
+    faster = [torch.ones(3, 2) for _ in range(8)]
+    dataset = SpeechDataset([str(i) for i in range(8)], original, ["A"] * 8, vocabulary, perturbed=[faster])
+    assert dataset.collate(range(8)).feature_lengths.tolist() == [4] * 8
+    torch.manual_seed(0)
+    drawn = dataset.collate(range(8), perturb=True).feature_lengths.tolist()
+    assert set(drawn) == {3, 4}  # both variants appear among eight draws

@@ -121,6 +121,16 @@ def test_hw4_feature_arrays_with_word_or_character_transcripts(hw4_features: Pat
         read_utterances(hw4_features / "test.npy")
 
 
+def test_speed_perturbation_needs_audio(hw4_features: Path) -> None:
+    from las.config import load_config
+    from las.train import load_corpus
+
+    split = hw4_features / "train.npy"
+    config = load_config(None, [f"data.train={split}", f"data.dev={split}", "train.speed_perturbation=0.1"])
+    with pytest.raises(LasError, match="speed_perturbation needs audio"):
+        load_corpus(config, None, None)
+
+
 def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Path) -> None:
     from typer.testing import CliRunner
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -46,10 +47,13 @@ class SpeechDataset:
         texts: Sequence[str | None],
         vocabulary: Vocabulary,
         with_targets: bool = True,
+        perturbed: Sequence[Sequence[torch.Tensor]] = (),
     ) -> None:
-        """`with_targets=False` for decoding, where transcripts are references at most."""
+        """`with_targets=False` for decoding, where transcripts are references at most. `perturbed`
+        holds, per corpus-wide variant (e.g. speed 0.9 and 1.1), every utterance's features again."""
         self.ids = list(ids)
         self.features = list(features)
+        self.perturbed = [list(variant) for variant in perturbed]
         self.texts = list(texts)
         self.vocabulary = vocabulary
         # Encoded once here, not in every batch: (characters,) int64 each.
@@ -65,24 +69,44 @@ class SpeechDataset:
         normalizer: Normalizer,
         vocabulary: Vocabulary,
         with_targets: bool = True,
+        perturbed: Sequence[Sequence[torch.Tensor]] = (),
     ) -> SpeechDataset:
-        """Utterances with their raw features, normalised here."""
+        """Utterances with their raw features (and perturbed copies), normalised here."""
         return cls(
             [utterance.id for utterance in utterances],
             [normalizer(item) for item in features],
             [utterance.text for utterance in utterances],
             vocabulary,
             with_targets,
+            [[normalizer(item) for item in variant] for variant in perturbed],
         )
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def subset(self, indices: Sequence[int]) -> SpeechDataset:
+        """The utterances at `indices`, in that order (a rank's share of the dev set)."""
+        part = copy.copy(self)
+        part.ids = [self.ids[index] for index in indices]
+        part.features = [self.features[index] for index in indices]
+        part.texts = [self.texts[index] for index in indices]
+        part.tokens = [self.tokens[index] for index in indices]
+        part.perturbed = [[variant[index] for index in indices] for variant in self.perturbed]
+        return part
+
+    def target_lengths(self, indices: Sequence[int]) -> torch.Tensor:
+        """`(len(indices),)` characters + 1 (the <eos>) of each utterance."""
+        return torch.tensor([len(self.tokens[index]) + 1 for index in indices])
+
     def frame_counts(self) -> list[int]:
         return [item.shape[0] for item in self.features]
 
-    def collate(self, indices: Sequence[int]) -> Batch:
-        features = [self.features[index] for index in indices]
+    def collate(self, indices: Sequence[int], perturb: bool = False) -> Batch:
+        """With `perturb`, each utterance comes as the original or one of its perturbed copies,
+        drawn uniformly from torch's global generator (saved in checkpoints, so resumes replay it)."""
+        variants = [self.features, *self.perturbed] if perturb else [self.features]
+        choices = torch.randint(len(variants), (len(indices),)).tolist() if len(variants) > 1 else [0] * len(indices)
+        features = [variants[choice][index] for choice, index in zip(choices, indices, strict=True)]
         targets_in, targets_out, target_lengths = speller_targets([self.tokens[i] for i in indices], self.vocabulary)
         return Batch(
             ids=[self.ids[index] for index in indices],

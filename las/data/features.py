@@ -58,17 +58,19 @@ class FeatureCache:
         self.settings_digest = hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.extractor = FilterbankExtractor(config)
 
-    def features(self, utterance: Utterance) -> torch.Tensor:
+    def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
         """Features `(frames, dim)` of one utterance: precomputed ones as they are, else log-mels
-        computed only on a cache miss."""
+        (of the audio played `speed` times faster) computed only on a cache miss."""
         if utterance.features is not None:
             return torch.from_numpy(utterance.features)
         content = read_bytes(utterance.audio)
-        key = hashlib.sha256(content + self.settings_digest.encode()).hexdigest()
+        settings = self.settings_digest + (f"speed={speed}" if speed != 1.0 else "")
+        key = hashlib.sha256(content + settings.encode()).hexdigest()
         path = self.directory / key[:2] / f"{key}.npy"
         if path.exists():
             return torch.from_numpy(np.load(path))
-        features = self.extractor(decode_audio(content, utterance.audio, self.config.sample_rate))
+        waveform = decode_audio(content, utterance.audio, self.config.sample_rate)
+        features = self.extractor(change_speed(waveform, speed, self.config.sample_rate))
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         with open(temporary, "wb") as file:
@@ -76,8 +78,18 @@ class FeatureCache:
         os.replace(temporary, path)
         return features
 
-    def load_all(self, utterances: Sequence[Utterance], description: str = "features") -> list[torch.Tensor]:
-        return [self.features(utterance) for utterance in progress_bar(utterances, description, "utt")]
+    def load_all(
+        self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0
+    ) -> list[torch.Tensor]:
+        return [self.features(utterance, speed) for utterance in progress_bar(utterances, description, "utt")]
+
+
+def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torch.Tensor:
+    """Kaldi-style speed perturbation: `(samples,)` -> `(samples / speed,)`, tempo and pitch both
+    scaled, by reading the waveform as if it had been recorded at `speed * sample_rate`."""
+    if speed == 1.0:
+        return waveform
+    return torchaudio.functional.resample(waveform, round(sample_rate * speed), sample_rate)
 
 
 def feature_dimension(features: Sequence[torch.Tensor], source: str | Path) -> int:

@@ -1,0 +1,74 @@
+"""Data-parallel training: two gloo processes launched by torchrun learn what one process learns."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from las.checkpoint import load_checkpoint
+from las.distributed import Distributed
+from tests.conftest import TINY, an4_rows, write_manifest
+
+
+def test_shards_split_a_batch_between_ranks() -> None:
+    batch = [7, 3, 9, 4, 1]
+    shards = [Distributed(rank, 2).shard(batch) for rank in range(2)]
+    assert shards == [[7, 9, 1], [3, 4]]
+    assert Distributed().shard(batch) == batch and not Distributed().enabled
+
+
+def train_command(processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "las", "train"]
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    return [sys.executable, *launcher, "-m", "las", "train"]
+
+
+def run_training(tmp_path: Path, processes: int) -> Path:
+    out = tmp_path / f"run_{processes}"
+    manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 8, longest_seconds=2.0))
+    settings = TINY + [
+        f"data.train={manifest}",
+        f"data.dev={manifest}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.batch_size=4",
+        "train.epochs=3",
+        "train.learning_rate=5e-3",
+    ]
+    arguments = [item for setting in settings for item in ("--set", setting)]
+    # One thread per process: two processes on two cores, and sums in a fixed order.
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [*train_command(processes), "--out", str(out), *arguments],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch built without gloo")
+def test_two_gloo_processes_follow_the_single_process_trajectory(tmp_path: Path) -> None:
+    single, double = run_training(tmp_path, 1), run_training(tmp_path, 2)
+    records = [metrics(run) for run in (single, double)]
+    assert [record["epoch"] for record in records[1]] == [1, 2, 3]
+    for one, two in zip(*records, strict=True):
+        for key in ("train_loss", "train_attention_loss", "train_ctc_loss"):
+            assert two[key] == pytest.approx(one[key], rel=1e-4), key
+        assert two["step"] == one["step"] and two["train_frames_per_second"] > 0
+    # Same gradients every step, so the same weights at the end.
+    weights = [load_checkpoint(run / "last.pt").model_state for run in (single, double)]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=1e-3, atol=1e-4, msg=name)
+    # Rank 0 alone wrote the run: one metrics line per epoch, one attention plot per epoch.
+    assert len(list((double / "attention").glob("*.png"))) == 3
