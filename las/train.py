@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from las.alignment import Alignment
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
@@ -293,7 +294,7 @@ class Trainer:
         progress = self.progress
         started = time.perf_counter()
         plot = self.out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
-        dev_cer = evaluate_dev(
+        dev_cer, alignment = evaluate_dev(
             self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed
         )
         seconds = progress.train_seconds + time.perf_counter() - started
@@ -305,6 +306,9 @@ class Trainer:
             "train_loss": progress.loss_sum / batches,
             **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
             "dev_cer": dev_cer,
+            # How diagonal the attention of the first dev utterance (the plotted one) is.
+            "dev_alignment_monotonic": alignment.monotonic if alignment else None,
+            "dev_alignment_coverage": alignment.coverage if alignment else None,
             "seconds": round(seconds, 2),
             "elapsed_seconds": round(progress.elapsed + seconds, 2),
             "learning_rate": self.scheduler.get_last_lr()[0],
@@ -343,20 +347,23 @@ def evaluate_dev(
     device: torch.device,
     plot_path: Path,
     distributed: Distributed = Distributed(),
-) -> float:
-    """Greedy dev CER (no teacher forcing), and the attention map of the first dev utterance.
-    Each rank decodes its shard of dev; every rank gets the CER of all of it."""
+) -> tuple[float, Alignment | None]:
+    """Greedy dev CER (no teacher forcing), and the attention map of the first dev utterance,
+    plotted and measured (by rank 0 only). Each rank decodes its shard of dev; every rank gets the
+    CER of all of it."""
     indices = distributed.shard(range(len(dataset)))
     results = transcribe(
         model, dataset.subset(indices), search, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
     )
     best = [hypotheses[0] for hypotheses in results]
     vocabulary = dataset.vocabulary
-    if distributed.is_main:  # rank 0's shard starts with utterance 0
+    alignment = None
+    if distributed.is_main and best[0].attention is not None:  # rank 0's shard starts with utterance 0
         plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
+        alignment = Alignment.of(best[0].attention)
     decoded = [(index, vocabulary.decode(hypothesis.tokens)) for index, hypothesis in zip(indices, best, strict=True)]
     texts = dict(pair for part in distributed.gather(decoded) for pair in part)
-    return character_error_rate([texts[index] for index in range(len(dataset))], dataset.texts)
+    return character_error_rate([texts[index] for index in range(len(dataset))], dataset.texts), alignment
 
 
 def capture_rng() -> dict[str, Any]:

@@ -1,0 +1,35 @@
+"""How diagonal an attention map is: the sign that a LAS model has learned to align.
+
+A speller that reads the utterance left to right moves its attention peak forward (or keeps it)
+at almost every step and sweeps across most of the encoder frames; one that has not learned to
+align stares at a few frames or jumps around.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MONOTONIC_THRESHOLD = 0.9  # share of steps whose peak does not move back
+COVERAGE_THRESHOLD = 0.5  # share of encoder frames the peaks sweep across
+
+
+@dataclass(frozen=True)
+class Alignment:
+    monotonic: float  # share of steps after the first whose argmax frame is >= the previous one's
+    coverage: float  # (last peak - first peak + 1) / encoder frames, 0 if the peaks move back overall
+
+    @classmethod
+    def of(cls, weights: torch.Tensor) -> Alignment:
+        """From the weights `(steps, encoder_frames)` of one decoded utterance."""
+        peaks = weights.argmax(dim=1)
+        if len(peaks) < 2:
+            return cls(0.0, 0.0)
+        monotonic = float((peaks[1:] >= peaks[:-1]).float().mean())
+        coverage = max(0.0, float(peaks[-1] - peaks[0] + 1) / weights.shape[1])
+        return cls(round(monotonic, 3), round(coverage, 3))
+
+    @property
+    def diagonal(self) -> bool:
+        return self.monotonic >= MONOTONIC_THRESHOLD and self.coverage >= COVERAGE_THRESHOLD
