@@ -36,6 +36,8 @@ class DataConfig:
     batch_size: int = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
     max_batch_frames: int = 8000
+    # Processes that extract features and load training batches (0: all in the main process).
+    workers: int = 2
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from las.checkpoint import load_checkpoint
+from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
-from las.data.features import FeatureCache
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
 from las.inference import transcribe
@@ -50,7 +50,7 @@ def decode(
     check_characters(utterances, vocabulary, input_path)
     model = checkpoint.build_model(device)
     strategy = build_strategy(config.decode, vocabulary, model)
-    features = FeatureCache(config.data.cache_dir, config.features).load_all(utterances, "features")
+    features = FeatureCache(config.data.cache_dir, config.features, config.data.workers).load(utterances)
     checkpoint.check_features(features, input_path)
     dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, vocabulary, with_targets=False)
     started = time.perf_counter()
@@ -66,7 +66,7 @@ def decode(
         directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
         for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
             plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / f"{identifier}.png")
-    frames = sum(item.shape[0] for item in features)  # 10 ms frames, as in HW4 features too
+    frames = sum(dataset.frame_counts())  # 10 ms frames, as in HW4 features too
     return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
 
 

@@ -18,8 +18,9 @@ from las.alignment import Alignment
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
+from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, SpeechDataset
-from las.data.features import FeatureCache, Normalizer, feature_dimension
+from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.distributed import Distributed
 from las.errors import LasError
@@ -90,9 +91,9 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     vocabulary = vocabulary or Vocabulary.from_texts(utterance.text for utterance in train_utterances)
     check_characters(train_utterances, vocabulary, config.data.train)
     check_characters(dev_utterances, vocabulary, config.data.dev)
-    cache = FeatureCache(config.data.cache_dir, config.features)
-    train_features = cache.load_all(train_utterances, "train features")
-    dev_features = cache.load_all(dev_utterances, "dev features")
+    cache = FeatureCache(config.data.cache_dir, config.features, config.data.workers)
+    train_features = cache.load(train_utterances, "train features")
+    dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features)
@@ -100,7 +101,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if change and any(utterance.audio is None for utterance in train_utterances):
         raise LasError(f"{config.data.train}: train.speed_perturbation needs audio, not precomputed features")
     speeds = [1 - change, 1 + change] if change else []
-    perturbed = [cache.load_all(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
+    perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     return Corpus(
         SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary, True, perturbed),
         SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False),
@@ -238,9 +239,10 @@ class Trainer:
         )
         augment = progress.epoch >= settings.specaugment_start_epoch
         bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch", enabled=distributed.is_main)
+        loader = iter(self.loader(batches))
         started = time.perf_counter()
         for indices in bar:
-            batch = self.corpus.train.collate(distributed.shard(indices), perturb=True).to(self.device)
+            batch = next(loader).to(self.device)
             features = batch.features
             if augment:
                 features = spec_augment(
@@ -288,6 +290,22 @@ class Trainer:
             progress.frames += int(frames)
             bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
         progress.train_seconds += time.perf_counter() - started
+
+    def loader(self, batches: list[list[int]]) -> torch.utils.data.DataLoader:
+        """This rank's share of `batches`, each utterance in this epoch's variant, read and
+        collated by `data.workers` processes (page-locked for a GPU) while the model trains."""
+        dataset = self.corpus.train
+        variants = dataset.variants(self.progress.epoch, self.config.train.seed)
+        items = [[(index, variants[index]) for index in self.distributed.shard(batch)] for batch in batches]
+        workers = self.config.data.workers
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=items,
+            collate_fn=dataset.batch,
+            num_workers=workers,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=4 if workers else None,
+        )
 
     def finish_epoch(self) -> None:
         """Decode dev, log the epoch, save `last.pt` (and `best.pt` when dev CER improved)."""

@@ -25,7 +25,8 @@ import torch
 import typer
 
 from las.config import Config
-from las.data.features import FeatureCache, Normalizer
+from las.data.cache import FeatureCache
+from las.data.features import Normalizer
 from las.data.manifest import read_utterances
 from las.model.listener import Listener
 
@@ -37,7 +38,7 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     """Listener forward+backward on real AN4 batches: packed sequences vs the padded CPU path."""
     config = Config()
     utterances = read_utterances(manifest)[: batch_size * 4]
-    features = FeatureCache(config.data.cache_dir, config.features).load_all(utterances)
+    features = FeatureCache(config.data.cache_dir, config.features).load(utterances)
     normalizer = Normalizer.fit(features)
     features = sorted((normalizer(item) for item in features), key=len)  # bucketed, as in training
     batches = [features[start : start + batch_size] for start in range(0, len(features), batch_size)]
@@ -93,7 +94,7 @@ def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an
 
     config = Config()
     chosen = read_utterances(manifest)[:utterances]
-    features = FeatureCache(config.data.cache_dir, config.features).load_all(chosen)
+    features = FeatureCache(config.data.cache_dir, config.features).load(chosen)
     vocabulary = Vocabulary.from_texts(u.text for u in chosen)
     dataset = SpeechDataset.from_utterances(chosen, features, Normalizer.fit(features), vocabulary)
     lengths = dataset.frame_counts()
@@ -245,7 +246,7 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     model = loaded.build_model(target)
     vocabulary = loaded.vocabulary
     utterances = read_utterances(manifest)
-    features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load_all(utterances)
+    features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load(utterances)
     dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, vocabulary, with_targets=False)
     audio_seconds = sum(len(f) for f in features) * loaded.config.features.hop_ms / 1000
     references = {u.id: u.text for u in utterances}

@@ -27,6 +27,7 @@ TINY = [
     "train.specaugment_start_epoch=1000",
     "train.teacher_forcing_final=1.0",
     "train.device=cpu",
+    "data.workers=0",  # no worker processes to start in every test (one test uses them)
 ]
 
 

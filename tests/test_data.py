@@ -6,10 +6,11 @@ import soundfile
 import torch
 
 from las.config import FeatureConfig
-from las.data import features as features_module
+from las.data import cache as cache_module
 from las.data.augment import spec_augment
+from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, SpeechDataset
-from las.data.features import FeatureCache, Normalizer
+from las.data.features import Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary
@@ -89,7 +90,7 @@ def test_features_are_log_mel_and_cached_by_content(tmp_path: Path, monkeypatch:
     def fail(*_: object) -> None:
         raise AssertionError("audio decoded despite the cache")
 
-    monkeypatch.setattr(features_module, "decode_audio", fail)
+    monkeypatch.setattr(cache_module, "decode_audio", fail)
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).features(read_utterances(copy, require_text=False)[0])
     assert torch.equal(first, again)
     # Other feature settings are another cache entry.
@@ -155,12 +156,14 @@ def test_speed_perturbation_changes_duration_and_is_cached_apart(tmp_path: Path)
     assert len(list((tmp_path / "cache").rglob("*.npy"))) == 3
 
 
-def test_collate_draws_perturbed_copies_only_when_asked() -> None:
+def test_variants_pick_perturbed_copies_reproducibly() -> None:
     vocabulary = Vocabulary.from_texts(["A"])
     original = [torch.zeros(4, 2) for _ in range(8)]
     faster = [torch.ones(3, 2) for _ in range(8)]
     dataset = SpeechDataset([str(i) for i in range(8)], original, ["A"] * 8, vocabulary, perturbed=[faster])
     assert dataset.collate(range(8)).feature_lengths.tolist() == [4] * 8
-    torch.manual_seed(0)
-    drawn = dataset.collate(range(8), perturb=True).feature_lengths.tolist()
-    assert set(drawn) == {3, 4}  # both variants appear among eight draws
+    variants = dataset.variants(epoch=0, seed=1)
+    assert set(variants) == {0, 1} and dataset.variants(epoch=0, seed=1) == variants  # resumable
+    assert dataset.variants(epoch=1, seed=1) != variants
+    batch = dataset.collate(list(enumerate(variants)))
+    assert batch.feature_lengths.tolist() == [3 if variant else 4 for variant in variants]

@@ -9,7 +9,7 @@ import torch
 
 from las.checkpoint import load_checkpoint
 from las.config import DecodeConfig
-from las.data.features import FeatureCache
+from las.data.cache import FeatureCache
 from las.data.manifest import read_utterances
 from las.search import BeamSearch, CTCGreedySearch, GreedySearch, SamplingSearch, Symbols, build_strategy
 from las.search.ctc_prefix import CTCPrefixScorer
@@ -47,7 +47,7 @@ def model_and_memory(request: pytest.FixtureRequest, trained_run: dict[str, Path
     checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
     model = checkpoint.build_model()
     cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
-    features = [checkpoint.normalizer(item) for item in cache.load_all(read_utterances(trained_run["train"]))]
+    features = [checkpoint.normalizer(item) for item in cache.load(read_utterances(trained_run["train"]))]
     lengths = torch.tensor([len(item) for item in features])
     padded = torch.nn.utils.rnn.pad_sequence(features, batch_first=True)
     return model, padded, lengths, model.listener(padded, lengths), Symbols.of(checkpoint.vocabulary)
@@ -192,7 +192,7 @@ def test_ctc_greedy_decodes_a_trained_model(trained_run: dict[str, Path]) -> Non
     model = checkpoint.build_model()
     strategy = build_strategy(replace(DecodeConfig(), strategy="ctc"), checkpoint.vocabulary, model)
     cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
-    features = [checkpoint.normalizer(item) for item in cache.load_all(read_utterances(trained_run["train"]))]
+    features = [checkpoint.normalizer(item) for item in cache.load(read_utterances(trained_run["train"]))]
     lengths = torch.tensor([len(item) for item in features])
     results = strategy.search(
         model, model.listener(torch.nn.utils.rnn.pad_sequence(features, batch_first=True), lengths)

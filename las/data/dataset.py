@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from las.data.features import Normalizer
+from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.manifest import Utterance
 from las.text import Vocabulary
 
@@ -24,6 +25,17 @@ class Batch:
     target_lengths: torch.Tensor  # (batch,) characters + 1 (the <eos>)
     texts: list[str | None]
 
+    def pin_memory(self) -> Batch:
+        """Page-locked copies, so that `to(cuda, non_blocking=True)` overlaps the copy (DataLoader
+        calls this with `pin_memory=True`)."""
+        return dataclasses.replace(
+            self,
+            features=self.features.pin_memory(),
+            targets_in=self.targets_in.pin_memory(),
+            targets_out=self.targets_out.pin_memory(),
+            target_lengths=self.target_lengths.pin_memory(),
+        )
+
     def to(self, device: torch.device) -> Batch:
         move = dict(non_blocking=True)
         return Batch(
@@ -37,8 +49,20 @@ class Batch:
         )
 
 
-class SpeechDataset:
-    """Utterances held in memory (AN4-sized corpora fit many times over), batched by `collate`."""
+@dataclass(frozen=True)
+class Example:
+    id: str
+    features: torch.Tensor  # (frames, dim), normalised
+    tokens: torch.Tensor  # (characters,) int64
+    text: str | None
+
+
+class SpeechDataset(torch.utils.data.Dataset[Example]):
+    """Utterances and their features (in memory or memory-mapped), normalised as they are read.
+
+    An item is an utterance index, or `(index, variant)` where variant 0 is the original features
+    and variant k the k-th perturbed copy (e.g. speed 0.9 and 1.1).
+    """
 
     def __init__(
         self,
@@ -48,14 +72,15 @@ class SpeechDataset:
         vocabulary: Vocabulary,
         with_targets: bool = True,
         perturbed: Sequence[Sequence[torch.Tensor]] = (),
+        normalizer: Normalizer | None = None,
     ) -> None:
-        """`with_targets=False` for decoding, where transcripts are references at most. `perturbed`
-        holds, per corpus-wide variant (e.g. speed 0.9 and 1.1), every utterance's features again."""
+        """`with_targets=False` for decoding, where transcripts are references at most."""
         self.ids = list(ids)
-        self.features = list(features)
-        self.perturbed = [list(variant) for variant in perturbed]
+        self.features = as_feature_set(features)
         self.texts = list(texts)
         self.vocabulary = vocabulary
+        self.perturbed = [as_feature_set(variant) for variant in perturbed]
+        self.normalizer = normalizer
         # Encoded once here, not in every batch: (characters,) int64 each.
         self.tokens = [
             torch.tensor(vocabulary.encode(text) if with_targets else [], dtype=torch.long) for text in self.texts
@@ -71,52 +96,70 @@ class SpeechDataset:
         with_targets: bool = True,
         perturbed: Sequence[Sequence[torch.Tensor]] = (),
     ) -> SpeechDataset:
-        """Utterances with their raw features (and perturbed copies), normalised here."""
         return cls(
             [utterance.id for utterance in utterances],
-            [normalizer(item) for item in features],
+            features,
             [utterance.text for utterance in utterances],
             vocabulary,
             with_targets,
-            [[normalizer(item) for item in variant] for variant in perturbed],
+            perturbed,
+            normalizer,
         )
 
     def __len__(self) -> int:
         return len(self.ids)
 
+    def __getitem__(self, item: int | tuple[int, int]) -> Example:
+        index, variant = item if isinstance(item, tuple) else (item, 0)
+        features = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
+        if self.normalizer is not None:
+            features = self.normalizer(features)
+        return Example(self.ids[index], features, self.tokens[index], self.texts[index])
+
     def subset(self, indices: Sequence[int]) -> SpeechDataset:
         """The utterances at `indices`, in that order (a rank's share of the dev set)."""
         part = copy.copy(self)
         part.ids = [self.ids[index] for index in indices]
-        part.features = [self.features[index] for index in indices]
+        part.features = InMemoryFeatures([self.features[index] for index in indices])
         part.texts = [self.texts[index] for index in indices]
         part.tokens = [self.tokens[index] for index in indices]
-        part.perturbed = [[variant[index] for index in indices] for variant in self.perturbed]
+        part.perturbed = [InMemoryFeatures([variant[index] for index in indices]) for variant in self.perturbed]
         return part
+
+    def frame_counts(self) -> list[int]:
+        return self.features.frame_counts()
 
     def target_lengths(self, indices: Sequence[int]) -> torch.Tensor:
         """`(len(indices),)` characters + 1 (the <eos>) of each utterance."""
         return torch.tensor([len(self.tokens[index]) + 1 for index in indices])
 
-    def frame_counts(self) -> list[int]:
-        return [item.shape[0] for item in self.features]
+    def variants(self, epoch: int, seed: int) -> list[int]:
+        """Which variant of each utterance to train on in `epoch`: uniform over the original and
+        its perturbed copies, seeded by (seed, epoch) so that a resumed epoch draws the same."""
+        generator = torch.Generator().manual_seed(seed * 100_019 + epoch)
+        return torch.randint(1 + len(self.perturbed), (len(self),), generator=generator).tolist()
 
-    def collate(self, indices: Sequence[int], perturb: bool = False) -> Batch:
-        """With `perturb`, each utterance comes as the original or one of its perturbed copies,
-        drawn uniformly from torch's global generator (saved in checkpoints, so resumes replay it)."""
-        variants = [self.features, *self.perturbed] if perturb else [self.features]
-        choices = torch.randint(len(variants), (len(indices),)).tolist() if len(variants) > 1 else [0] * len(indices)
-        features = [variants[choice][index] for choice, index in zip(choices, indices, strict=True)]
-        targets_in, targets_out, target_lengths = speller_targets([self.tokens[i] for i in indices], self.vocabulary)
+    def collate(self, items: Sequence[int | tuple[int, int]]) -> Batch:
+        return self.batch([self[item] for item in items])
+
+    def batch(self, examples: Sequence[Example]) -> Batch:
+        """Padded batch of examples (the DataLoader's collate function)."""
+        targets_in, targets_out, target_lengths = speller_targets(
+            [example.tokens for example in examples], self.vocabulary
+        )
         return Batch(
-            ids=[self.ids[index] for index in indices],
-            features=pad_sequence(features, batch_first=True),
-            feature_lengths=torch.tensor([item.shape[0] for item in features]),
+            ids=[example.id for example in examples],
+            features=pad_sequence([example.features for example in examples], batch_first=True),
+            feature_lengths=torch.tensor([example.features.shape[0] for example in examples]),
             targets_in=targets_in,
             targets_out=targets_out,
             target_lengths=target_lengths,
-            texts=[self.texts[index] for index in indices],
+            texts=[example.text for example in examples],
         )
+
+
+def as_feature_set(features: Sequence[torch.Tensor]) -> FeatureSet:
+    return features if isinstance(features, FeatureSet) else InMemoryFeatures(features)
 
 
 def speller_targets(

@@ -1,26 +1,46 @@
-"""Log-mel filterbank features, their on-disk cache, and global mean/variance normalisation."""
+"""Log-mel filterbank features, speed perturbation, and global mean/variance normalisation."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torchaudio
 
 from las.config import FeatureConfig
-from las.data.audio import decode_audio, read_bytes
-from las.data.manifest import Utterance
 from las.errors import LasError
-from las.progress import progress_bar
 
 FEATURE_VERSION = 1  # bump when the extraction code changes what it computes
+
+
+class FeatureSet(Sequence[torch.Tensor]):
+    """A corpus' features, `(frames, dim)` float32 per utterance, whose sizes are known without
+    reading them: in memory (precomputed features) or memory-mapped from the cache."""
+
+    def frame_counts(self) -> list[int]:
+        raise NotImplementedError
+
+    def dimensions(self) -> set[int]:
+        raise NotImplementedError
+
+
+class InMemoryFeatures(FeatureSet):
+    def __init__(self, items: Sequence[torch.Tensor]) -> None:
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> torch.Tensor:  # type: ignore[override]
+        return self.items[index]
+
+    def frame_counts(self) -> list[int]:
+        return [item.shape[0] for item in self.items]
+
+    def dimensions(self) -> set[int]:
+        return {item.shape[1] for item in self.items}
 
 
 class FilterbankExtractor:
@@ -43,47 +63,6 @@ class FilterbankExtractor:
         return torch.log(power + 1e-6).T.contiguous()  # (frames, mel_bins)
 
 
-class FeatureCache:
-    """One `.npy` per utterance under `directory`, named by a hash of audio bytes and settings.
-
-    Content keys mean a renamed or moved file is still found, and a changed file or setting is
-    recomputed; files are written under a temporary name and renamed, so a killed run never leaves
-    a half-written entry behind.
-    """
-
-    def __init__(self, directory: str | Path, config: FeatureConfig) -> None:
-        self.directory = Path(directory)
-        self.config = config
-        settings = json.dumps([FEATURE_VERSION, dataclasses.asdict(config)], sort_keys=True)
-        self.settings_digest = hashlib.sha256(settings.encode()).hexdigest()[:16]
-        self.extractor = FilterbankExtractor(config)
-
-    def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
-        """Features `(frames, dim)` of one utterance: precomputed ones as they are, else log-mels
-        (of the audio played `speed` times faster) computed only on a cache miss."""
-        if utterance.features is not None:
-            return torch.from_numpy(utterance.features)
-        content = read_bytes(utterance.audio)
-        settings = self.settings_digest + (f"speed={speed}" if speed != 1.0 else "")
-        key = hashlib.sha256(content + settings.encode()).hexdigest()
-        path = self.directory / key[:2] / f"{key}.npy"
-        if path.exists():
-            return torch.from_numpy(np.load(path))
-        waveform = decode_audio(content, utterance.audio, self.config.sample_rate)
-        features = self.extractor(change_speed(waveform, speed, self.config.sample_rate))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        with open(temporary, "wb") as file:
-            np.save(file, features.numpy())
-        os.replace(temporary, path)
-        return features
-
-    def load_all(
-        self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0
-    ) -> list[torch.Tensor]:
-        return [self.features(utterance, speed) for utterance in progress_bar(utterances, description, "utt")]
-
-
 def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torch.Tensor:
     """Kaldi-style speed perturbation: `(samples,)` -> `(samples / speed,)`, tempo and pitch both
     scaled, by reading the waveform as if it had been recorded at `speed * sample_rate`."""
@@ -92,9 +71,9 @@ def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torc
     return torchaudio.functional.resample(waveform, round(sample_rate * speed), sample_rate)
 
 
-def feature_dimension(features: Sequence[torch.Tensor], source: str | Path) -> int:
+def feature_dimension(features: FeatureSet, source: str | Path) -> int:
     """The one feature dimension of a corpus; mixed dimensions are an error."""
-    dimensions = {item.shape[1] for item in features}
+    dimensions = features.dimensions()
     if len(dimensions) != 1:
         raise LasError(f"{source}: utterances have features of different dimensions: {sorted(dimensions)}")
     return dimensions.pop()
@@ -108,11 +87,16 @@ class Normalizer:
     std: torch.Tensor  # (mel_bins,)
 
     @classmethod
-    def fit(cls, features: Sequence[torch.Tensor]) -> Normalizer:
-        # Sums in float64 so that long corpora do not lose precision.
-        total = sum(item.double().sum(dim=0) for item in features)
-        squares = sum(item.double().pow(2).sum(dim=0) for item in features)
-        count = sum(item.shape[0] for item in features)
+    def fit(cls, features: Iterable[torch.Tensor]) -> Normalizer:
+        """One streaming pass: sums of values and squares (float64, so long corpora lose no
+        precision), each utterance read once and dropped."""
+        total = squares = torch.zeros(())
+        count = 0
+        for item in features:
+            item = item.double()
+            total = total + item.sum(dim=0)
+            squares = squares + item.pow(2).sum(dim=0)
+            count += item.shape[0]
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
         return cls(mean.float(), std.float())

@@ -1,0 +1,65 @@
+"""The sharded float16 feature cache: computed once in worker processes, read memory-mapped."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from las.config import FeatureConfig
+from las.data import cache as cache_module
+from las.data.audio import decode_audio
+from las.data.cache import FeatureCache
+from las.data.features import FilterbankExtractor, Normalizer
+from las.data.manifest import read_utterances
+
+from .conftest import an4_rows, write_manifest
+
+
+@pytest.fixture
+def utterances(tmp_path: Path) -> list:
+    return read_utterances(write_manifest(tmp_path / "six.tsv", an4_rows("train", 6)))
+
+
+def test_workers_fill_float16_shards_that_match_direct_extraction(tmp_path: Path, utterances: list) -> None:
+    features = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+    shards = sorted((tmp_path / "cache").rglob("shard-*.npy"))
+    assert len(shards) == 2 and all(np.load(shard, mmap_mode="r").dtype == np.float16 for shard in shards)
+    assert features.frame_counts() == [len(item) for item in features] and features.dimensions() == {80}
+    extractor = FilterbankExtractor(FeatureConfig())
+    for utterance, stored in zip(utterances, features, strict=True):
+        direct = extractor(decode_audio(utterance.audio.read_bytes(), utterance.audio, 16000))
+        assert stored.dtype == torch.float32
+        torch.testing.assert_close(stored, direct, atol=0.02, rtol=2e-3)  # float16 rounding only
+
+
+def test_a_second_run_extracts_nothing_and_rehashes_nothing(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+
+    def fail(*_: object) -> None:
+        raise AssertionError("work done despite the cache")
+
+    monkeypatch.setattr(cache_module, "extract_chunk", fail)
+    monkeypatch.setattr(cache_module, "read_bytes", fail)  # unchanged files are known by path, size, mtime
+    again = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_a_line_cut_short_by_a_killed_run_is_recomputed(tmp_path: Path, utterances: list) -> None:
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances[:2])
+    index = next((tmp_path / "cache").rglob("index.jsonl"))
+    lines = index.read_text().splitlines()
+    index.write_text(lines[0] + "\n" + lines[1][:40])
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    assert len(cache.entries) == 1
+    assert len(cache.load(utterances[:2])) == 2 and len(cache.entries) == 2
+
+
+def test_streaming_statistics_equal_the_statistics_of_everything_at_once(tmp_path: Path, utterances: list) -> None:
+    features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    everything = torch.cat(list(features)).double()
+    normalizer = Normalizer.fit(features)
+    torch.testing.assert_close(normalizer.mean, everything.mean(0).float())
+    torch.testing.assert_close(normalizer.std, everything.std(0, unbiased=False).float())
