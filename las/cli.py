@@ -48,6 +48,11 @@ class Device(StrEnum):
     cuda = "cuda"
 
 
+class Precision(StrEnum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
 class OutputFormat(StrEnum):
     csv = "csv"
     kaldi = "kaldi"
@@ -105,6 +110,10 @@ def train(
         Device | None, typer.Option("--device", help=with_default("Where to train.", DEFAULTS.train.device))
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help=with_default("Random seed.", DEFAULTS.train.seed))] = None,
+    precision: Annotated[
+        Precision | None,
+        typer.Option("--precision", help=with_default("bf16: mixed precision (for GPUs).", DEFAULTS.train.precision)),
+    ] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""
     from las.train import train as run_training
@@ -116,6 +125,7 @@ def train(
         "train.epochs": epochs,
         "train.device": device.value if device else None,
         "train.seed": seed,
+        "train.precision": precision.value if precision else None,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
     settings = load_config(config, overrides)

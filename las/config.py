@@ -85,6 +85,8 @@ class TrainConfig:
     max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
     device: str = "auto"  # auto | cpu | cuda
+    precision: str = "fp32"  # fp32 | bf16 (autocast: LSTMs and matmuls in bfloat16, losses in float32)
+    compile: bool = False  # torch.compile the speller step, which runs once per output character
     out: str = "runs/an4"
 
 

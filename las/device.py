@@ -1,6 +1,8 @@
-"""Choosing the torch device from `auto | cpu | cuda`."""
+"""Choosing the torch device from `auto | cpu | cuda`, and the arithmetic precision on it."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -15,3 +17,13 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cpu", "cuda"):
         raise LasError(f"--device {name!r}: expected auto, cpu or cuda")
     return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Mixed precision for a forward pass: bf16 autocast (no loss scaling needed, unlike fp16), or
+    plain float32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise LasError(f"train.precision {precision!r}: expected fp32 or bf16")

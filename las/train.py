@@ -22,6 +22,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
+from las.device import autocast
 from las.distributed import Distributed
 from las.errors import LasError
 from las.inference import transcribe
@@ -156,7 +157,11 @@ class Trainer:
         self.vocabulary = corpus.train.vocabulary
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
+        if config.train.compile:
+            # Many small kernels per output character: what compilation fuses. Shapes vary by batch.
+            self.model.speller.step = torch.compile(self.model.speller.step, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
+        autocast(self.device, config.train.precision)  # an unknown precision fails here, not mid-epoch
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
@@ -253,16 +258,17 @@ class Trainer:
                     settings.time_masks,
                     settings.time_mask_width,
                 )
-            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
-            loss, parts = joint_loss(
-                output,
-                batch.targets_in,
-                batch.targets_out,
-                batch.target_lengths,
-                self.config.model.ctc_weight,
-                settings.label_smoothing,
-                self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
-            )
+            with autocast(self.device, settings.precision):
+                output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
+                loss, parts = joint_loss(
+                    output,
+                    batch.targets_in,
+                    batch.targets_out,
+                    batch.target_lengths,
+                    self.config.model.ctc_weight,
+                    settings.label_smoothing,
+                    self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
+                )
             # One reduction gives every rank the global batch's loss, its parts and frame count.
             total_loss, frames, *part_values = distributed.sum(
                 [loss.item(), float(batch.feature_lengths.sum()), *parts.values()]

@@ -127,3 +127,30 @@ def test_schedules() -> None:
     assert teacher_forcing_rate(0, 0.8, 10) == 1.0
     assert teacher_forcing_rate(5, 0.8, 10) == pytest.approx(0.9)
     assert teacher_forcing_rate(50, 0.8, 10) == pytest.approx(0.8)
+
+
+def test_bf16_autocast_trains(tiny_config: Config) -> None:
+    run = train(with_training(tiny_config, epochs=2, precision="bf16"))
+    records = metrics(run)
+    assert all(torch.isfinite(torch.tensor(record["train_loss"])) for record in records)
+    assert records[1]["train_loss"] < records[0]["train_loss"]
+    with pytest.raises(LasError, match="train.precision 'fp16': expected fp32 or bf16"):
+        train(with_training(tiny_config, out=str(run) + "_other", precision="fp16"))
+
+
+def test_compiled_speller_step_trains_like_the_eager_one(
+    tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dynamo's graph capture, without inductor's minute of C++ compilation on a CPU.
+    compiled_functions = []
+    real_compile = torch.compile
+
+    def compile_eagerly(function: object, **options: object) -> object:
+        compiled_functions.append(function)
+        return real_compile(function, backend="eager", **options)
+
+    monkeypatch.setattr(torch, "compile", compile_eagerly)
+    eager = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "eager")))
+    compiled = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "compiled"), compile=True))
+    assert [function.__name__ for function in compiled_functions] == ["step"]
+    assert metrics(compiled)[0]["train_loss"] == pytest.approx(metrics(eager)[0]["train_loss"], rel=1e-5)
