@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from las.config import Config, load_config
+from las.data.manifest import READERS
 from las.errors import LasError
 
 app = typer.Typer(
@@ -46,6 +47,10 @@ class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"
     cuda = "cuda"
+
+
+# How to read an input: `auto` (by what the path is) or a reader's name.
+InputFormat = StrEnum("InputFormat", {name: name for name in ["auto", *READERS]})
 
 
 class Precision(StrEnum):
@@ -110,6 +115,10 @@ def train(
         Device | None, typer.Option("--device", help=with_default("Where to train.", DEFAULTS.train.device))
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help=with_default("Random seed.", DEFAULTS.train.seed))] = None,
+    input_format: Annotated[
+        InputFormat | None,
+        typer.Option("--input-format", help=with_default("How to read --train and --dev.", DEFAULTS.data.input_format)),
+    ] = None,
     precision: Annotated[
         Precision | None,
         typer.Option("--precision", help=with_default("bf16: mixed precision (for GPUs).", DEFAULTS.train.precision)),
@@ -126,6 +135,7 @@ def train(
         "train.device": device.value if device else None,
         "train.seed": seed,
         "train.precision": precision.value if precision else None,
+        "data.input_format": input_format.value if input_format else None,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
     settings = load_config(config, overrides)
@@ -153,7 +163,8 @@ def pretrain(
 
     overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
     settings = load_config(config, overrides)
-    texts = [utterance.text for utterance in read_utterances(settings.data.train)]
+    utterances = read_utterances(settings.data.train, input_format=settings.data.input_format)
+    texts = [utterance.text for utterance in utterances]
     losses = pretrain_speller(settings, texts, out, epochs)
     typer.echo(f"language-model loss {losses[0]:.3f} -> {losses[-1]:.3f}; speller saved to {out}")
 
@@ -163,8 +174,14 @@ def pretrain(
 def decode(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
     input_path: Annotated[
-        Path, typer.Argument(metavar="INPUT", help="TSV manifest, audio file, or folder of audio files.")
+        Path,
+        typer.Argument(
+            metavar="INPUT", help="Manifest, data folder, HW4 features, audio file or folder (see --input-format)."
+        ),
     ],
+    input_format: Annotated[
+        InputFormat, typer.Option("--input-format", help="How to read INPUT (auto: by what it is).")
+    ] = InputFormat.auto,
     out: Annotated[Path | None, typer.Option("--out", help="Output file (default: stdout).")] = None,
     output_format: Annotated[
         OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl (with scores, n-best).")
@@ -240,7 +257,15 @@ def decode(
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
     summary = run_decoding(
-        checkpoint, input_path, out, output_format.value, overrides, device.value, plot_attention, plot_dir
+        checkpoint,
+        input_path,
+        out,
+        output_format.value,
+        overrides,
+        device.value,
+        plot_attention,
+        plot_dir,
+        input_format.value,
     )
     typer.echo(
         f"decoded {summary.utterances} utterances in {summary.seconds:.1f}s: "

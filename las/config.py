@@ -31,6 +31,9 @@ class FeatureConfig:
 class DataConfig:
     train: str = "data/an4/train.tsv"
     dev: str = "data/an4/dev.tsv"
+    # How to read them: auto (by what the path is) | tsv | jsonl | kaldi | librispeech | hw4 |
+    # hw4-folder | audio.
+    input_format: str = "auto"
     # Feature cache shared by all runs; keyed by audio content and feature settings.
     cache_dir: str = ".cache/las/features"
     batch_size: int = 16

@@ -40,13 +40,14 @@ def decode(
     device_name: str = "auto",
     plot_attention: int = 0,
     plot_directory: str | Path | None = None,
+    input_format: str = "auto",
 ) -> DecodeSummary:
     """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them."""
     checkpoint = load_checkpoint(checkpoint_path)
     config = checkpoint.decoding_config(assignments)
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
-    utterances = read_utterances(input_path, require_text=False)
+    utterances = read_utterances(input_path, require_text=False, input_format=input_format)
     check_characters(utterances, vocabulary, input_path)
     model = checkpoint.build_model(device)
     strategy = build_strategy(config.decode, vocabulary, model)

@@ -87,8 +87,8 @@ class Corpus:
 
 def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Normalizer | None) -> Corpus:
     """Read both manifests, fetch features (cached), fit the normaliser and vocabulary if new."""
-    train_utterances = read_utterances(config.data.train)
-    dev_utterances = read_utterances(config.data.dev)
+    train_utterances = read_utterances(config.data.train, input_format=config.data.input_format)
+    dev_utterances = read_utterances(config.data.dev, input_format=config.data.input_format)
     vocabulary = vocabulary or Vocabulary.from_texts(utterance.text for utterance in train_utterances)
     check_characters(train_utterances, vocabulary, config.data.train)
     check_characters(dev_utterances, vocabulary, config.data.dev)

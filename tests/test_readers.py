@@ -121,6 +121,39 @@ def test_hw4_feature_arrays_with_word_or_character_transcripts(hw4_features: Pat
         read_utterances(hw4_features / "test.npy")
 
 
+def test_hw4_per_utterance_folders_match_the_object_array(hw4_features: Path) -> None:
+    """HW4P2 layout: `mfcc/<id>.npy` and `transcript/<id>.npy` (characters between <sos> and <eos>)."""
+    folder = hw4_features / "train-clean"
+    (folder / "mfcc").mkdir(parents=True)
+    (folder / "transcript").mkdir()
+    arrays = read_utterances(hw4_features / "dev.npy")
+    for utterance in arrays:
+        np.save(folder / "mfcc" / f"utt{utterance.id}.npy", utterance.features)
+        np.save(folder / "transcript" / f"utt{utterance.id}.npy", np.array(["<sos>", *utterance.text, "<eos>"]))
+    for input_format in ("auto", "hw4-folder"):
+        utterances = read_utterances(folder, input_format=input_format)
+        assert [(u.id, u.text) for u in utterances] == [(f"utt{u.id}", u.text) for u in arrays]
+        assert all(np.array_equal(a.features, b.features) for a, b in zip(utterances, arrays, strict=True))
+    (folder / "transcript" / "utt1.npy").unlink()
+    with pytest.raises(LasError, match=r"utt1.npy: no transcript .*transcript/utt1.npy"):
+        read_utterances(folder)
+
+
+def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expected: list) -> None:
+    manifest = write_manifest(tmp_path / "train.list", ROWS)  # a TSV manifest by another name
+    with pytest.raises(LasError, match="unknown input format"):
+        read_utterances(manifest)
+    assert [(u.id, u.audio.read_bytes(), u.text) for u in read_utterances(manifest, input_format="tsv")] == expected
+    with pytest.raises(LasError, match="--input-format 'wav': expected auto or one of tsv, jsonl, kaldi"):
+        read_utterances(manifest, input_format="wav")
+    with pytest.raises(LasError, match="--input-format kaldi reads a folder, this is a file"):
+        read_utterances(manifest, input_format="kaldi")
+    with pytest.raises(LasError, match="--input-format tsv reads a file, this is a folder"):
+        read_utterances(tmp_path, input_format="tsv")
+    with pytest.raises(LasError, match="wav.scp: not found"):
+        read_utterances(tmp_path, input_format="kaldi")
+
+
 def test_speed_perturbation_needs_audio(hw4_features: Path) -> None:
     from las.config import load_config
     from las.train import load_corpus
@@ -149,6 +182,15 @@ def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Pa
     assert load_checkpoint(out / "last.pt").input_size == 40
     result = runner.invoke(app, ["decode", str(out / "last.pt"), str(hw4_features / "test.npy")])
     assert result.exit_code == 0, result.stderr
+    # The same features as a folder of per-utterance files, named by --input-format.
+    (hw4_features / "test-folder").mkdir()
+    for index, array in enumerate(np.load(hw4_features / "test.npy", allow_pickle=True)):
+        np.save(hw4_features / "test-folder" / f"{index}.npy", array)
+    folder = runner.invoke(
+        app, ["decode", str(out / "last.pt"), str(hw4_features / "test-folder"), "--input-format", "hw4-folder"]
+    )
+    assert folder.exit_code == 0, folder.stderr
+    assert folder.stdout == result.stdout
     assert result.stdout.splitlines()[0] == "id,label" and [
         line.split(",")[0] for line in result.stdout.splitlines()[1:]
     ] == ["0", "1", "2"]

@@ -25,14 +25,25 @@ class Utterance:
     features: np.ndarray | None = None  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
 
 
-def read_utterances(path: str | Path, require_text: bool = True) -> list[Utterance]:
+def read_utterances(path: str | Path, require_text: bool = True, input_format: str = "auto") -> list[Utterance]:
     """Utterances of whatever `path` is: a TSV or JSONL (NeMo) manifest, a Kaldi data directory
-    (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), a folder of audio files, or one
-    audio file. Every reader yields the same records, checked the same way."""
+    (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), HW4 features (an object `.npy`, or a
+    folder of per-utterance `.npy` files), a folder of audio files, or one audio file; or what
+    `input_format` names. Every reader yields the same records, checked the same way."""
     path = Path(path)
     if not path.exists():
         raise LasError(f"input not found: {path}")
-    utterances = _checked(_reader_for(path)(path), path)
+    if input_format == "auto":
+        reader = _reader_for(path)
+    elif input_format not in READERS:
+        raise LasError(f"--input-format {input_format!r}: expected auto or one of {', '.join(READERS)}")
+    elif input_format in FOLDER_FORMATS and not path.is_dir():
+        raise LasError(f"{path}: --input-format {input_format} reads a folder, this is a file")
+    elif input_format in FILE_FORMATS and path.is_dir():
+        raise LasError(f"{path}: --input-format {input_format} reads a file, this is a folder")
+    else:
+        reader = READERS[input_format]
+    utterances = _checked(reader(path), path)
     if require_text and any(utterance.text is None for utterance in utterances):
         raise LasError(f"{path}: has no transcripts; training and scoring need them")
     return utterances
@@ -47,10 +58,12 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
             return _kaldi_records
         if next(path.rglob("*.trans.txt"), None) is not None:
             return _librispeech_records
-        return _audio_folder_records
+        if _feature_folder(path) is not None:
+            return _feature_folder_records
+        return _audio_records
     suffix = path.suffix.lower()
     if suffix in AUDIO_SUFFIXES:
-        return lambda file: iter([(str(file), Utterance(file.stem, file))])
+        return _audio_records
     if suffix == ".tsv":
         return _tsv_records
     if suffix == ".npy":
@@ -159,10 +172,14 @@ def _librispeech_records(directory: Path) -> Records:
             yield f"{transcripts}:{line}", Utterance(identifier, transcripts.parent / f"{identifier}.flac", text)
 
 
-def _audio_folder_records(folder: Path) -> Records:
-    files = sorted(item for item in folder.rglob("*") if item.suffix.lower() in AUDIO_SUFFIXES)
+def _audio_records(path: Path) -> Records:
+    """One audio file, or every audio file under a folder; ids are file names without suffix."""
+    if not path.is_dir():
+        yield str(path), Utterance(path.stem, path)
+        return
+    files = sorted(item for item in path.rglob("*") if item.suffix.lower() in AUDIO_SUFFIXES)
     if not files:
-        raise LasError(f"{folder}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
+        raise LasError(f"{path}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
     for file in files:
         yield str(file), Utterance(file.stem, file)
 
@@ -177,11 +194,43 @@ def _feature_array_records(path: Path) -> Records:
     if transcripts is not None and len(transcripts) != len(features):
         raise LasError(f"{transcripts_path}: {len(transcripts)} transcripts for {len(features)} utterances in {path}")
     for index, array in enumerate(features):
-        array = np.asarray(array, dtype=np.float32)
-        if array.ndim != 2 or array.shape[0] == 0:
-            raise LasError(f"{path}[{index}]: expected a (frames, dim) array of features, got shape {array.shape}")
         text = _transcript_text(transcripts[index]) if transcripts is not None else None
-        yield f"{path}[{index}]", Utterance(str(index), None, text, array)
+        yield f"{path}[{index}]", Utterance(str(index), None, text, _feature_matrix(array, f"{path}[{index}]"))
+
+
+FEATURE_FOLDERS = ("mfcc", "fbank", "features")  # where HW4P2-style corpora keep per-utterance arrays
+
+
+def _feature_folder(directory: Path) -> Path | None:
+    """The folder of per-utterance feature `.npy` files in `directory`, if it has one."""
+    for name in FEATURE_FOLDERS:
+        if (directory / name).is_dir():
+            return directory / name
+    return directory if next(directory.glob("*.npy"), None) is not None else None
+
+
+def _feature_folder_records(directory: Path) -> Records:
+    """CMU 11-785 HW4P2 features: `<dir>/mfcc/<id>.npy` (or fbank/, features/, or the folder
+    itself) of `(frames, dim)` arrays; transcripts, if any, in `<dir>/transcript/<id>.npy`
+    (characters between <sos> and <eos>, or words)."""
+    folder = _feature_folder(directory)
+    if folder is None:
+        raise LasError(f"{directory}: no per-utterance feature .npy files (looked in {', '.join(FEATURE_FOLDERS)})")
+    transcripts = directory / "transcript"
+    for file in sorted(folder.glob("*.npy")):
+        text = None
+        if transcripts.is_dir():
+            if not (transcripts / file.name).is_file():
+                raise LasError(f"{file}: no transcript {transcripts / file.name}")
+            text = _transcript_text(_load_array(transcripts / file.name))
+        yield str(file), Utterance(file.stem, None, text, _feature_matrix(_load_array(file), str(file)))
+
+
+def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
+    array = np.asarray(array, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] == 0:
+        raise LasError(f"{where}: expected a (frames, dim) array of features, got shape {array.shape}")
+    return array
 
 
 def _load_array(path: Path) -> np.ndarray:
@@ -201,8 +250,25 @@ def _transcript_text(items: np.ndarray | str | bytes) -> str:
     return ("" if characters else " ").join(symbols).strip()
 
 
+READERS: dict[str, Callable[[Path], Records]] = {
+    "tsv": _tsv_records,
+    "jsonl": _jsonl_records,
+    "kaldi": _kaldi_records,
+    "librispeech": _librispeech_records,
+    "hw4": _feature_array_records,
+    "hw4-folder": _feature_folder_records,
+    "audio": _audio_records,
+}
+
+
+FOLDER_FORMATS = ("kaldi", "librispeech", "hw4-folder")
+FILE_FORMATS = ("tsv", "jsonl", "hw4")
+
+
 def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, id, rest of the line) of a Kaldi-style `id value` file."""
+    if not path.is_file():
+        raise LasError(f"{path}: not found")
     with open(path, encoding="utf-8") as file:
         for line, content in enumerate(file, start=1):
             if content.strip():
