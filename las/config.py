@@ -54,6 +54,7 @@ class ModelConfig:
     attention_temperature: float = 1.0  # > 1 smooths attention weights, < 1 sharpens them
     location_channels: int = 10
     location_kernel: int = 15
+    cumulative_attention: bool = False  # location attention convolves the sum of all previous weights
     embedding_dim: int = 128
     speller_hidden: int = 256
     speller_layers: int = 1

@@ -11,9 +11,9 @@ from .conftest import TINY
 VOCABULARY = Vocabulary.from_texts(["ABCDEFGH "])
 
 
-def make_model(attention: str = "location") -> LAS:
+def make_model(attention: str = "location", *settings: str) -> LAS:
     torch.manual_seed(0)
-    config = load_config(None, TINY + [f"model.attention={attention}"])
+    config = load_config(None, TINY + [f"model.attention={attention}", *settings])
     return LAS.build(config.model, input_size=10, vocabulary_size=len(VOCABULARY)).eval()
 
 
@@ -33,6 +33,22 @@ def test_output_shapes() -> None:
     assert output.attention.shape == (3, 5, 6)  # 23 frames -> 12 -> 6 with two pyramid layers
     assert output.ctc_log_probs.shape == (6, 3, len(VOCABULARY))
     assert output.memory.lengths.tolist() == [6, 4, 3]
+
+
+def test_cumulative_attention_convolves_the_sum_of_previous_weights() -> None:
+    features, lengths, targets_in, _ = batch()
+    plain, cumulative = make_model(), make_model("location", "model.cumulative_attention=true")
+    memory = plain.listener(features, lengths)
+    state = cumulative.speller.initial_state(memory)
+    total = state.history
+    assert torch.equal(total, torch.zeros_like(total))  # no attention paid yet
+    for step in range(3):
+        _, state = cumulative.speller.step(targets_in[:, step], state, memory)
+        total = total + state.weights
+        torch.testing.assert_close(state.history, total)
+    # Same weights, another location input: other alignments.
+    first, second = plain(features, lengths, targets_in), cumulative(features, lengths, targets_in)
+    assert not torch.allclose(first.attention, second.attention)
 
 
 def test_padding_in_a_batch_does_not_change_an_utterance() -> None:

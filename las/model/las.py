@@ -62,6 +62,7 @@ class LAS(nn.Module):
             attention,
             config.dropout,
             config.tie_embedding,
+            config.cumulative_attention,
         )
         ctc_head = nn.Linear(listener.output_size, vocabulary_size) if config.ctc_weight > 0 else None
         return cls(listener, speller, ctc_head)

@@ -18,6 +18,9 @@ class SpellerState(NamedTuple):
     cell: tuple[torch.Tensor, ...]  # per layer (batch, hidden)
     context: torch.Tensor  # (batch, value_dim): the previous step's attention read-out
     weights: torch.Tensor  # (batch, frames): the previous step's attention weights
+    # (batch, frames): what location-aware attention convolves: the previous weights, or with
+    # cumulative attention their sum over all previous steps (Chorowski et al. 2015).
+    history: torch.Tensor
 
     def select(self, indices: torch.Tensor) -> SpellerState:
         """Rows `indices` of every tensor (beam search reorders hypotheses this way)."""
@@ -26,6 +29,7 @@ class SpellerState(NamedTuple):
             tuple(tensor[indices] for tensor in self.cell),
             self.context[indices],
             self.weights[indices],
+            self.history[indices],
         )
 
 
@@ -41,8 +45,10 @@ class Speller(nn.Module):
         attention: Attention,
         dropout: float,
         tie_embedding: bool,
+        cumulative_attention: bool = False,
     ) -> None:
         super().__init__()
+        self.cumulative_attention = cumulative_attention
         self.embedding = nn.Embedding(vocabulary_size, embedding_dim)
         sizes = [embedding_dim + value_dim] + [hidden_size] * layers
         self.cells = nn.ModuleList(nn.LSTMCell(size, hidden_size) for size in sizes[:-1])
@@ -61,9 +67,10 @@ class Speller(nn.Module):
         zeros = memory.values.new_zeros(batch, self.query.in_features)
         layers = len(self.cells)
         uniform = memory.mask.float() / memory.lengths[:, None].float()  # (batch, frames)
-        return SpellerState(
-            (zeros,) * layers, (zeros,) * layers, memory.values.new_zeros(batch, memory.values.shape[2]), uniform
-        )
+        context = memory.values.new_zeros(batch, memory.values.shape[2])
+        # Before the first step no attention has been paid: a running sum starts at zero.
+        history = torch.zeros_like(uniform) if self.cumulative_attention else uniform
+        return SpellerState((zeros,) * layers, (zeros,) * layers, context, uniform, history)
 
     def step(
         self, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput
@@ -76,9 +83,10 @@ class Speller(nn.Module):
             hidden.append(h)
             cell.append(c)
             x = self.dropout(h)
-        context, weights = self.attention(self.query(x), memory.keys, memory.values, memory.mask, state.weights)
+        context, weights = self.attention(self.query(x), memory.keys, memory.values, memory.mask, state.history)
         logits = self.output(torch.tanh(self.bottleneck(torch.cat([x, context], dim=-1))))
-        return logits, SpellerState(tuple(hidden), tuple(cell), context, weights)
+        history = state.history + weights if self.cumulative_attention else weights
+        return logits, SpellerState(tuple(hidden), tuple(cell), context, weights, history)
 
     def forward(
         self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
