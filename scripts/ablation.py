@@ -1,15 +1,20 @@
 """Train recipe variants on AN4 under one seed and one schedule, stop each after the same number
-of epochs (Ctrl-C, which saves and exits), and print a Markdown table of their dev CER.
+of epochs (Ctrl-C, which saves and exits), and print a Markdown table: dev CER, the epoch at which
+the attention became diagonal, seconds per epoch.
 
-    python scripts/ablation.py --stop-after 25
+    python scripts/ablation.py --stop-after 20 --parallel 2
 
 Every variant keeps the default schedule (its `--epochs`), so the learning-rate and
-teacher-forcing curves agree up to the stopping epoch; only the named settings differ.
+teacher-forcing curves agree up to the stopping epoch; only the named settings differ. With
+`--parallel N`, N variants train at once, each on one thread (on a small model that is more
+throughput than N threads on one), so their seconds per epoch compare with each other only.
+Finished variants are not retrained: delete their run directory to redo one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -18,11 +23,21 @@ from pathlib import Path
 
 import typer
 
+from las.alignment import Alignment
+
+SPELLER = "{speller}"  # replaced by the pre-trained speller's path
+
 VARIANTS: dict[str, list[str]] = {
-    "default (location attention, CTC 0.5)": [],
-    "location, CTC 0.3": ["model.ctc_weight=0.3"],
+    "location (default)": [],
+    "location, cumulative": ["model.cumulative_attention=true"],
     "location, no CTC": ["model.ctc_weight=0"],
-    "dot attention, CTC 0.5": ["model.attention=dot"],
+    "location, speller pre-trained as LM": [f"train.speller_init={SPELLER}"],
+    "dot": ["model.attention=dot"],
+    "scaled dot": ["model.attention=scaled_dot"],
+    "general (bilinear)": ["model.attention=general"],
+    "additive": ["model.attention=additive"],
+    "multi-head scaled dot, 4 heads": ["model.attention=scaled_dot", "model.attention_heads=4"],
+    "multi-head location, 4 heads": ["model.attention_heads=4"],
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -33,42 +48,83 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def train_until(run: Path, assignments: list[str], stop_after: int) -> list[dict]:
+def start(run: Path, assignments: list[str], threads: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "las", "train", "--out", str(run)]
     command += [item for assignment in assignments for item in ("--set", assignment)]
     # SIGINT back to its default in the child: a shell starts background jobs with it ignored,
     # and the Ctrl-C that stops training would then never arrive.
-    process = subprocess.Popen(
+    return subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=open(run.with_suffix(".log"), "w"),  # noqa: SIM115 - the child owns it
+        env={**os.environ, "OMP_NUM_THREADS": str(threads)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    while process.poll() is None and len(records(run)) < stop_after:
+
+
+def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None:
+    """Train every run in `jobs`, `parallel` at a time, stopping each after `stop_after` epochs."""
+    waiting = [run for run in jobs if len(records(run)) < stop_after]
+    running: dict[Path, subprocess.Popen] = {}
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            run = waiting.pop(0)
+            run.parent.mkdir(parents=True, exist_ok=True)
+            running[run] = start(run, jobs[run], threads)
         time.sleep(2)
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        process.wait()
-    return records(run)[:stop_after]
+        for run, process in list(running.items()):
+            if process.poll() is None and len(records(run)) >= stop_after:
+                process.send_signal(signal.SIGINT)
+                process.wait()
+            if process.poll() is not None:
+                if len(records(run)) < stop_after:
+                    raise SystemExit(f"{run} stopped after {len(records(run))} epochs; see {run.with_suffix('.log')}")
+                del running[run]
+
+
+def diagonal_epoch(history: list[dict]) -> int | None:
+    """The first epoch from which the dev attention stayed diagonal."""
+    first = None
+    for record in history:
+        alignment = Alignment(record["dev_alignment_monotonic"] or 0.0, record["dev_alignment_coverage"] or 0.0)
+        first = (first or record["epoch"]) if alignment.diagonal else None
+    return first
 
 
 @app.command()
-def main(stop_after: int = 25, root: Path = Path("runs/ablation")) -> None:
-    rows = []
-    for name, assignments in VARIANTS.items():
-        run = root / name.split(" (")[0].replace(" ", "-").replace(",", "").replace(".", "")
-        history = records(run) if len(records(run)) >= stop_after else train_until(run, assignments, stop_after)
-        history = history[:stop_after]
+def main(
+    stop_after: int = 20,
+    parallel: int = 2,
+    root: Path = Path("runs/ablation"),
+    pretrain_epochs: int = 20,
+) -> None:
+    speller = root / "speller.pt"
+    if any(SPELLER in setting for settings in VARIANTS.values() for setting in settings) and not speller.exists():
+        subprocess.run(
+            [sys.executable, "-m", "las", "pretrain", "--out", str(speller), "--epochs", str(pretrain_epochs)],
+            check=True,
+        )
+    jobs = {
+        root / name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", ""): [
+            setting.replace(SPELLER, str(speller)) for setting in settings
+        ]
+        for name, settings in VARIANTS.items()
+    }
+    run_all(jobs, stop_after, parallel)
+    checkpoints = sorted({5, 10, 15, stop_after})
+    print(
+        "| variant | "
+        + " | ".join(f"dev CER @{epoch}" for epoch in checkpoints)
+        + " | best | diagonal from epoch | s/epoch |"
+    )
+    print("| --- " * (len(checkpoints) + 4) + "|")
+    for name, run in zip(VARIANTS, jobs, strict=True):
+        history = records(run)[:stop_after]
+        cells = " | ".join(f"{history[epoch - 1]['dev_cer']:.1f}" for epoch in checkpoints)
         best = min(record["dev_cer"] for record in history)
         seconds = sorted(record["seconds"] for record in history)[len(history) // 2]
-        cer_at = {epoch: history[epoch - 1]["dev_cer"] for epoch in (10, 15, 20, stop_after) if epoch <= len(history)}
-        rows.append((name, cer_at, best, seconds))
-    epochs = sorted({epoch for _, cer_at, _, _ in rows for epoch in cer_at})
-    print("| variant | " + " | ".join(f"dev CER @{epoch}" for epoch in epochs) + " | best | s/epoch |")
-    print("| --- " * (len(epochs) + 3) + "|")
-    for name, cer_at, best, seconds in rows:
-        cells = " | ".join(f"{cer_at[epoch]:.1f}" for epoch in epochs)
-        print(f"| {name} | {cells} | {best:.1f} | {seconds:.1f} |")
+        print(f"| {name} | {cells} | {best:.1f} | {diagonal_epoch(history) or 'never'} | {seconds:.1f} |")
 
 
 if __name__ == "__main__":
