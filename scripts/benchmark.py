@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
     python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed
+    python scripts/benchmark.py throughput --device cuda --precisions fp32,bf16   # on a GPU
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
@@ -79,22 +80,31 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
 
 
-PACKED = "bucketed, packed (las's CUDA path)"
-
-
 @app.command()
-def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an4/train.tsv") -> None:
+def throughput(
+    utterances: int = 256,
+    repeats: int = 3,
+    manifest: str = "data/an4/train.tsv",
+    device: str = "auto",
+    precisions: str = "fp32",
+    workers: int = Config().data.workers,
+) -> None:
     """Training steps (forward, backward, update) of the default model over the same utterances,
-    batched three ways, interleaved: length-bucketed batches on the padded CPU path (what
-    `las train` does on a CPU), random (unbucketed) batches, and bucketed batches packed."""
+    interleaved: length-bucketed batches read by `workers` DataLoader processes as `las train`
+    does (padded BLSTMs on a CPU, packed on CUDA), random (unbucketed) padded batches, and
+    bucketed batches on the other BLSTM path; each at every precision in `precisions` (e.g.
+    "fp32,bf16" on a GPU). Data loading share = time the step waited for its batch."""
     from las.data.dataset import BucketBatchSampler, SpeechDataset
+    from las.device import autocast, resolve_device
     from las.losses import joint_loss
     from las.model.las import LAS
     from las.text import Vocabulary
 
     config = Config()
+    target = resolve_device(device)
+    cuda = target.type == "cuda"
     chosen = read_utterances(manifest)[:utterances]
-    features = FeatureCache(config.data.cache_dir, config.features).load(chosen)
+    features = FeatureCache(config.data.cache_dir, config.features, workers).load(chosen)
     vocabulary = Vocabulary.from_texts(u.text for u in chosen)
     dataset = SpeechDataset.from_utterances(chosen, features, Normalizer.fit(features), vocabulary)
     lengths = dataset.frame_counts()
@@ -103,59 +113,92 @@ def throughput(utterances: int = 256, repeats: int = 3, manifest: str = "data/an
     size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
     unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
     torch.manual_seed(0)
-    model = LAS.build(config.model, config.features.mel_bins, len(vocabulary))
+    model = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).to(target)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     layers = [model.listener.input_layer, *model.listener.pyramid]
 
-    def epoch(batches: list[list[int]], packed: bool) -> tuple[float, float]:
-        """Seconds spent collating batches, and in training steps."""
+    def epoch(batches: list[list[int]], packed: bool, precision: str) -> tuple[float, float]:
+        """Seconds waiting for batches, and in training steps."""
         for layer in layers:
             layer.packed = packed
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_sampler=batches, collate_fn=dataset.batch, num_workers=workers, pin_memory=cuda
+        )
         loading = stepping = 0.0
-        for indices in batches:
-            started = time.perf_counter()
-            batch = dataset.collate(indices)
+        started = time.perf_counter()
+        for batch in loader:
+            batch = batch.to(target)
             loaded = time.perf_counter()
-            output = model(batch.features, batch.feature_lengths, batch.targets_in)
-            loss, _ = joint_loss(
-                output, batch.targets_in, batch.targets_out, batch.target_lengths, config.model.ctc_weight, 0.1
-            )
+            with autocast(target, precision):
+                output = model(batch.features, batch.feature_lengths, batch.targets_in)
+                loss, _ = joint_loss(
+                    output, batch.targets_in, batch.targets_out, batch.target_lengths, config.model.ctc_weight, 0.1
+                )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
             loading += loaded - started
-            stepping += time.perf_counter() - loaded
+            started = time.perf_counter()
+            stepping += started - loaded
         return loading, stepping
 
-    variants = {
-        "bucketed, padded (las on CPU)": (bucketed, False),
-        "unbucketed, padded": (unbucketed, False),
-        PACKED: (bucketed, True),
-    }
+    ours, other = ("packed", "padded") if cuda else ("padded", "packed")
+    variants = {}
+    for precision in precisions.split(","):
+        variants |= {
+            f"bucketed, {ours} ({precision}, las on {target.type})": (bucketed, cuda, precision),
+            f"unbucketed, padded ({precision})": (unbucketed, False, precision),
+            f"bucketed, {other} ({precision})": (bucketed, not cuda, precision),
+        }
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-    epoch(bucketed[:2], False)  # warm-up
+    peaks: dict[str, int] = {}
+    epoch(bucketed[:2], cuda, "fp32")  # warm-up
     for _ in range(repeats):
-        for name, (batches, packed) in variants.items():
-            timings[name].append(epoch(batches, packed))
+        for name, variant in variants.items():
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            timings[name].append(epoch(*variant))
+            peaks[name] = torch.cuda.max_memory_allocated() // 2**20 if cuda else peak_rss_mb()
     frames = sum(lengths)
+    where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(
         f"{len(dataset)} AN4 utterances ({frames} frames), default model, batches of up to "
-        f"{config.data.batch_size}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{config.data.batch_size}, {workers} loader workers, torch {torch.__version__}, {where}, "
         f"median of {repeats} interleaved passes:\n"
     )
-    print("| batching | padded frames | seconds | frames/s | data loading share |\n| --- | --- | --- | --- | --- |")
+    memory = "peak GPU memory MB" if cuda else "peak RSS MB (process, cumulative)"
+    print(f"| batching | padded frames | seconds | frames/s | data loading share | {memory} |")
+    print("| --- | --- | --- | --- | --- | --- |")
     medians = {}
-    for name, (batches, _) in variants.items():
+    for name, (batches, _, _) in variants.items():
         padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in batches)
         total = statistics.median(loading + stepping for loading, stepping in timings[name])
         share = statistics.median(loading / (loading + stepping) for loading, stepping in timings[name])
         medians[name] = total
-        print(f"| {name} | {padded / frames - 1:.1%} extra | {total:.2f} | {frames / total:,.0f} | {share:.2%} |")
-    ours = medians["bucketed, padded (las on CPU)"]
-    print(
-        f"\nbucketed is {medians['unbucketed, padded'] / ours:.2f}x the frames/s of unbucketed batches, "
-        f"{medians[PACKED] / ours:.2f}x those of packed ones on this CPU"
-    )
+        print(
+            f"| {name} | {padded / frames - 1:.1%} extra | {total:.2f} | {frames / total:,.0f} | {share:.2%} | "
+            f"{peaks[name]:,} |"
+        )
+    print()
+    for precision in precisions.split(","):
+        las = medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
+        print(
+            f"{precision}: las's batches give {medians[f'unbucketed, padded ({precision})'] / las:.2f}x the frames/s "
+            f"of unbucketed padded ones, {medians[f'bucketed, {other} ({precision})'] / las:.2f}x those of "
+            f"bucketed {other} ones"
+        )
+    if len(precisions.split(",")) > 1:
+        first, *rest = precisions.split(",")
+        base = medians[f"bucketed, {ours} ({first}, las on {target.type})"]
+        for precision in rest:
+            ratio = base / medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
+            print(f"{precision} gives {ratio:.2f}x the frames/s of {first}")
+
+
+def peak_rss_mb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
 
 
 @app.command()
