@@ -24,36 +24,65 @@ def expected() -> list[tuple[str, bytes, str]]:
     return [(identifier, Path(audio).read_bytes(), text) for identifier, audio, _, text in ROWS]
 
 
-def test_tsv_manifest(tmp_path: Path, expected: list) -> None:
-    assert records(write_manifest(tmp_path / "m.tsv", ROWS)) == expected
+def make_tsv(directory: Path) -> Path:
+    return write_manifest(directory / "m.tsv", ROWS)
 
 
-def test_jsonl_manifest_with_relative_paths_and_optional_ids(tmp_path: Path, expected: list) -> None:
+def make_jsonl(directory: Path) -> Path:
+    """Audio paths relative to the manifest; only the first line names its id."""
     for identifier, audio, _, _ in ROWS:
-        shutil.copy(audio, tmp_path / f"{identifier}.flac")
+        shutil.copy(audio, directory / f"{identifier}.flac")
     lines = [
         {"audio_filepath": f"{identifier}.flac", "duration": float(duration), "text": text}
         | ({"id": identifier} if index == 0 else {})
         for index, (identifier, _, duration, text) in enumerate(ROWS)
     ]
-    manifest = tmp_path / "m.jsonl"
+    manifest = directory / "m.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert records(manifest) == expected
+    return manifest
 
 
-def test_kaldi_data_directory(tmp_path: Path, expected: list) -> None:
-    (tmp_path / "wav.scp").write_text("".join(f"{identifier} {audio}\n" for identifier, audio, _, _ in ROWS))
-    (tmp_path / "text").write_text("".join(f"{identifier} {text}\n" for identifier, _, _, text in reversed(ROWS)))
-    assert records(tmp_path) == expected
+def make_kaldi(directory: Path) -> Path:
+    (directory / "wav.scp").write_text("".join(f"{identifier} {audio}\n" for identifier, audio, _, _ in ROWS))
+    (directory / "text").write_text("".join(f"{identifier} {text}\n" for identifier, _, _, text in reversed(ROWS)))
+    return directory
 
 
-def test_librispeech_layout(tmp_path: Path, expected: list) -> None:
-    chapter = tmp_path / "speaker" / "chapter"
+def make_librispeech(directory: Path) -> Path:
+    chapter = directory / "speaker" / "chapter"
     chapter.mkdir(parents=True)
     for identifier, audio, _, _ in ROWS:
         shutil.copy(audio, chapter / f"{identifier}.flac")
     (chapter / "speaker-chapter.trans.txt").write_text("".join(f"{row[0]} {row[3]}\n" for row in ROWS))
-    assert records(tmp_path) == expected
+    return directory
+
+
+FORMATS = {"tsv": make_tsv, "jsonl": make_jsonl, "kaldi": make_kaldi, "librispeech": make_librispeech}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_format_gives_the_same_records(tmp_path: Path, expected: list, name: str) -> None:
+    assert records(FORMATS[name](tmp_path)) == expected
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_format_trains_and_decodes_through_the_cli(tmp_path: Path, name: str) -> None:
+    from typer.testing import CliRunner
+
+    from las.cli import app
+
+    from .conftest import TINY
+
+    data = FORMATS[name](tmp_path)
+    settings = [item for setting in [*TINY, f"data.cache_dir={tmp_path / 'cache'}"] for item in ("--set", setting)]
+    runner = CliRunner()
+    out = tmp_path / "run"
+    arguments = ["train", "--train", data, "--dev", data, "--input-format", name, "--out", out, "--epochs", "1"]
+    result = runner.invoke(app, [str(item) for item in [*arguments, *settings]])
+    assert result.exit_code == 0, result.stderr
+    result = runner.invoke(app, ["decode", str(out / "last.pt"), str(data), "--format", "kaldi"])
+    assert result.exit_code == 0, result.stderr
+    assert [line.split(" ")[0] for line in result.stdout.splitlines()] == [row[0] for row in ROWS]
 
 
 def test_audio_folder_and_single_file_have_no_transcripts(tmp_path: Path, expected: list) -> None:
