@@ -227,6 +227,15 @@ def decode(
             help=with_default("Beam search: CTC prefix score weight.", DEFAULTS.decode.ctc_weight),
         ),
     ] = None,
+    language_model: Annotated[
+        str | None, typer.Option("--lm", help="Beam search: character LM (from las pretrain) for shallow fusion.")
+    ] = None,
+    lm_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--lm-weight", min=0.0, help=with_default("Beam search: LM fusion weight.", DEFAULTS.decode.lm_weight)
+        ),
+    ] = None,
     batch_size: Annotated[
         int | None,
         typer.Option("--batch-size", min=1, help=with_default("Utterances per batch.", DEFAULTS.decode.batch_size)),
@@ -253,6 +262,8 @@ def decode(
         "decode.length_penalty": length_penalty,
         "decode.nbest": nbest,
         "decode.ctc_weight": ctc_weight,
+        "decode.lm": language_model,
+        "decode.lm_weight": lm_weight,
         "decode.batch_size": batch_size,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])

@@ -110,6 +110,10 @@ class DecodeConfig:
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: float = 0.0
     ctc_weight: float = 0.0  # joint CTC prefix score in beam search (needs a model with a CTC head)
+    # Shallow fusion in beam search: + lm_weight * log p_LM(next character), with the character LM
+    # written by `las pretrain` (same vocabulary).
+    lm: str = ""
+    lm_weight: float = 0.0
     samples: int = 32  # random search: paths drawn per utterance
     temperature: float = 1.0
     seed: int = 0

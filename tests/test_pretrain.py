@@ -10,7 +10,10 @@ from typer.testing import CliRunner
 from las.cli import app
 from las.config import Config
 from las.errors import LasError
-from las.pretrain import pretrain_speller
+from las.model.listener import ListenerOutput
+from las.pretrain import load_language_model, pretrain_speller, silent_memory
+from las.search import build_strategy
+from las.text import Vocabulary
 from las.train import Trainer, load_corpus
 
 from .conftest import TINY
@@ -54,3 +57,37 @@ def test_pretrain_command(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> 
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.stderr
     assert "language-model loss" in result.stdout and (tmp_path / "sp.pt").is_file()
+
+
+def sequence_log_likelihood(
+    speller: torch.nn.Module, memory: ListenerOutput, tokens: list[int], vocabulary: Vocabulary
+) -> float:
+    """log p(tokens + <eos>) under teacher forcing."""
+    targets_in = torch.tensor([[vocabulary.sos, *tokens]])
+    targets_out = torch.tensor([[*tokens, vocabulary.eos]])
+    logits, _ = speller(memory, targets_in)
+    return logits.log_softmax(dim=-1).gather(2, targets_out[:, :, None]).sum().item()
+
+
+def test_shallow_fusion_adds_the_weighted_language_model_score(tiny_config: Config, tmp_path: Path) -> None:
+    corpus = load_corpus(tiny_config, None, None)
+    pretrain_speller(tiny_config, corpus.train.texts, tmp_path / "lm.pt", epochs=5)
+    model = Trainer(tiny_config, corpus, tmp_path / "run", None).model.eval()
+    vocabulary = corpus.train.vocabulary
+    batch = corpus.dev.collate(range(len(corpus.dev)))
+    with torch.no_grad():
+        memory = model.listener(batch.features, batch.feature_lengths)
+        settings = replace(tiny_config.decode, strategy="beam", beam_size=3, lm=str(tmp_path / "lm.pt"))
+        plain = build_strategy(settings, vocabulary, model).search(model, memory)
+        unfused = build_strategy(replace(settings, lm_weight=0.0), vocabulary, model).search(model, memory)
+        fused = build_strategy(replace(settings, lm_weight=0.5), vocabulary, model).search(model, memory)
+        language_model = load_language_model(tmp_path / "lm.pt", vocabulary)
+        for row, hypotheses in enumerate(fused):
+            tokens = hypotheses[0].tokens
+            own_memory = memory.select(torch.tensor([row]))
+            acoustic = sequence_log_likelihood(model.speller, own_memory, tokens, vocabulary)
+            text = sequence_log_likelihood(language_model, silent_memory(1, 48, 48), tokens, vocabulary)
+            assert hypotheses[0].score == pytest.approx(acoustic + 0.5 * text, abs=1e-3)
+    assert [[h.tokens for h in row] for row in unfused] == [[h.tokens for h in row] for row in plain]
+    with pytest.raises(LasError, match="decode.lm_weight > 0 needs a language model"):
+        build_strategy(replace(settings, lm="", lm_weight=0.5), vocabulary, model)

@@ -62,6 +62,11 @@ class Speller(nn.Module):
         if tie_embedding:
             self.output.weight = self.embedding.weight
 
+    @property
+    def attention_dimensions(self) -> tuple[int, int]:
+        """(key_dim, value_dim) of the memory it attends to."""
+        return self.query.out_features, self.bottleneck.in_features - self.query.in_features
+
     def initial_state(self, memory: ListenerOutput) -> SpellerState:
         batch = memory.values.shape[0]
         zeros = memory.values.new_zeros(batch, self.query.in_features)

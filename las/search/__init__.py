@@ -7,9 +7,13 @@ in one tensor batch per step — on CPU and CUDA alike.
 
 from __future__ import annotations
 
+import torch
+
 from las.config import DecodeConfig
 from las.errors import LasError
 from las.model.las import LAS
+from las.model.speller import Speller
+from las.pretrain import load_language_model
 from las.search.beam import BeamSearch
 from las.search.common import Hypothesis, Strategy, Symbols
 from las.search.ctc_greedy import CTCGreedySearch
@@ -61,5 +65,19 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
             length_normalize=config.length_normalize,
             eos_threshold=config.eos_threshold,
             ctc_weight=config.ctc_weight,
+            language_model=fused_language_model(config, vocabulary, model),
+            lm_weight=config.lm_weight,
         )
     raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam, ctc)")
+
+
+def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None) -> Speller | None:
+    """The LM for shallow fusion, on the model's device; None when fusion is off."""
+    if config.lm_weight < 0:
+        raise LasError(f"decode.lm_weight must not be negative, got {config.lm_weight}")
+    if config.lm_weight == 0:
+        return None
+    if not config.lm:
+        raise LasError("decode.lm_weight > 0 needs a language model: decode.lm=FILE (written by las pretrain)")
+    device = next(model.parameters()).device if model is not None else torch.device("cpu")
+    return load_language_model(config.lm, vocabulary).to(device)

@@ -8,7 +8,8 @@ import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.model.speller import SpellerState
+from las.model.speller import Speller, SpellerState
+from las.pretrain import silent_memory
 from las.search.common import Hypothesis, Symbols, length_limits, step_log_probs
 from las.search.ctc_prefix import CTCPrefixScorer, PrefixState
 
@@ -26,9 +27,16 @@ class Rows:
     min_lengths: torch.Tensor  # (rows,)
     ctc: CTCPrefixScorer | None
     ctc_state: PrefixState | None
+    language_model: SpellerState | None  # the fused LM's state after each prefix
+    silence: ListenerOutput | None  # the LM's zero attention memory, one frame per row
 
     def extend(
-        self, origin: torch.Tensor, tokens: torch.Tensor, speller: SpellerState, ctc_state: PrefixState | None
+        self,
+        origin: torch.Tensor,
+        tokens: torch.Tensor,
+        speller: SpellerState,
+        ctc_state: PrefixState | None,
+        language_model: SpellerState | None,
     ) -> Rows:
         """Rows after a step: prefix `origin[row]` extended by `tokens[row]` (the same utterance)."""
         return replace(
@@ -38,6 +46,7 @@ class Rows:
             history=torch.cat([self.history[origin], tokens[:, None]], dim=1),
             attention=self.attention[origin],
             ctc_state=ctc_state,
+            language_model=language_model.select(origin) if language_model is not None else None,
         )
 
     def keep(self, rows: torch.Tensor) -> Rows:
@@ -55,6 +64,8 @@ class Rows:
             self.min_lengths[rows],
             self.ctc.select(rows) if self.ctc is not None else None,
             ctc_state,
+            self.language_model.select(rows) if self.language_model is not None else None,
+            self.silence.select(rows) if self.silence is not None else None,
         )
 
 
@@ -63,7 +74,8 @@ class BeamSearch:
     """Keeps the `beam_size` best prefixes of each utterance; a prefix that ends among the best
     `beam_size` candidates of a step is final. An utterance is done with `beam_size` final
     hypotheses, or at its length limit. With `ctc_weight` λ each step scores
-    (1 - λ) · attention + λ · CTC prefix increment (Watanabe et al. 2017)."""
+    (1 - λ) · attention + λ · CTC prefix increment (Watanabe et al. 2017); with a
+    `language_model` and `lm_weight` β, plus β · log p_LM (shallow fusion, Gulcehre et al. 2015)."""
 
     symbols: Symbols
     max_length_ratio: float
@@ -74,6 +86,8 @@ class BeamSearch:
     length_normalize: bool
     eos_threshold: float
     ctc_weight: float
+    language_model: Speller | None = None  # a character LM written by `las pretrain`
+    lm_weight: float = 0.0
 
     def rank(self, hypothesis: Hypothesis) -> float:
         """Ranking score of a final hypothesis: length-normalised and/or with a per-character bonus."""
@@ -99,6 +113,9 @@ class BeamSearch:
             if rows.ctc is not None:
                 increments, ctc_forward = rows.ctc.score(rows.ctc_state)
                 step_scores = (1 - self.ctc_weight) * log_probs + self.ctc_weight * increments
+            if rows.language_model is not None:
+                lm_logits, language_model = self.language_model.step(rows.tokens, rows.language_model, rows.silence)
+                step_scores = step_scores + self.lm_weight * lm_logits.float().log_softmax(dim=-1)
             candidates = self.allowed(scores.reshape(-1, 1) + step_scores, log_probs, step + 1, rows)
             vocabulary = candidates.shape[1]
             # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
@@ -124,7 +141,9 @@ class BeamSearch:
             ctc_state = None
             if rows.ctc is not None:
                 ctc_state = rows.ctc.select_extensions(ctc_forward, increments, rows.ctc_state, origin, tokens)
-            rows = rows.extend(origin, tokens, speller, ctc_state)
+            rows = rows.extend(
+                origin, tokens, speller, ctc_state, language_model if rows.language_model is not None else None
+            )
             done = torch.tensor([len(finals[index]) >= beams for index in original], device=device)
             done |= ~torch.isfinite(scores).any(dim=1)
             if done.all():
@@ -144,6 +163,11 @@ class BeamSearch:
             ctc_log_probs = model.ctc_head(memory.hidden).log_softmax(-1)
             ctc = CTCPrefixScorer.from_log_probs(ctc_log_probs, memory.lengths, self.symbols.blank, self.symbols.eos)
             ctc_state = ctc.initial_state()
+        language_model = silence = None
+        if self.language_model is not None and self.lm_weight > 0:
+            attention = self.language_model.attention_dimensions
+            silence = silent_memory(rows, *attention, device)
+            language_model = self.language_model.initial_state(silence)
         return Rows(
             memory=memory,
             speller=model.speller.initial_state(memory),
@@ -154,6 +178,8 @@ class BeamSearch:
             min_lengths=(memory.lengths.float() * self.min_length_ratio).floor().long(),
             ctc=ctc,
             ctc_state=ctc_state,
+            language_model=language_model,
+            silence=silence,
         )
 
     def allowed(self, candidates: torch.Tensor, log_probs: torch.Tensor, length: int, rows: Rows) -> torch.Tensor:
