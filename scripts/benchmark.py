@@ -3,6 +3,7 @@
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
     python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed
     python scripts/benchmark.py throughput --device cuda --precisions fp32,bf16   # on a GPU
+    python scripts/benchmark.py cache             # feature extraction: workers, then a warm second run
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
@@ -195,6 +196,36 @@ def throughput(
         for precision in rest:
             ratio = base / medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
             print(f"{precision} gives {ratio:.2f}x the frames/s of {first}")
+
+
+@app.command()
+def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
+    """Feature extraction into an empty cache with each worker count, then a second load of the
+    same data (what every later run does), and one full pass reading the memory-mapped features."""
+    import tempfile
+
+    config = Config()
+    utterances = read_utterances(manifest)
+    print(f"{len(utterances)} utterances of {manifest}, torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    print("| step | workers | seconds | utterances/s |\n| --- | --- | --- | --- |")
+    for count in [int(item) for item in workers.split(",")]:
+        with tempfile.TemporaryDirectory() as directory:
+            started = time.perf_counter()
+            FeatureCache(directory, config.features, count).load(utterances)
+            cold = time.perf_counter() - started
+            started = time.perf_counter()
+            features = FeatureCache(directory, config.features, count).load(utterances)
+            warm = time.perf_counter() - started
+            started = time.perf_counter()
+            frames = sum(len(item) for item in features)
+            read = time.perf_counter() - started
+        steps = {
+            "extract into an empty cache": cold,
+            "second run: index lookup": warm,
+            f"read all {frames:,} frames (float16 -> float32)": read,
+        }
+        for step, seconds in steps.items():
+            print(f"| {step} | {count} | {seconds:.2f} | {len(utterances) / seconds:,.0f} |")
 
 
 def peak_rss_mb() -> int:
