@@ -19,7 +19,7 @@ from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import BucketBatchSampler, SpeechDataset
+from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.device import autocast
@@ -66,6 +66,16 @@ class Progress:
     frames: int = 0
     train_seconds: float = 0.0
     rng: dict[str, Any] = field(default_factory=dict)
+
+    def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
+        """One optimizer update done: counted only now, so a resume never skips a batch."""
+        self.batch_in_epoch += 1
+        self.step += 1
+        self.loss_sum += loss
+        self.loss_batches += 1
+        for name, value in parts.items():
+            self.part_sums[name] = self.part_sums.get(name, 0.0) + value
+        self.frames += frames
 
     def next_epoch(self, dev_cer: float, seconds: float) -> Progress:
         """The progress at the start of the following epoch: totals kept, epoch sums cleared."""
@@ -248,54 +258,57 @@ class Trainer:
         started = time.perf_counter()
         for indices in bar:
             batch = next(loader).to(self.device)
-            features = batch.features
-            if augment:
-                features = spec_augment(
-                    features,
-                    batch.feature_lengths,
-                    settings.frequency_masks,
-                    settings.frequency_mask_width,
-                    settings.time_masks,
-                    settings.time_mask_width,
-                )
-            with autocast(self.device, settings.precision):
-                output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
-                loss, parts = joint_loss(
-                    output,
-                    batch.targets_in,
-                    batch.targets_out,
-                    batch.target_lengths,
-                    self.config.model.ctc_weight,
-                    settings.label_smoothing,
-                    self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
-                )
+            loss, parts = self.batch_loss(batch, indices, forcing, augment)
             # One reduction gives every rank the global batch's loss, its parts and frame count.
-            total_loss, frames, *part_values = distributed.sum(
-                [loss.item(), float(batch.feature_lengths.sum()), *parts.values()]
-            )
+            total, frames, *values = distributed.sum([loss.item(), float(batch.feature_lengths.sum()), *parts.values()])
             self.optimizer.zero_grad(set_to_none=True)
-            if not math.isfinite(total_loss):
-                progress.batch_in_epoch += 1
-                progress.bad_batches += 1
-                if progress.bad_batches > settings.max_bad_batches:
-                    raise LasError(
-                        f"training diverged: {progress.bad_batches} batches with a non-finite loss "
-                        "(lower train.learning_rate?)"
-                    )
+            if not math.isfinite(total):
+                self.skip_bad_batch()
                 continue
             (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
             clip_gradients(self.model, settings.gradient_clip)
             self.optimizer.step()
             self.scheduler.step()
-            progress.batch_in_epoch += 1  # counted once its update is made, so a resume never skips one
-            progress.step += 1
-            progress.loss_sum += total_loss
-            progress.loss_batches += 1
-            for name, value in zip(parts, part_values, strict=True):
-                progress.part_sums[name] = progress.part_sums.get(name, 0.0) + value
-            progress.frames += int(frames)
+            progress.record(total, dict(zip(parts, values, strict=True)), int(frames))
             bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
         progress.train_seconds += time.perf_counter() - started
+
+    def batch_loss(
+        self, batch: Batch, indices: list[int], forcing: float, augment: bool
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This rank's share of the global batch `indices`' loss, and its parts for the log."""
+        settings = self.config.train
+        features = batch.features
+        if augment:
+            features = spec_augment(
+                features,
+                batch.feature_lengths,
+                settings.frequency_masks,
+                settings.frequency_mask_width,
+                settings.time_masks,
+                settings.time_mask_width,
+            )
+        with autocast(self.device, settings.precision):
+            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
+            return joint_loss(
+                output,
+                batch.targets_in,
+                batch.targets_out,
+                batch.target_lengths,
+                self.config.model.ctc_weight,
+                settings.label_smoothing,
+                self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
+            )
+
+    def skip_bad_batch(self) -> None:
+        """Skip a batch whose loss is not finite; too many of them stop training."""
+        progress = self.progress
+        progress.batch_in_epoch += 1
+        progress.bad_batches += 1
+        if progress.bad_batches > self.config.train.max_bad_batches:
+            raise LasError(
+                f"training diverged: {progress.bad_batches} batches with a non-finite loss (lower train.learning_rate?)"
+            )
 
     def loader(self, batches: list[list[int]]) -> torch.utils.data.DataLoader:
         """This rank's share of `batches`, each utterance in this epoch's variant, read and
