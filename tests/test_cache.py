@@ -63,3 +63,10 @@ def test_streaming_statistics_equal_the_statistics_of_everything_at_once(tmp_pat
     normalizer = Normalizer.fit(features)
     torch.testing.assert_close(normalizer.mean, everything.mean(0).float())
     torch.testing.assert_close(normalizer.std, everything.std(0, unbiased=False).float())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_extraction_leaves_the_callers_threads_alone(tmp_path: Path, utterances: list, workers: int) -> None:
+    threads = torch.get_num_threads()
+    FeatureCache(tmp_path / "cache", FeatureConfig(), workers=workers).load(utterances)
+    assert torch.get_num_threads() == threads

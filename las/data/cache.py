@@ -22,13 +22,14 @@ import math
 import multiprocessing
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import decode_audio, read_bytes
@@ -37,6 +38,16 @@ from las.data.manifest import Utterance
 from las.progress import progress_bar
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An utterance to extract: its cache key and where its audio is."""
+
+    key: str
+    audio: Path
+    source: tuple[str, int, int]  # (path, size, mtime) it was read from
+    digest: str  # sha256 of the audio bytes
 
 
 @dataclass(frozen=True)
@@ -114,12 +125,12 @@ class FeatureCache:
         digests = [self.digest(utterance.audio, source) for utterance, source in zip(utterances, sources, strict=True)]
         keys = [f"{digest}@{speed:g}" for digest in digests]
         missing = {
-            key: (utterance.audio, source, digest)
+            key: Missing(key, utterance.audio, source, digest)
             for key, utterance, source, digest in zip(keys, utterances, sources, digests, strict=True)
             if key not in self.entries
         }
         if missing:
-            self.extract(list(missing.items()), speed, description)
+            self.extract(list(missing.values()), speed, description)
         return StoredFeatures(self.directory, [self.entries[key] for key in keys])
 
     def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
@@ -131,7 +142,7 @@ class FeatureCache:
             self.digests[source] = hashlib.sha256(read_bytes(path)).hexdigest()
         return self.digests[source]
 
-    def extract(self, missing: list[tuple[str, tuple[Path, tuple, str]]], speed: float, description: str) -> None:
+    def extract(self, missing: list[Missing], speed: float, description: str) -> None:
         """Compute the missing utterances in chunks, one shard each, and index them."""
         self.directory.mkdir(parents=True, exist_ok=True)
         size = min(SHARD_UTTERANCES, math.ceil(len(missing) / max(1, self.workers)))
@@ -141,14 +152,16 @@ class FeatureCache:
         ]
         bar = progress_bar(range(len(missing)), description, "utt")
         if self.workers > 0 and len(chunks) > 1:
-            # fork: workers inherit the imported modules; torch resets its thread pool in them.
-            with multiprocessing.get_context("fork").Pool(min(self.workers, len(chunks))) as pool:
+            # fork: workers inherit the imported modules; one thread each, one core each.
+            context = multiprocessing.get_context("fork")
+            with context.Pool(min(self.workers, len(chunks)), initializer=torch.set_num_threads, initargs=(1,)) as pool:
                 self.index(pool.imap_unordered(extract_chunk, chunks), bar)
         else:
             self.index(map(extract_chunk, chunks), bar)
         bar.close()
 
-    def index(self, results: Any, bar: Any) -> None:
+    def index(self, results: Iterable[list[dict[str, Any]]], bar: tqdm) -> None:
+        """Append each chunk's records to the index once its shard is in place."""
         with open(self.index_path, "a") as file:
             for records in results:
                 file.write("".join(json.dumps(record) + "\n" for record in records))
@@ -168,26 +181,25 @@ def source_of(path: Path) -> tuple[str, int, int]:
     return (str(path.resolve()), status.st_size, status.st_mtime_ns)
 
 
-def extract_chunk(job: tuple[Path, FeatureConfig, float, list]) -> list[dict[str, Any]]:
+def extract_chunk(job: tuple[Path, FeatureConfig, float, list[Missing]]) -> list[dict[str, Any]]:
     """Features of a chunk of utterances -> one float16 shard; its index records."""
     directory, config, speed, items = job
-    torch.set_num_threads(1)  # one core per worker
     extractor = FilterbankExtractor(config)
     arrays, records, offset = [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
-    for key, (path, source, digest) in items:
-        waveform = decode_audio(read_bytes(path), path, config.sample_rate)
+    for item in items:
+        waveform = decode_audio(read_bytes(item.audio), item.audio, config.sample_rate)
         features = extractor(change_speed(waveform, speed, config.sample_rate)).numpy()
         arrays.append(features.astype(np.float16))
         records.append(
             dict(
-                key=key,
+                key=item.key,
                 shard=name,
                 offset=offset,
                 frames=len(features),
                 dimension=features.shape[1],
-                source=list(source),
-                digest=digest,
+                source=list(item.source),
+                digest=item.digest,
             )
         )
         offset += len(features)
