@@ -28,7 +28,7 @@ def train_command(processes: int) -> list[str]:
     return [sys.executable, *launcher, "-m", "las", "train"]
 
 
-def run_training(tmp_path: Path, processes: int) -> Path:
+def run_training(tmp_path: Path, processes: int, extra: tuple[str, ...] = ()) -> Path:
     out = tmp_path / f"run_{processes}"
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 8, longest_seconds=2.0))
     settings = TINY + [
@@ -38,6 +38,7 @@ def run_training(tmp_path: Path, processes: int) -> Path:
         "data.batch_size=4",
         "train.epochs=3",
         "train.learning_rate=5e-3",
+        *extra,
     ]
     arguments = [item for setting in settings for item in ("--set", setting)]
     # One thread per process: two processes on two cores, and sums in a fixed order.

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU checks and figures for docs/BENCHMARKS.md, for a session that is lent a GPU machine
+# (the `device` tool; its image has torch and torchaudio, the other wheels travel in .whl/ as
+# /work/.library/device/README.md describes). Each phase fits one 10-minute call:
+#
+#   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16
+#   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
+#   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
+set -euo pipefail
+phase=${1:?check, train or decode}
+out=${2:-gpu-results}
+mkdir -p "$out"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e .
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
+case "$phase" in
+check)
+    python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
+    python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --utterances 848 \
+        | tee "$out/throughput.md"
+    ;;
+train)
+    resume=$([ -f runs/gpu/last.pt ] && echo --resume || true)
+    timeout 540 python3 -m las train --out runs/gpu --device cuda --precision bf16 $resume 2>&1 \
+        | tee -a "$out/train.log" || true  # stopped by timeout: the next call resumes
+    python3 scripts/benchmark.py curve runs/gpu | tee "$out/curve.md"
+    ;;
+decode)
+    python3 scripts/benchmark.py strategies runs/gpu/best.pt data/an4/dev.tsv --device cuda \
+        | tee "$out/strategies.md"
+    ;;
+esac
