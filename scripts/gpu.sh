@@ -25,8 +25,8 @@ check)
     ;;
 train)
     resume=$([ -f runs/gpu/last.pt ] && echo --resume || true)
-    timeout 540 python3 -m las train --out runs/gpu --device cuda --precision bf16 $resume 2>&1 \
-        | tee -a "$out/train.log" || true  # stopped by timeout: the next call resumes
+    timeout -s INT 540 python3 -m las train --out runs/gpu --device cuda --precision bf16 $resume 2>&1 \
+        | tee -a "$out/train.log" || true  # Ctrl-C at the limit saves; the next call (same warm machine) resumes
     python3 scripts/benchmark.py curve runs/gpu | tee "$out/curve.md"
     ;;
 decode)
