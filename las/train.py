@@ -32,7 +32,7 @@ from las.model.las import LAS
 from las.plots import plot_hypothesis
 from las.pretrain import load_speller
 from las.progress import progress_bar
-from las.search import GreedySearch, Symbols
+from las.search import GreedySearch, Hypothesis, Symbols
 from las.text import Vocabulary
 
 
@@ -331,9 +331,8 @@ class Trainer:
         progress = self.progress
         started = time.perf_counter()
         plot = self.out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
-        dev_cer, alignment = evaluate_dev(
-            self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed
-        )
+        dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed)
+        dev_cer, alignment = dev.cer, dev.alignment
         seconds = progress.train_seconds + time.perf_counter() - started
         batches = max(1, progress.loss_batches)
         settings = self.config.train
@@ -346,6 +345,7 @@ class Trainer:
             # How diagonal the attention of the first dev utterance (the plotted one) is.
             "dev_alignment_monotonic": alignment.monotonic if alignment else None,
             "dev_alignment_coverage": alignment.coverage if alignment else None,
+            "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
             "seconds": round(seconds, 2),
             "elapsed_seconds": round(progress.elapsed + seconds, 2),
             "learning_rate": self.scheduler.get_last_lr()[0],
@@ -384,10 +384,10 @@ def evaluate_dev(
     device: torch.device,
     plot_path: Path,
     distributed: Distributed = Distributed(),
-) -> tuple[float, Alignment | None]:
-    """Greedy dev CER (no teacher forcing), and the attention map of the first dev utterance,
-    plotted and measured (by rank 0 only). Each rank decodes its shard of dev; every rank gets the
-    CER of all of it."""
+) -> DevResult:
+    """Greedy dev CER (no teacher forcing), the share of dev utterances decoded with a diagonal
+    attention map, and the map of the first dev utterance, plotted and measured (by rank 0 only).
+    Each rank decodes its shard of dev; every rank gets the figures of all of it."""
     indices = distributed.shard(range(len(dataset)))
     results = transcribe(
         model, dataset.subset(indices), search, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
@@ -398,9 +398,25 @@ def evaluate_dev(
     if distributed.is_main and best[0].attention is not None:  # rank 0's shard starts with utterance 0
         plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
         alignment = Alignment.of(best[0].attention)
-    decoded = [(index, vocabulary.decode(hypothesis.tokens)) for index, hypothesis in zip(indices, best, strict=True)]
-    texts = dict(pair for part in distributed.gather(decoded) for pair in part)
-    return character_error_rate([texts[index] for index in range(len(dataset))], dataset.texts), alignment
+    decoded = [
+        (index, vocabulary.decode(hypothesis.tokens), hypothesis.attention is not None and diagonal(hypothesis))
+        for index, hypothesis in zip(indices, best, strict=True)
+    ]
+    everything = sorted(item for part in distributed.gather(decoded) for item in part)  # (index, text, diagonal)
+    texts = [text for _, text, _ in everything]
+    diagonal_share = sum(straight for _, _, straight in everything) / len(dataset)
+    return DevResult(character_error_rate(texts, dataset.texts), alignment, diagonal_share)
+
+
+def diagonal(hypothesis: Hypothesis) -> bool:
+    return Alignment.of(hypothesis.attention).diagonal
+
+
+@dataclass(frozen=True)
+class DevResult:
+    cer: float
+    alignment: Alignment | None  # of the first dev utterance; None off rank 0 and for CTC decoding
+    diagonal_share: float  # of all dev utterances
 
 
 def capture_rng() -> dict[str, Any]:

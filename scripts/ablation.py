@@ -2,7 +2,8 @@
 of epochs (Ctrl-C, which saves and exits), and print a Markdown table: dev CER, the first epoch at
 which the attention of the fixed dev utterance was diagonal (argmax monotone for >= 90% of steps,
 sweeping >= half the frames: las/alignment.py) and how often it still was in the last five
-epochs, seconds per epoch.
+epochs, the share of all dev utterances decoded with a diagonal map by the best checkpoint,
+seconds per epoch.
 
     python scripts/ablation.py --stop-after 20 --parallel 2
 
@@ -85,6 +86,32 @@ def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None
                 del running[run]
 
 
+def best_checkpoint_alignment(run: Path) -> float:
+    """Share of dev utterances whose greedy attention map is diagonal, for the run's best.pt: one
+    utterance's map is a noisy signal, the whole dev set's is not."""
+    import tempfile
+
+    import torch
+
+    from las.checkpoint import load_checkpoint
+    from las.data.cache import FeatureCache
+    from las.data.dataset import SpeechDataset
+    from las.data.manifest import read_utterances
+    from las.search import GreedySearch, Symbols
+    from las.train import evaluate_dev
+
+    loaded = load_checkpoint(run / "best.pt")
+    config = loaded.config
+    utterances = read_utterances(config.data.dev)
+    features = FeatureCache(config.data.cache_dir, config.features).load(utterances)
+    dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, loaded.vocabulary, False)
+    search = GreedySearch(Symbols.of(loaded.vocabulary), config.decode.max_length_ratio)
+    with tempfile.TemporaryDirectory() as directory:
+        plot = Path(directory) / "attention.png"
+        result = evaluate_dev(loaded.build_model(), dataset, search, config, torch.device("cpu"), plot)
+    return result.diagonal_share
+
+
 def diagonal(record: dict) -> bool:
     """Whether the attention of the fixed dev utterance was diagonal after this epoch."""
     return Alignment(record["dev_alignment_monotonic"] or 0.0, record["dev_alignment_coverage"] or 0.0).diagonal
@@ -114,9 +141,9 @@ def main(
     print(
         "| variant | "
         + " | ".join(f"dev CER @{epoch}" for epoch in checkpoints)
-        + " | best | first diagonal epoch | diagonal in last 5 | s/epoch |"
+        + " | best | dev utterances diagonal, best | first diagonal epoch | diagonal in last 5 | s/epoch |"
     )
-    print("| --- " * (len(checkpoints) + 5) + "|")
+    print("| --- " * (len(checkpoints) + 6) + "|")
     for name, run in zip(VARIANTS, jobs, strict=True):
         history = records(run)[:stop_after]
         cells = " | ".join(f"{history[epoch - 1]['dev_cer']:.1f}" for epoch in checkpoints)
@@ -124,7 +151,8 @@ def main(
         seconds = sorted(record["seconds"] for record in history)[len(history) // 2]
         first = next((record["epoch"] for record in history if diagonal(record)), "never")
         recent = sum(diagonal(record) for record in history[-5:])
-        print(f"| {name} | {cells} | {best:.1f} | {first} | {recent}/5 | {seconds:.1f} |")
+        share = best_checkpoint_alignment(run)
+        print(f"| {name} | {cells} | {best:.1f} | {share:.0%} | {first} | {recent}/5 | {seconds:.1f} |")
 
 
 if __name__ == "__main__":

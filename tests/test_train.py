@@ -29,7 +29,8 @@ def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
     assert records[-1]["train_loss"] < 0.3 * records[0]["train_loss"]
     assert records[-1]["dev_cer"] <= 5.0  # greedy decoding, no teacher forcing
     # Four memorised utterances need no alignment, so only the measurement itself is checked here.
-    assert all(0 <= record[f"dev_alignment_{name}"] <= 1 for record in records for name in ("monotonic", "coverage"))
+    names = ("alignment_monotonic", "alignment_coverage", "diagonal_share")
+    assert all(0 <= record[f"dev_{name}"] <= 1 for record in records for name in names)
     assert (run / "best.pt").exists() and (run / "last.pt").exists()
     assert len(list((run / "attention").glob("epoch_*.png"))) == 100
     checkpoint = load_checkpoint(run / "best.pt")
