@@ -19,11 +19,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise LasError(f"train.precision {precision!r}: expected {' or '.join(PRECISIONS)}")
+
+
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Mixed precision for a forward pass: bf16 autocast (no loss scaling needed, unlike fp16), or
     plain float32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
+    check_precision(precision)
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
-    raise LasError(f"train.precision {precision!r}: expected fp32 or bf16")
+    return contextlib.nullcontext()

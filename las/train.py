@@ -22,7 +22,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
-from las.device import autocast
+from las.device import autocast, check_precision
 from las.distributed import Distributed
 from las.errors import LasError
 from las.inference import transcribe
@@ -171,7 +171,7 @@ class Trainer:
             # Many small kernels per output character: what compilation fuses. Shapes vary by batch.
             self.model.speller.step = torch.compile(self.model.speller.step, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
-        autocast(self.device, config.train.precision)  # an unknown precision fails here, not mid-epoch
+        check_precision(config.train.precision)  # here, not after the first epoch's data loading
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
