@@ -85,6 +85,8 @@ class TrainConfig:
     # Speed perturbation (Ko et al. 2015): each utterance is heard at speed 1-x, 1 or 1+x, drawn
     # anew every epoch (features of all three cached). 0 turns it off; needs audio, not features.
     speed_perturbation: float = 0.0
+    # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
+    average_best: int = 5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1

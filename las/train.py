@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from las.alignment import Alignment
+from las.averaging import Snapshot, average_states, rank_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import spec_augment
@@ -66,6 +67,7 @@ class Progress:
     frames: int = 0
     train_seconds: float = 0.0
     rng: dict[str, Any] = field(default_factory=dict)
+    snapshots: list[Snapshot] = field(default_factory=list)  # the epochs kept for averaging
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
@@ -85,6 +87,7 @@ class Progress:
             best_cer=min(self.best_cer, dev_cer),
             bad_batches=self.bad_batches,
             elapsed=self.elapsed + seconds,
+            snapshots=self.snapshots,
         )
 
 
@@ -242,6 +245,8 @@ class Trainer:
                 f"interrupted: saved {self.out / 'last.pt'} at epoch {self.progress.epoch + 1}, "
                 f"batch {self.progress.batch_in_epoch}; continue with --resume"
             ) from None
+        if self.distributed.is_main:
+            self.write_average()
 
     def train_epoch(self) -> None:
         """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on."""
@@ -361,7 +366,10 @@ class Trainer:
             return
         with open(self.out / "metrics.jsonl", "a") as file:
             file.write(json.dumps(record) + "\n")
+        dropped = self.keep_snapshot(dev_cer, record["epoch"])
         self.save(self.out / "last.pt")
+        for _, epoch in dropped:  # only now: last.pt no longer lists them
+            snapshot_path(self.out, epoch).unlink(missing_ok=True)
         if dev_cer <= self.progress.best_cer:
             temporary = self.out / ".best.pt.tmp"
             shutil.copyfile(self.out / "last.pt", temporary)
@@ -369,6 +377,39 @@ class Trainer:
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
+        )
+
+    def keep_snapshot(self, dev_cer: float, epoch: int) -> list[Snapshot]:
+        """Save this epoch's weights if they are among the `train.average_best` best; returns the
+        snapshots that fell out of that set, for deletion once `last.pt` is saved."""
+        count = self.config.train.average_best
+        if count < 2:
+            return []
+        kept, dropped = rank_snapshots(self.progress.snapshots, (dev_cer, epoch), count)
+        if (dev_cer, epoch) in kept:
+            path = snapshot_path(self.out, epoch)
+            path.parent.mkdir(exist_ok=True)
+            torch.save(self.model.state_dict(), path)
+        self.progress.snapshots = kept
+        return [snapshot for snapshot in dropped if snapshot[1] != epoch]
+
+    def write_average(self) -> None:
+        """`averaged.pt`: the mean weights of the kept snapshots, with its dev CER beside the best
+        single epoch's (`averaged.json`)."""
+        snapshots = self.progress.snapshots
+        if len(snapshots) < 2:
+            return
+        states = [torch.load(snapshot_path(self.out, epoch), weights_only=True) for _, epoch in snapshots]
+        self.model.load_state_dict(average_states(states))
+        plot = self.out / "attention" / "averaged.png"
+        dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
+        save_checkpoint(self.out / "averaged.pt", self.config, self.vocabulary, self.corpus.normalizer, self.model, {})
+        epochs = sorted(epoch for _, epoch in snapshots)
+        summary = {"epochs": epochs, "dev_cer": dev.cer, "best_epoch_dev_cer": self.progress.best_cer}
+        (self.out / "averaged.json").write_text(json.dumps(summary) + "\n")
+        tqdm.write(
+            f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% "
+            f"(best epoch {self.progress.best_cer:.2f}%) -> {self.out / 'averaged.pt'}"
         )
 
 

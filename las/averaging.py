@@ -1,0 +1,35 @@
+"""Checkpoint averaging (ESPnet's `average_nbest`): the weights of the epochs with the lowest dev
+CER, averaged element-wise into one model. Late epochs of one run sit around the same minimum;
+their mean lies nearer its centre than any one of them, and usually decodes better."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+Snapshot = tuple[float, int]  # (dev CER, epoch)
+
+
+def snapshot_path(out: Path, epoch: int) -> Path:
+    return out / "snapshots" / f"epoch_{epoch:03d}.pt"
+
+
+def rank_snapshots(kept: list[Snapshot], candidate: Snapshot, count: int) -> tuple[list[Snapshot], list[Snapshot]]:
+    """The `count` best of `kept` plus `candidate` (lowest CER; of equals, the later epoch), and the rest."""
+    ranked = sorted([*kept, candidate], key=lambda snapshot: (snapshot[0], -snapshot[1]))
+    return ranked[:count], ranked[count:]
+
+
+def average_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of floating-point tensors (summed in float64); other tensors from the first."""
+    if not states:
+        raise ValueError("no states to average")
+    averaged = {}
+    for name, first in states[0].items():
+        if first.is_floating_point():
+            total = sum(state[name].double() for state in states)
+            averaged[name] = (total / len(states)).to(first.dtype)
+        else:
+            averaged[name] = first.clone()
+    return averaged
