@@ -32,8 +32,10 @@ class Checkpoint:
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
-        settings belong to each decoding, not to the run (whose dev pass used its own defaults)."""
-        return dataclasses.replace(self.config, decode=DecodeConfig()).replace(assignments or [])
+        settings belong to each decoding, not to the run (whose dev pass used its own defaults). A model
+        without a CTC head gets no joint CTC score by default; asked for explicitly, it is an error."""
+        defaults = DecodeConfig() if self.config.model.ctc_weight > 0 else DecodeConfig(ctc_weight=0.0)
+        return dataclasses.replace(self.config, decode=defaults).replace(assignments or [])
 
     def check_features(self, features: list[torch.Tensor], source: str | Path) -> None:
         """Refuse features of another dimension than the model was trained on."""

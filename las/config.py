@@ -46,7 +46,9 @@ class DataConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     listener_hidden: int = 160  # per direction
-    pyramid_layers: int = 3  # each halves the time axis: 2**layers shorter
+    # Each halves the time axis: 2**layers shorter. Two (40 ms frames): at 8x, 7% of AN4 training
+    # utterances have fewer frames than CTC needs for their characters.
+    pyramid_layers: int = 2
     key_dim: int = 128
     value_dim: int = 128
     attention: str = "location"  # dot | scaled_dot | general | additive | location
@@ -54,7 +56,7 @@ class ModelConfig:
     attention_temperature: float = 1.0  # > 1 smooths attention weights, < 1 sharpens them
     location_channels: int = 10
     location_kernel: int = 15
-    cumulative_attention: bool = False  # location attention convolves the sum of all previous weights
+    cumulative_attention: bool = True  # location attention convolves the sum of all previous weights
     embedding_dim: int = 128
     speller_hidden: int = 256
     speller_layers: int = 1
@@ -111,7 +113,8 @@ class DecodeConfig:
     length_penalty: float = 0.0
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: float = 0.0
-    ctc_weight: float = 0.0  # joint CTC prefix score in beam search (needs a model with a CTC head)
+    # Joint CTC prefix score in beam search; 0 for models without a CTC head unless set explicitly.
+    ctc_weight: float = 0.3
     # Shallow fusion in beam search: + lm_weight * log p_LM(next character), with the character LM
     # written by `las pretrain` (same vocabulary).
     lm: str = ""

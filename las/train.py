@@ -401,7 +401,7 @@ class Trainer:
             return
         states = [torch.load(snapshot_path(self.out, epoch), weights_only=True) for _, epoch in snapshots]
         self.model.load_state_dict(average_states(states))
-        plot = self.out / "attention" / "averaged.png"
+        plot = self.out / "averaged_attention.png"
         dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
         save_checkpoint(self.out / "averaged.pt", self.config, self.vocabulary, self.corpus.normalizer, self.model, {})
         epochs = sorted(epoch for _, epoch in snapshots)

@@ -31,16 +31,16 @@ from las.alignment import Alignment
 SPELLER = "{speller}"  # replaced by the pre-trained speller's path
 
 VARIANTS: dict[str, list[str]] = {
-    "location (default)": [],
-    "location, cumulative": ["model.cumulative_attention=true"],
-    "location, no CTC": ["model.ctc_weight=0"],
-    "location, speller pre-trained as LM": [f"train.speller_init={SPELLER}"],
+    "location, cumulative (default)": [],
+    "location, not cumulative": ["model.cumulative_attention=false"],
+    "location, cumulative, no CTC": ["model.ctc_weight=0"],
+    "location, cumulative, speller pre-trained as LM": [f"train.speller_init={SPELLER}"],
     "dot": ["model.attention=dot"],
     "scaled dot": ["model.attention=scaled_dot"],
     "general (bilinear)": ["model.attention=general"],
     "additive": ["model.attention=additive"],
     "multi-head scaled dot, 4 heads": ["model.attention=scaled_dot", "model.attention_heads=4"],
-    "multi-head location, 4 heads": ["model.attention_heads=4"],
+    "multi-head location, cumulative, 4 heads": ["model.attention_heads=4"],
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from las.checkpoint import load_checkpoint
 from las.cli import app
 
 from .conftest import AN4, TINY, an4_rows, write_manifest
@@ -46,7 +47,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_train_writes_the_promised_files(trained: dict[str, Path]) -> None:
     run_directory = trained["run"]
-    for name in ("best.pt", "last.pt", "metrics.jsonl"):
+    for name in ("best.pt", "last.pt", "averaged.pt", "averaged.json", "metrics.jsonl"):
         assert (run_directory / name).is_file()
     records = [json.loads(line) for line in (run_directory / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 12
@@ -118,6 +119,11 @@ def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -
     torch.save(payload, without_ctc)
     code, _, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam", "--ctc-weight", "0.5")
     assert_clear_error(code, stderr, "needs a model trained with a CTC head")
+    # The default joint CTC weight applies only to models that have the head.
+    assert load_checkpoint(without_ctc).decoding_config().decode.ctc_weight == 0.0
+    assert load_checkpoint(trained["run"] / "best.pt").decoding_config().decode.ctc_weight > 0
+    code, stdout, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam")
+    assert code == 0 and stdout.startswith("id,label\n"), stderr
 
 
 def test_eval_text_report(trained: dict[str, Path], tmp_path: Path) -> None:

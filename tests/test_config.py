@@ -19,9 +19,9 @@ def test_overrides_are_typed_and_leave_other_fields_alone() -> None:
 
 def test_toml_file_then_set_overrides(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('[model]\nattention = "scaled_dot"\npyramid_layers = 2\n[train]\nepochs = 7\n')
+    path.write_text('[model]\nattention = "scaled_dot"\npyramid_layers = 4\n[train]\nepochs = 7\n')
     config = load_config(path, ["train.epochs=9"])
-    assert (config.model.attention, config.model.pyramid_layers, config.train.epochs) == ("scaled_dot", 2, 9)
+    assert (config.model.attention, config.model.pyramid_layers, config.train.epochs) == ("scaled_dot", 4, 9)
 
 
 def test_round_trip_through_dict() -> None:

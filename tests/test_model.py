@@ -37,7 +37,8 @@ def test_output_shapes() -> None:
 
 def test_cumulative_attention_convolves_the_sum_of_previous_weights() -> None:
     features, lengths, targets_in, _ = batch()
-    plain, cumulative = make_model(), make_model("location", "model.cumulative_attention=true")
+    plain = make_model("location", "model.cumulative_attention=false")
+    cumulative = make_model("location", "model.cumulative_attention=true")
     memory = plain.listener(features, lengths)
     state = cumulative.speller.initial_state(memory)
     total = state.history

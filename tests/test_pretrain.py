@@ -77,7 +77,8 @@ def test_shallow_fusion_adds_the_weighted_language_model_score(tiny_config: Conf
     batch = corpus.dev.collate(range(len(corpus.dev)))
     with torch.no_grad():
         memory = model.listener(batch.features, batch.feature_lengths)
-        settings = replace(tiny_config.decode, strategy="beam", beam_size=3, lm=str(tmp_path / "lm.pt"))
+        # Without the CTC prefix score, so that the score is attention + LM alone.
+        settings = replace(tiny_config.decode, strategy="beam", beam_size=3, ctc_weight=0.0, lm=str(tmp_path / "lm.pt"))
         plain = build_strategy(settings, vocabulary, model).search(model, memory)
         unfused = build_strategy(replace(settings, lm_weight=0.0), vocabulary, model).search(model, memory)
         fused = build_strategy(replace(settings, lm_weight=0.5), vocabulary, model).search(model, memory)
