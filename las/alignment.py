@@ -30,6 +30,13 @@ class Alignment:
         coverage = max(0.0, float(peaks[-1] - peaks[0] + 1) / weights.shape[1])
         return cls(round(monotonic, 3), round(coverage, 3))
 
+    @classmethod
+    def of_decoding(cls, attention: torch.Tensor) -> Alignment:
+        """From a decoded hypothesis' weights `(characters + 1, encoder_frames)`, its last row (<eos>)
+        left out: once everything is spelled, attention may rest anywhere (cumulative attention
+        returns to the frames it never attended, often the silence at the start)."""
+        return cls.of(attention[:-1])
+
     @property
     def diagonal(self) -> bool:
         return self.monotonic >= MONOTONIC_THRESHOLD and self.coverage >= COVERAGE_THRESHOLD

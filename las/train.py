@@ -438,7 +438,7 @@ def evaluate_dev(
     alignment = None
     if distributed.is_main and best[0].attention is not None:  # rank 0's shard starts with utterance 0
         plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
-        alignment = Alignment.of(best[0].attention)
+        alignment = Alignment.of_decoding(best[0].attention)
     decoded = [
         (index, vocabulary.decode(hypothesis.tokens), hypothesis.attention is not None and diagonal(hypothesis))
         for index, hypothesis in zip(indices, best, strict=True)
@@ -450,7 +450,7 @@ def evaluate_dev(
 
 
 def diagonal(hypothesis: Hypothesis) -> bool:
-    return Alignment.of(hypothesis.attention).diagonal
+    return Alignment.of_decoding(hypothesis.attention).diagonal
 
 
 @dataclass(frozen=True)

@@ -21,3 +21,10 @@ def test_one_step_back_in_ten_is_still_diagonal() -> None:
     weights = torch.nn.functional.one_hot(torch.tensor(peaks), 11).float()
     alignment = Alignment.of(weights)
     assert alignment.monotonic == 0.9 and alignment.coverage == 1.0 and alignment.diagonal
+
+
+def test_the_end_of_sentence_step_does_not_count() -> None:
+    # A diagonal map whose <eos> row looks back at the start, as cumulative attention does.
+    weights = torch.cat([torch.eye(6).repeat_interleave(2, dim=1), torch.eye(1, 12)])
+    assert not Alignment.of(weights).diagonal
+    assert Alignment.of_decoding(weights) == Alignment(1.0, 0.917) and Alignment.of_decoding(weights).diagonal
