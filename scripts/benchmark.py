@@ -8,6 +8,7 @@
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
                                   # batched beam search against the per-utterance reference
+    python scripts/benchmark.py runs runs/an4 runs/seed2   # dev CER of runs: best/averaged x decodings
     python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
@@ -16,21 +17,33 @@
 from __future__ import annotations
 
 import json
+import random
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import typer
 
+from las.checkpoint import Checkpoint, load_checkpoint
 from las.config import Config
 from las.data.cache import FeatureCache
+from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
+from las.device import autocast, resolve_device
+from las.evaluate import Report, score
+from las.inference import transcribe
+from las.losses import joint_loss
+from las.model.las import LAS
 from las.model.listener import Listener
+from las.search import Hypothesis, build_strategy
+from las.text import Vocabulary
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -95,11 +108,6 @@ def throughput(
     does (padded BLSTMs on a CPU, packed on CUDA), random (unbucketed) padded batches, and
     bucketed batches on the other BLSTM path; each at every precision in `precisions` (e.g.
     "fp32,bf16" on a GPU). Data loading share = time the step waited for its batch."""
-    from las.data.dataset import BucketBatchSampler, SpeechDataset
-    from las.device import autocast, resolve_device
-    from las.losses import joint_loss
-    from las.model.las import LAS
-    from las.text import Vocabulary
 
     config = Config()
     target = resolve_device(device)
@@ -202,7 +210,6 @@ def throughput(
 def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
     """Feature extraction into an empty cache with each worker count, then a second load of the
     same data (what every later run does), and one full pass reading the memory-mapped features."""
-    import tempfile
 
     config = Config()
     utterances = read_utterances(manifest)
@@ -307,28 +314,53 @@ STRATEGIES: dict[str, list[str]] = {
 }
 
 
+@dataclass
+class Decoding:
+    """A checkpoint's model and a manifest's utterances, ready to decode with any strategy."""
+
+    loaded: Checkpoint
+    model: LAS
+    dataset: SpeechDataset
+    references: dict[str, str]
+    audio_seconds: float
+    device: torch.device
+
+    @classmethod
+    def of(cls, checkpoint: Path, manifest: Path, device: str = "cpu") -> Decoding:
+        loaded = load_checkpoint(checkpoint)
+        target = resolve_device(device)
+        utterances = read_utterances(manifest)
+        features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load(utterances)
+        dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, loaded.vocabulary, False)
+        audio_seconds = sum(len(item) for item in features) * loaded.config.features.hop_ms / 1000
+        references = {utterance.id: utterance.text for utterance in utterances}
+        return cls(loaded, loaded.build_model(target), dataset, references, audio_seconds, target)
+
+    def run(self, assignments: list[str]) -> tuple[list[list[Hypothesis]], float]:
+        """n-best lists under the decode settings `assignments`, and the seconds they took."""
+        settings = self.loaded.decoding_config(assignments)
+        strategy = build_strategy(settings.decode, self.loaded.vocabulary, self.model)
+        started = time.perf_counter()
+        results = transcribe(
+            self.model, self.dataset, strategy, settings.decode.batch_size, settings.data.max_batch_frames, self.device
+        )
+        return results, time.perf_counter() - started
+
+    def score(self, results: list[list[Hypothesis]]) -> Report:
+        texts = [self.loaded.vocabulary.decode(nbest[0].tokens) for nbest in results]
+        hypotheses = dict(zip(self.dataset.ids, texts, strict=True))
+        return score(hypotheses, self.references)
+
+
 @app.command()
 def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: int = 3) -> None:
     """Each strategy on one checkpoint: CER, mean distance, speed; then batched beam search
     against the per-utterance reference, both over the same utterances, in one run."""
     from reference_beam import reference_beam_search
 
-    from las.checkpoint import load_checkpoint
-    from las.data.dataset import SpeechDataset
-    from las.device import resolve_device
-    from las.evaluate import score
-    from las.inference import transcribe
-    from las.search import build_strategy
-
-    loaded = load_checkpoint(checkpoint)
-    target = resolve_device(device)
-    model = loaded.build_model(target)
-    vocabulary = loaded.vocabulary
-    utterances = read_utterances(manifest)
-    features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load(utterances)
-    dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, vocabulary, with_targets=False)
-    audio_seconds = sum(len(f) for f in features) * loaded.config.features.hop_ms / 1000
-    references = {u.id: u.text for u in utterances}
+    decoding = Decoding.of(checkpoint, manifest, device)
+    loaded, model, dataset, target = decoding.loaded, decoding.model, decoding.dataset, decoding.device
+    audio_seconds = decoding.audio_seconds
     print(
         f"{len(dataset)} utterances ({audio_seconds:.0f} s of audio), {checkpoint}, {target}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats} runs\n"
@@ -336,28 +368,20 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     print("| strategy | dev CER % | mean distance | WER % | utterances/s | real-time factor |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, assignments in STRATEGIES.items():
-        settings = loaded.decoding_config(assignments)
-        strategy = build_strategy(settings.decode, vocabulary, model)
         timings = []
         for _ in range(repeats):
-            started = time.perf_counter()
-            results = transcribe(
-                model, dataset, strategy, settings.decode.batch_size, settings.data.max_batch_frames, target
-            )
-            timings.append(time.perf_counter() - started)
+            results, seconds = decoding.run(assignments)
+            timings.append(seconds)
         seconds = statistics.median(timings)
-        hypotheses = {i: vocabulary.decode(r[0].tokens) for i, r in zip(dataset.ids, results, strict=True)}
-        report = score(hypotheses, references)
+        report = decoding.score(results)
         print(
             f"| {name} | {report.cer:.2f} | {report.mean_distance:.3f} | {report.wer:.2f} | "
             f"{len(dataset) / seconds:.1f} | {seconds / audio_seconds:.4f} |"
         )
 
     settings = loaded.decoding_config(STRATEGIES["beam 8, CTC 0.3"] + ["decode.nbest=8"])
-    beam = build_strategy(settings.decode, vocabulary, model)
-    started = time.perf_counter()
-    batched = transcribe(model, dataset, beam, settings.decode.batch_size, settings.data.max_batch_frames, target)
-    batched_seconds = time.perf_counter() - started
+    beam = build_strategy(settings.decode, loaded.vocabulary, model)
+    batched, batched_seconds = decoding.run(STRATEGIES["beam 8, CTC 0.3"] + ["decode.nbest=8"])
     started = time.perf_counter()
     reference = []
     with torch.no_grad():
@@ -378,12 +402,42 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     )
 
 
+RUN_DECODINGS: dict[str, list[str]] = {
+    "greedy": ["decode.strategy=greedy"],
+    "beam 8": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0"],
+    "beam 8 + CTC 0.3": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.3"],
+}
+
+
+@app.command()
+def runs(directories: list[Path], manifest: Path = Path("data/an4/dev.tsv")) -> None:
+    """Dev CER of finished runs (e.g. one recipe under several seeds): the best epoch's checkpoint
+    and the average of the best epochs (`averaged.pt`), each decoded greedily, with beam search,
+    and with beam search joined by the CTC prefix score; then the mean over the runs."""
+    checkpoints = ["best.pt", "averaged.pt"]
+    columns = [f"{name} {decoding}" for name in checkpoints for decoding in RUN_DECODINGS]
+    print("| run | best epoch | " + " | ".join(columns) + " | training min |")
+    print("| --- " * (len(columns) + 3) + "|")
+    table = []
+    for run in directories:
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        best = min(records, key=lambda record: (record["dev_cer"], -record["epoch"]))
+        cers = []
+        for name in checkpoints:
+            decoding = Decoding.of(run / name, manifest) if (run / name).exists() else None
+            for assignments in RUN_DECODINGS.values():
+                cers.append(decoding.score(decoding.run(assignments)[0]).cer if decoding else float("nan"))
+        table.append(cers)
+        cells = " | ".join(f"{cer:.2f}" for cer in cers)
+        print(f"| {run} | {best['epoch']} | {cells} | {records[-1]['elapsed_seconds'] / 60:.1f} |")
+    if len(table) > 1:
+        means = " | ".join(f"{statistics.mean(column):.2f}" for column in zip(*table, strict=True))
+        print(f"| mean of {len(table)} | | {means} | |")
+
+
 @app.command(name="eval-speed")
 def eval_speed(utterances: int = 100_000, manifest: str = "data/an4/train.tsv") -> None:
     """Score `utterances` hypothesis/reference pairs made from AN4 transcripts with random edits."""
-    import random
-
-    from las.evaluate import score
 
     texts = [u.text for u in read_utterances(manifest)]
     generator = random.Random(0)
