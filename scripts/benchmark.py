@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import resource
 import statistics
@@ -430,9 +431,10 @@ def runs(directories: list[Path], manifest: Path = Path("data/an4/dev.tsv")) -> 
         table.append(cers)
         cells = " | ".join(f"{cer:.2f}" for cer in cers)
         print(f"| {run} | {best['epoch']} | {cells} | {records[-1]['elapsed_seconds'] / 60:.1f} |")
-    if len(table) > 1:
-        means = " | ".join(f"{statistics.mean(column):.2f}" for column in zip(*table, strict=True))
-        print(f"| mean of {len(table)} | | {means} | |")
+    if len(table) > 1:  # each column over the runs that have it (older runs have no averaged.pt)
+        columns = [[cer for cer in column if not math.isnan(cer)] for column in zip(*table, strict=True)]
+        means = " | ".join(f"{statistics.mean(column):.2f} ({len(column)})" if column else "" for column in columns)
+        print(f"| mean (runs) | | {means} | |")
 
 
 @app.command(name="eval-speed")
