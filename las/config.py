@@ -114,7 +114,8 @@ class DecodeConfig:
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: float = 0.0
     # Joint CTC prefix score in beam search; 0 for models without a CTC head unless set explicitly.
-    ctc_weight: float = 0.3
+    # 0.5 beat 0.3 and 0.7 on all four AN4 checkpoints measured (docs/BENCHMARKS.md).
+    ctc_weight: float = 0.5
     # Shallow fusion in beam search: + lm_weight * log p_LM(next character), with the character LM
     # written by `las pretrain` (same vocabulary).
     lm: str = ""

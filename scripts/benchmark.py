@@ -407,6 +407,7 @@ RUN_DECODINGS: dict[str, list[str]] = {
     "greedy": ["decode.strategy=greedy"],
     "beam 8": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0"],
     "beam 8 + CTC 0.3": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.3"],
+    "beam 8 + CTC 0.5": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.5"],
 }
 
 
