@@ -65,6 +65,17 @@ def start(run: Path, assignments: list[str], threads: int) -> subprocess.Popen:
     )
 
 
+def interrupt(process: subprocess.Popen) -> None:
+    """Ctrl-C a training run and wait for it to save and exit. Again every few seconds: a SIGINT
+    that lands while the run forks its loader workers is swallowed by an at-fork handler."""
+    while process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None:
     """Train every run in `jobs`, `parallel` at a time, stopping each after `stop_after` epochs."""
     waiting = [run for run in jobs if len(records(run)) < stop_after]
@@ -78,8 +89,7 @@ def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None
         time.sleep(2)
         for run, process in list(running.items()):
             if process.poll() is None and len(records(run)) >= stop_after:
-                process.send_signal(signal.SIGINT)
-                process.wait()
+                interrupt(process)
             if process.poll() is not None:
                 if len(records(run)) < stop_after:
                     raise SystemExit(f"{run} stopped after {len(records(run))} epochs; see {run.with_suffix('.log')}")
