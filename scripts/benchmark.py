@@ -43,7 +43,7 @@ from las.inference import transcribe
 from las.losses import joint_loss
 from las.model.las import LAS
 from las.model.listener import Listener
-from las.search import Hypothesis, build_strategy
+from las.search import Hypothesis, Strategy, build_strategy
 from las.text import Vocabulary
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -337,10 +337,14 @@ class Decoding:
         references = {utterance.id: utterance.text for utterance in utterances}
         return cls(loaded, loaded.build_model(target), dataset, references, audio_seconds, target)
 
+    def strategy(self, assignments: list[str]) -> tuple[Config, Strategy]:
+        """The decoding settings `assignments` on top of the checkpoint's, and their strategy."""
+        settings = self.loaded.decoding_config(assignments)
+        return settings, build_strategy(settings.decode, self.loaded.vocabulary, self.model)
+
     def run(self, assignments: list[str]) -> tuple[list[list[Hypothesis]], float]:
         """n-best lists under the decode settings `assignments`, and the seconds they took."""
-        settings = self.loaded.decoding_config(assignments)
-        strategy = build_strategy(settings.decode, self.loaded.vocabulary, self.model)
+        settings, strategy = self.strategy(assignments)
         started = time.perf_counter()
         results = transcribe(
             self.model, self.dataset, strategy, settings.decode.batch_size, settings.data.max_batch_frames, self.device
@@ -360,7 +364,7 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     from reference_beam import reference_beam_search
 
     decoding = Decoding.of(checkpoint, manifest, device)
-    loaded, model, dataset, target = decoding.loaded, decoding.model, decoding.dataset, decoding.device
+    model, dataset, target = decoding.model, decoding.dataset, decoding.device
     audio_seconds = decoding.audio_seconds
     print(
         f"{len(dataset)} utterances ({audio_seconds:.0f} s of audio), {checkpoint}, {target}, "
@@ -380,9 +384,9 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
             f"{len(dataset) / seconds:.1f} | {seconds / audio_seconds:.4f} |"
         )
 
-    settings = loaded.decoding_config(STRATEGIES["beam 8, CTC 0.3"] + ["decode.nbest=8"])
-    beam = build_strategy(settings.decode, loaded.vocabulary, model)
-    batched, batched_seconds = decoding.run(STRATEGIES["beam 8, CTC 0.3"] + ["decode.nbest=8"])
+    eight_best = STRATEGIES["beam 8, CTC 0.3"] + ["decode.nbest=8"]
+    _, beam = decoding.strategy(eight_best)
+    batched, batched_seconds = decoding.run(eight_best)
     started = time.perf_counter()
     reference = []
     with torch.no_grad():
@@ -403,11 +407,11 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     )
 
 
-RUN_DECODINGS: dict[str, list[str]] = {
-    "greedy": ["decode.strategy=greedy"],
-    "beam 8": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0"],
-    "beam 8 + CTC 0.3": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.3"],
-    "beam 8 + CTC 0.5": ["decode.strategy=beam", "decode.beam_size=8", "decode.ctc_weight=0.5"],
+RUN_DECODINGS: dict[str, list[str]] = {  # the columns of `runs`, from the strategies above
+    "greedy": STRATEGIES["greedy"],
+    "beam 8": STRATEGIES["beam 8, attention only"],
+    "beam 8 + CTC 0.3": STRATEGIES["beam 8, CTC 0.3"],
+    "beam 8 + CTC 0.5": STRATEGIES["beam 8, CTC 0.5"],
 }
 
 
