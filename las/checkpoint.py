@@ -4,7 +4,6 @@ plus the training state that `--resume` restores. Written atomically: write, the
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import torch
 from las.config import Config, DecodeConfig
 from las.data.features import Normalizer, feature_dimension
 from las.errors import LasError
+from las.files import save_atomically
 from las.model.las import LAS
 from las.text import Vocabulary
 
@@ -43,9 +43,24 @@ class Checkpoint:
         if dimension != self.input_size:
             raise LasError(f"{source}: features have {dimension} dimensions, the model reads {self.input_size}")
 
+    def check_weights(self, path: Path) -> None:
+        """Refuse weights that are not tensors, not finite (a diverged run) or of another size
+        than the normalisation statistics: they could only decode garbage."""
+        for name, tensor in self.model_state.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise LasError(f"{path}: damaged checkpoint: weight {name!r} is not a tensor")
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise LasError(f"{path}: weight {name!r} is not finite (NaN or infinity): the run diverged")
+        if self.normalizer.mean.shape[0] != self.input_size:
+            raise LasError(f"{path}: damaged checkpoint: normalisation statistics do not match input_size")
+
     def build_model(self, device: torch.device | str = "cpu") -> LAS:
         model = LAS.build(self.config.model, self.input_size, len(self.vocabulary))
-        model.load_state_dict(self.model_state)
+        try:
+            model.load_state_dict(self.model_state)
+        except RuntimeError as error:
+            detail = " ".join(str(error).split())[:300]
+            raise LasError(f"checkpoint weights do not fit its model settings: {detail}") from None
         return model.to(device).eval()
 
 
@@ -68,9 +83,7 @@ def save_checkpoint(
         "input_size": model.input_size,
         "training": training_state,
     }
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(payload, temporary)
-    os.replace(temporary, path)  # a reader sees the old file or the new one, never half of one
+    save_atomically(path, payload)  # a reader sees the old file or the new one, never half of one
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -89,11 +102,20 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"{path}: checkpoint format version {payload.get('version')} is not supported by this las "
             f"(version {VERSION}); decode it with the las that wrote it or retrain"
         )
-    return Checkpoint(
-        Config.from_dict(payload["config"]),
-        Vocabulary.from_list(payload["vocabulary"]),
-        Normalizer.from_dict(payload["normalizer"]),
-        payload["model"],
-        payload["training"],
-        payload.get("input_size", payload["config"]["features"]["mel_bins"]),
-    )
+    try:
+        checkpoint = Checkpoint(
+            Config.from_dict(payload["config"]),
+            Vocabulary.from_list(payload["vocabulary"]),
+            Normalizer.from_dict(payload["normalizer"]),
+            dict(payload["model"]),
+            dict(payload["training"]),
+            int(payload.get("input_size", payload["config"]["features"]["mel_bins"])),
+        )
+    except KeyError as error:
+        raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
+    except (TypeError, ValueError, AttributeError) as error:
+        raise LasError(f"{path}: damaged checkpoint: {error}") from None
+    except LasError as error:
+        raise LasError(f"{path}: damaged checkpoint: {error}") from None
+    checkpoint.check_weights(path)
+    return checkpoint

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import typing
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -15,8 +16,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from las import config as config_module
 from las.config import Config, load_config
-from las.data.manifest import READERS
 from las.errors import LasError
 
 app = typer.Typer(
@@ -43,32 +44,21 @@ def reports_errors(function: Function) -> Function:
     return wrapper
 
 
-class Device(StrEnum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
+def choices(name: str, literal: Any) -> type[StrEnum]:
+    """A Typer choice option from the config's `Literal` of choices: one list for both."""
+    return StrEnum(name, {value: value for value in typing.get_args(literal)})
 
 
-# How to read an input: `auto` (by what the path is) or a reader's name.
-InputFormat = StrEnum("InputFormat", {name: name for name in ["auto", *READERS]})
-
-
-class Precision(StrEnum):
-    fp32 = "fp32"
-    bf16 = "bf16"
+Device = choices("Device", config_module.Device)
+InputFormat = choices("InputFormat", config_module.InputFormat)
+Precision = choices("Precision", config_module.Precision)
+StrategyName = choices("StrategyName", config_module.StrategyName)
 
 
 class OutputFormat(StrEnum):
     csv = "csv"
     kaldi = "kaldi"
     jsonl = "jsonl"
-
-
-class StrategyName(StrEnum):
-    greedy = "greedy"
-    sample = "sample"
-    beam = "beam"
-    ctc = "ctc"
 
 
 @app.callback()

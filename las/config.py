@@ -3,125 +3,207 @@
 A `Config` is built from the defaults below, then a TOML file (`--config`), then `KEY=VALUE`
 overrides (`--set model.attention=location`), each layer replacing only the fields it names.
 It is saved inside every checkpoint, so decoding needs nothing but the checkpoint.
+
+Every field declares what it accepts next to its default: a `Literal` of choices, or a `Range`
+in its `Annotated` type. Sections check themselves when they are made, so an invalid config
+cannot exist — whether it comes from the defaults, a TOML file, `--set` or a checkpoint — and
+every command fails on a bad value before any work, naming the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
 from las.errors import LasError
 
 
 @dataclass(frozen=True)
-class FeatureConfig:
+class Range:
+    """The numbers a field accepts: from `minimum` (excluded when `open_minimum`) to `maximum`."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    open_minimum: bool = False
+
+    def check(self, value: float, key: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise LasError(f"config key {key!r}: expected a finite number, got {value}")
+        low = self.minimum is None or value > self.minimum or (value == self.minimum and not self.open_minimum)
+        high = self.maximum is None or value <= self.maximum
+        if not (low and high):
+            raise LasError(f"config key {key!r}: expected {self}, got {value}")
+
+    def __str__(self) -> str:
+        parts = []
+        if self.minimum is not None:
+            parts.append(f"{'>' if self.open_minimum else '>='} {self.minimum:g}")
+        if self.maximum is not None:
+            parts.append(f"<= {self.maximum:g}")
+        return "a number " + " and ".join(parts)
+
+
+Count = Annotated[int, Range(1)]  # sizes and counts of at least one
+NonNegative = Annotated[int, Range(0)]
+Positive = Annotated[float, Range(0, open_minimum=True)]
+Fraction = Annotated[float, Range(0, 1)]  # weights and rates in [0, 1]
+Device = Literal["auto", "cpu", "cuda"]
+# How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
+InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
+AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location"]
+StrategyName = Literal["greedy", "sample", "beam", "ctc"]
+Precision = Literal["fp32", "bf16"]
+
+
+class Section:
+    """A config section: its fields are checked against their declared choices and ranges on creation."""
+
+    name: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):  # type: ignore[arg-type]
+            check_value(getattr(self, item.name), field_hints(type(self))[item.name], f"{self.name}.{item.name}")
+
+
+def field_hints(kind: type) -> dict[str, Any]:
+    return typing.get_type_hints(kind, include_extras=True)
+
+
+def check_value(value: Any, hint: Any, key: str) -> None:
+    """Refuse a value outside the field's choices or range (types are settled by `_coerce`)."""
+    if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
+        choices = ", ".join(map(str, typing.get_args(hint)))
+        raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
+    if typing.get_origin(hint) is Annotated:
+        for rule in hint.__metadata__:
+            if isinstance(rule, Range):
+                rule.check(value, key)
+
+
+@dataclass(frozen=True)
+class FeatureConfig(Section):
     """Log-mel filterbank front end (computed once, cached on disk)."""
 
-    sample_rate: int = 16000
-    mel_bins: int = 80
-    window_ms: float = 25.0
-    hop_ms: float = 10.0
+    name: ClassVar[str] = "features"
+    sample_rate: Annotated[int, Range(1000)] = 16000
+    mel_bins: Count = 80
+    window_ms: Positive = 25.0
+    hop_ms: Positive = 10.0
 
 
 @dataclass(frozen=True)
-class DataConfig:
+class DataConfig(Section):
+    name: ClassVar[str] = "data"
     train: str = "data/an4/train.tsv"
     dev: str = "data/an4/dev.tsv"
-    # How to read them: auto (by what the path is) | tsv | jsonl | kaldi | librispeech | hw4 |
-    # hw4-folder | audio.
-    input_format: str = "auto"
+    input_format: InputFormat = "auto"
     # Feature cache shared by all runs; keyed by audio content and feature settings.
     cache_dir: str = ".cache/las/features"
-    batch_size: int = 16
+    batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
-    max_batch_frames: int = 8000
+    max_batch_frames: Count = 8000
     # Processes that extract features and load training batches (0: all in the main process).
-    workers: int = 2
+    workers: NonNegative = 2
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    listener_hidden: int = 160  # per direction
+class ModelConfig(Section):
+    name: ClassVar[str] = "model"
+    listener_hidden: Count = 160  # per direction
     # Each halves the time axis: 2**layers shorter. Two (40 ms frames): at 8x, 7% of AN4 training
     # utterances have fewer frames than CTC needs for their characters.
-    pyramid_layers: int = 2
-    key_dim: int = 128
-    value_dim: int = 128
-    attention: str = "location"  # dot | scaled_dot | general | additive | location
-    attention_heads: int = 1  # > 1: multi-head attention of that kind (divides key_dim, value_dim)
-    attention_temperature: float = 1.0  # > 1 smooths attention weights, < 1 sharpens them
-    location_channels: int = 10
-    location_kernel: int = 15
+    pyramid_layers: NonNegative = 2
+    key_dim: Count = 128
+    value_dim: Count = 128
+    attention: AttentionName = "location"
+    attention_heads: Count = 1  # > 1: multi-head attention of that kind (divides key_dim, value_dim)
+    attention_temperature: Positive = 1.0  # > 1 smooths attention weights, < 1 sharpens them
+    location_channels: Count = 10
+    location_kernel: Count = 15
     cumulative_attention: bool = True  # location attention convolves the sum of all previous weights
-    embedding_dim: int = 128
-    speller_hidden: int = 256
-    speller_layers: int = 1
-    dropout: float = 0.2
+    embedding_dim: Count = 128
+    speller_hidden: Count = 256
+    speller_layers: Count = 1
+    dropout: Annotated[float, Range(0, 0.95)] = 0.2
     locked_dropout: bool = False  # listener: one dropout mask per utterance, shared by all frames
     tie_embedding: bool = False
-    ctc_weight: float = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
+    ctc_weight: Fraction = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.key_dim % self.attention_heads or self.value_dim % self.attention_heads:
+            raise LasError(
+                f"config key 'model.attention_heads': {self.attention_heads} must divide "
+                f"model.key_dim={self.key_dim} and model.value_dim={self.value_dim}"
+            )
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 80
-    learning_rate: float = 2e-3
-    warmup_steps: int = 300
-    final_learning_rate_scale: float = 0.05  # cosine decay ends at learning_rate * this
-    weight_decay: float = 0.0
-    gradient_clip: float = 5.0
-    label_smoothing: float = 0.1
+class TrainConfig(Section):
+    name: ClassVar[str] = "train"
+    epochs: Count = 80
+    learning_rate: Positive = 2e-3
+    warmup_steps: NonNegative = 300
+    final_learning_rate_scale: Fraction = 0.05  # cosine decay ends at learning_rate * this
+    weight_decay: Annotated[float, Range(0)] = 0.0
+    gradient_clip: Positive = 5.0
+    label_smoothing: Annotated[float, Range(0, 0.99)] = 0.1
     # Teacher forcing rate falls linearly from 1 to `teacher_forcing_final` over these epochs.
-    teacher_forcing_final: float = 0.9
-    teacher_forcing_decay_epochs: int = 30
+    teacher_forcing_final: Fraction = 0.9
+    teacher_forcing_decay_epochs: NonNegative = 30
     # SpecAugment (Park et al. 2019): masks on the normalised features of training batches.
-    frequency_masks: int = 2
-    frequency_mask_width: int = 15
-    time_masks: int = 2
-    time_mask_width: int = 30
-    specaugment_start_epoch: int = 5
+    frequency_masks: NonNegative = 2
+    frequency_mask_width: NonNegative = 15
+    time_masks: NonNegative = 2
+    time_mask_width: NonNegative = 30
+    specaugment_start_epoch: NonNegative = 5
     # Speed perturbation (Ko et al. 2015): each utterance is heard at speed 1-x, 1 or 1+x, drawn
     # anew every epoch (features of all three cached). 0 turns it off; needs audio, not features.
-    speed_perturbation: float = 0.0
+    speed_perturbation: Annotated[float, Range(0, 0.5)] = 0.0
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
-    average_best: int = 5
+    average_best: NonNegative = 5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
-    max_bad_batches: int = 20  # non-finite losses tolerated (skipped) before training stops
+    max_bad_batches: NonNegative = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
-    device: str = "auto"  # auto | cpu | cuda
-    precision: str = "fp32"  # fp32 | bf16 (autocast: LSTMs and matmuls in bfloat16, losses in float32)
+    device: Device = "auto"
+    precision: Precision = "fp32"  # bf16: autocast, LSTMs and matmuls in bfloat16, losses in float32
     compile: bool = False  # torch.compile the speller step, which runs once per output character
+    # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
+    # preempted job loses minutes, not an epoch.
+    checkpoint_minutes: Annotated[float, Range(0)] = 10.0
     out: str = "runs/an4"
 
 
 @dataclass(frozen=True)
-class DecodeConfig:
-    strategy: str = "greedy"  # greedy | sample | beam | ctc (CTC greedy, needs a CTC head)
-    batch_size: int = 32
+class DecodeConfig(Section):
+    name: ClassVar[str] = "decode"
+    strategy: StrategyName = "greedy"  # ctc: CTC greedy, needs a CTC head
+    batch_size: Count = 32
     # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`.
-    max_length_ratio: float = 1.5
-    min_length_ratio: float = 0.0
-    beam_size: int = 8
-    nbest: int = 1
+    max_length_ratio: Positive = 1.5
+    min_length_ratio: Annotated[float, Range(0)] = 0.0
+    beam_size: Count = 8
+    nbest: Count = 1
     # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus
     # length_penalty per character. Scores themselves stay log-likelihoods.
     length_normalize: bool = True
     length_penalty: float = 0.0
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
-    eos_threshold: float = 0.0
+    eos_threshold: Annotated[float, Range(0)] = 0.0
     # Joint CTC prefix score in beam search; 0 for models without a CTC head unless set explicitly.
     # 0.5 beat 0.3 and 0.7 on all four AN4 checkpoints measured (docs/BENCHMARKS.md).
-    ctc_weight: float = 0.5
+    ctc_weight: Fraction = 0.5
     # Shallow fusion in beam search: + lm_weight * log p_LM(next character), with the character LM
     # written by `las pretrain` (same vocabulary).
     lm: str = ""
-    lm_weight: float = 0.0
-    samples: int = 32  # random search: paths drawn per utterance
-    temperature: float = 1.0
+    lm_weight: Annotated[float, Range(0)] = 0.0
+    samples: Count = 32  # random search: paths drawn per utterance
+    temperature: Positive = 1.0
     seed: int = 0
 
 
@@ -188,6 +270,8 @@ def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
 
 def _coerce(value: Any, kind: Any, key: str) -> Any:
     """Parse a `--set` string (or check a TOML value) against the field's declared type."""
+    if typing.get_origin(kind) is Literal:  # a choice, checked by its section
+        return str(value)
     try:
         if kind is bool:
             if isinstance(value, bool):
@@ -197,7 +281,7 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
             if str(value).lower() in ("false", "0", "no"):
                 return False
             raise ValueError
-        if kind is int and isinstance(value, float):
+        if kind in (int, float) and isinstance(value, bool) or kind is int and isinstance(value, float):
             raise ValueError
         return kind(value)
     except (TypeError, ValueError):

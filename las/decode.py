@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import io
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
+from las.files import check_writable, write_text_atomically
 from las.inference import transcribe
 from las.plots import plot_hypothesis
 from las.search import Hypothesis, build_strategy
@@ -45,6 +47,8 @@ def decode(
     """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them."""
     checkpoint = load_checkpoint(checkpoint_path)
     config = checkpoint.decoding_config(assignments)
+    if out is not None:
+        check_writable(out, "--out")
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
     utterances = read_utterances(input_path, require_text=False, input_format=input_format)
@@ -74,8 +78,13 @@ def decode(
 def transcript(identifier: str, hypotheses: list[Hypothesis], vocabulary: Vocabulary) -> Transcript:
     """The best hypothesis as text; JSONL also gets its score and the n-best list."""
     best = hypotheses[0]
-    nbest = [{"text": vocabulary.decode(item.tokens), "score": round(item.score, 4)} for item in hypotheses]
-    return Transcript(identifier, vocabulary.decode(best.tokens), {"score": round(best.score, 4), "nbest": nbest})
+    nbest = [{"text": vocabulary.decode(item.tokens), "score": json_score(item.score)} for item in hypotheses]
+    return Transcript(identifier, vocabulary.decode(best.tokens), {"score": json_score(best.score), "nbest": nbest})
+
+
+def json_score(score: float) -> float | None:
+    """A score as JSON can hold it: rounded, and null rather than NaN or infinity (not JSON)."""
+    return round(score, 4) if math.isfinite(score) else None
 
 
 def write_output(transcripts: list[Transcript], output_format: str, out: str | Path | None) -> None:
@@ -83,9 +92,6 @@ def write_output(transcripts: list[Transcript], output_format: str, out: str | P
     if out is None:
         write_transcripts(transcripts, output_format, sys.stdout)
         return
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.name}.tmp")
-    with open(temporary, "w", encoding="utf-8") as stream:
-        write_transcripts(transcripts, output_format, stream)
-    os.replace(temporary, out)
+    text = io.StringIO()
+    write_transcripts(transcripts, output_format, text)
+    write_text_atomically(out, text.getvalue())

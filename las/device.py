@@ -19,18 +19,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-PRECISIONS = ("fp32", "bf16")
-
-
-def check_precision(precision: str) -> None:
-    if precision not in PRECISIONS:
-        raise LasError(f"train.precision {precision!r}: expected {' or '.join(PRECISIONS)}")
-
-
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Mixed precision for a forward pass: bf16 autocast (no loss scaling needed, unlike fp16), or
-    plain float32."""
-    check_precision(precision)
+    plain float32 (`precision` is one of config.Precision, checked when the config was made)."""
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -5,7 +5,6 @@ transcripts, its attention context held at zero (CMU 11-785 HW4 recitation). `la
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import torch
 from las.config import Config
 from las.data.dataset import speller_targets
 from las.errors import LasError
+from las.files import make_directory, save_atomically
 from las.losses import attention_loss
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
@@ -62,16 +62,14 @@ def pretrain_speller(
             total += loss.item()
         losses.append(total / len(batches))
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.name}.tmp")
+    make_directory(out.parent, "--out folder")
     payload = {
         "format": FORMAT,
         "vocabulary": vocabulary.to_list(),
         "model": dataclasses.asdict(config.model),
         "speller": speller.state_dict(),
     }
-    torch.save(payload, temporary)
-    os.replace(temporary, out)
+    save_atomically(out, payload)
     return losses
 
 

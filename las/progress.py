@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import TypeVar
 
@@ -14,3 +15,8 @@ def progress_bar(items: Iterable[Item], description: str, unit: str, enabled: bo
     """A transient tqdm bar on stderr; off when stderr is not a terminal (logs, pipes, tests), so
     that what remains there is the run's own lines and errors, and off when not `enabled`."""
     return tqdm(items, desc=description, unit=unit, leave=False, disable=None if enabled else True)
+
+
+def warn(message: str) -> None:
+    """A warning line on stderr that does not break a progress bar."""
+    tqdm.write(f"warning: {message}", file=sys.stderr)

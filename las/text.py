@@ -74,6 +74,11 @@ class Vocabulary:
 
     @classmethod
     def from_list(cls, symbols: list[str]) -> Vocabulary:
-        if tuple(symbols[: len(SPECIALS)]) != SPECIALS:
-            raise LasError("vocabulary does not start with the special symbols; checkpoint is damaged")
+        if not isinstance(symbols, list) or tuple(symbols[: len(SPECIALS)]) != SPECIALS:
+            raise LasError("vocabulary does not start with the special symbols")
+        characters = symbols[len(SPECIALS) :]
+        if not characters or len(set(characters)) != len(characters):
+            raise LasError("vocabulary has no characters, or some twice")
+        if not all(isinstance(character, str) and len(character) == 1 for character in characters):
+            raise LasError("vocabulary holds something other than single characters")
         return cls(tuple(symbols))

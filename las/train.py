@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import resource
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,10 @@ from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
-from las.device import autocast, check_precision
+from las.device import autocast
 from las.distributed import Distributed
 from las.errors import LasError
+from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
 from las.losses import joint_loss
 from las.metrics import character_error_rate
@@ -34,6 +36,7 @@ from las.plots import plot_hypothesis
 from las.pretrain import load_speller
 from las.progress import progress_bar
 from las.search import GreedySearch, Hypothesis, Symbols
+from las.stopping import StopRequests
 from las.text import Vocabulary
 
 
@@ -125,25 +128,26 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
 
 def train(config: Config, resume: bool = False, assignments: list[str] | None = None) -> Path:
     """Train into `config.train.out`; with `resume`, continue the run saved there (`assignments` on top
-    of its saved config). Returns the run directory."""
-    out = Path(config.train.out)
-    checkpoint = None
-    if resume:
-        if not (out / "last.pt").exists():
-            raise LasError(f"--resume: no checkpoint to resume from at {out / 'last.pt'}")
-        checkpoint = load_checkpoint(out / "last.pt")
-        config = checkpoint.config.replace(assignments or [])
-    elif (out / "last.pt").exists():
-        raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
-    torch.manual_seed(config.train.seed)
-    corpus = load_corpus(
-        config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
-    )
+    of its saved config). Returns the run directory, which this process holds locked meanwhile."""
+    out = make_directory(config.train.out, "--out")
     distributed = Distributed.from_environment()
-    try:
-        Trainer(config, corpus, out, checkpoint, distributed).run()
-    finally:
-        distributed.stop()
+    with locked_directory(out) if distributed.is_main else contextlib.nullcontext():
+        checkpoint = None
+        if resume:
+            if not (out / "last.pt").exists():
+                raise LasError(f"--resume: no checkpoint to resume from at {out / 'last.pt'}")
+            checkpoint = load_checkpoint(out / "last.pt")
+            config = checkpoint.config.replace(assignments or [])
+        elif (out / "last.pt").exists():
+            raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
+        torch.manual_seed(config.train.seed)
+        corpus = load_corpus(
+            config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
+        )
+        try:
+            Trainer(config, corpus, out, checkpoint, distributed).run()
+        finally:
+            distributed.stop()
     return out
 
 
@@ -174,7 +178,6 @@ class Trainer:
             # Many small kernels per output character: what compilation fuses. Shapes vary by batch.
             self.model.speller.step = torch.compile(self.model.speller.step, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
-        check_precision(config.train.precision)  # here, not after the first epoch's data loading
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
@@ -191,6 +194,8 @@ class Trainer:
         )
         self.search = GreedySearch(Symbols.of(self.vocabulary), config.decode.max_length_ratio)
         self.progress = Progress()
+        self.stop_requests = StopRequests()
+        self.saved_at = time.monotonic()  # of the last save of last.pt
         if checkpoint:
             self.restore(checkpoint)
         elif settings.speller_init:
@@ -205,12 +210,20 @@ class Trainer:
             raise LasError(
                 f"{self.out / 'last.pt'}: model settings differ from the checkpoint's; resume with the same model.*"
             ) from None
-        self.optimizer.load_state_dict(checkpoint.training_state["optimizer"])
-        self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
-        self.progress = Progress(**checkpoint.training_state["progress"])
-        restore_rng(self.progress.rng)
+        try:
+            self.optimizer.load_state_dict(checkpoint.training_state["optimizer"])
+            self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
+            self.progress = Progress(**checkpoint.training_state["progress"])
+            restore_rng(self.progress.rng)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise LasError(
+                f"{self.out / 'last.pt'}: its training state is missing or damaged ({type(error).__name__}); "
+                "it can be decoded, not resumed"
+            ) from None
 
     def save(self, path: Path) -> None:
+        """The whole training state, taken at a batch boundary, so that it resumes exactly."""
+        self.saved_at = time.monotonic()
         self.progress.rng = capture_rng()
         state = {
             "optimizer": self.optimizer.state_dict(),
@@ -225,31 +238,50 @@ class Trainer:
 
     def run(self) -> None:
         if self.distributed.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
             keep_metrics_until(self.out / "metrics.jsonl", self.progress.epoch)
-            (self.out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+            write_text_atomically(self.out / "config.json", json.dumps(self.config.to_dict(), indent=2) + "\n")
             parameters = sum(parameter.numel() for parameter in self.model.parameters())
             processes = f" x {self.distributed.world_size} processes" if self.distributed.enabled else ""
             tqdm.write(
                 f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
-        try:
-            while self.progress.epoch < self.config.train.epochs:
-                self.train_epoch()
-                self.finish_epoch()
-        except KeyboardInterrupt:
-            if self.distributed.is_main:
-                self.save(self.out / "last.pt")
-            raise LasError(
-                f"interrupted: saved {self.out / 'last.pt'} at epoch {self.progress.epoch + 1}, "
-                f"batch {self.progress.batch_in_epoch}; continue with --resume"
-            ) from None
+        with self.stop_requests:
+            try:
+                while self.progress.epoch < self.config.train.epochs:
+                    if self.train_epoch():
+                        self.save_and_stop()
+                    self.finish_epoch()
+                    if self.agreed(self.stop_requests.requested):
+                        self.save_and_stop()  # last.pt is this epoch's end already: saved again, the same
+            except KeyboardInterrupt:
+                raise LasError(
+                    f"interrupted twice: stopped at once without saving; --resume continues from {self.out / 'last.pt'}"
+                ) from None
         if self.distributed.is_main:
             self.write_average()
 
-    def train_epoch(self) -> None:
-        """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on."""
+    def agreed(self, request: bool) -> bool:
+        """Whether any rank asks for something: every rank acts on the same answer at the same point."""
+        return self.distributed.sum([float(request)])[0] > 0
+
+    def save_and_stop(self) -> None:
+        """Save `last.pt` where training stands (a batch boundary) and end the run on a stop request."""
+        if self.distributed.is_main:
+            self.save(self.out / "last.pt")
+        received = self.stop_requests.received
+        raise LasError(
+            f"stopped by {received.name if received else 'another process'}: saved {self.out / 'last.pt'} at epoch "
+            f"{self.progress.epoch + 1}, batch {self.progress.batch_in_epoch}; continue with --resume"
+        )
+
+    def checkpoint_due(self) -> bool:
+        minutes = self.config.train.checkpoint_minutes
+        return minutes > 0 and time.monotonic() - self.saved_at >= 60 * minutes
+
+    def train_epoch(self) -> bool:
+        """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on;
+        True when it stopped early on a stop request (after a whole batch)."""
         settings, progress, distributed = self.config.train, self.progress, self.distributed
         self.network.train()
         self.sampler.set_epoch(progress.epoch)
@@ -261,22 +293,38 @@ class Trainer:
         bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch", enabled=distributed.is_main)
         loader = iter(self.loader(batches))
         started = time.perf_counter()
-        for indices in bar:
-            batch = next(loader).to(self.device)
-            loss, parts = self.batch_loss(batch, indices, forcing, augment)
-            # One reduction gives every rank the global batch's loss, its parts and frame count.
-            total, frames, *values = distributed.sum([loss.item(), float(batch.feature_lengths.sum()), *parts.values()])
-            self.optimizer.zero_grad(set_to_none=True)
-            if not math.isfinite(total):
-                self.skip_bad_batch()
-                continue
-            (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
-            clip_gradients(self.model, settings.gradient_clip)
-            self.optimizer.step()
-            self.scheduler.step()
-            progress.record(total, dict(zip(parts, values, strict=True)), int(frames))
-            bar.set_postfix(loss=f"{progress.loss_sum / progress.loss_batches:.3f}")
-        progress.train_seconds += time.perf_counter() - started
+        try:
+            for indices in bar:
+                batch = next(loader).to(self.device)
+                loss, parts = self.batch_loss(batch, indices, forcing, augment)
+                # One reduction gives every rank the global batch's loss, its parts and frame count,
+                # and whether any rank was asked to stop or to save: all act on them together.
+                total, frames, stop, save, *values = distributed.sum(
+                    [
+                        loss.item(),
+                        float(batch.feature_lengths.sum()),
+                        float(self.stop_requests.requested),
+                        float(distributed.is_main and self.checkpoint_due()),
+                        *parts.values(),
+                    ]
+                )
+                self.optimizer.zero_grad(set_to_none=True)
+                if math.isfinite(total):
+                    (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
+                if math.isfinite(total) and clip_gradients(self.model, settings.gradient_clip):
+                    self.optimizer.step()
+                    self.scheduler.step()
+                    progress.record(total, dict(zip(parts, values, strict=True)), int(frames))
+                    bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
+                else:
+                    self.skip_bad_batch()
+                if stop:
+                    return True
+                if save and distributed.is_main:
+                    self.save(self.out / "last.pt")
+        finally:
+            progress.train_seconds += time.perf_counter() - started
+        return False
 
     def batch_loss(
         self, batch: Batch, indices: list[int], forcing: float, augment: bool
@@ -306,7 +354,7 @@ class Trainer:
             )
 
     def skip_bad_batch(self) -> None:
-        """Skip a batch whose loss is not finite; too many of them stop training."""
+        """Skip a batch whose loss or gradient is not finite; too many of them stop training."""
         progress = self.progress
         progress.batch_in_epoch += 1
         progress.bad_batches += 1
@@ -329,6 +377,9 @@ class Trainer:
             num_workers=workers,
             pin_memory=self.device.type == "cuda",
             prefetch_factor=4 if workers else None,
+            # Its own generator: starting the loader must not draw from the training's random
+            # state, or a run resumed mid-epoch would draw differently from an uninterrupted one.
+            generator=torch.Generator().manual_seed(self.config.train.seed),
         )
 
     def finish_epoch(self) -> None:
@@ -364,16 +415,14 @@ class Trainer:
         self.progress = progress.next_epoch(dev_cer, seconds)
         if not self.distributed.is_main:
             return
-        with open(self.out / "metrics.jsonl", "a") as file:
-            file.write(json.dumps(record) + "\n")
+        append_line(self.out / "metrics.jsonl", json.dumps(record))
         dropped = self.keep_snapshot(dev_cer, record["epoch"])
+        # best.pt before last.pt: a run killed between the two re-runs this epoch exactly on resume.
+        if dev_cer <= self.progress.best_cer:
+            self.save(self.out / "best.pt")
         self.save(self.out / "last.pt")
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
-        if dev_cer <= self.progress.best_cer:
-            temporary = self.out / ".best.pt.tmp"
-            shutil.copyfile(self.out / "last.pt", temporary)
-            temporary.replace(self.out / "best.pt")
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
@@ -389,7 +438,7 @@ class Trainer:
         if (dev_cer, epoch) in kept:
             path = snapshot_path(self.out, epoch)
             path.parent.mkdir(exist_ok=True)
-            torch.save(self.model.state_dict(), path)
+            save_atomically(path, self.model.state_dict())
         self.progress.snapshots = kept
         return [snapshot for snapshot in dropped if snapshot[1] != epoch]
 
@@ -406,15 +455,16 @@ class Trainer:
         save_checkpoint(self.out / "averaged.pt", self.config, self.vocabulary, self.corpus.normalizer, self.model, {})
         epochs = sorted(epoch for _, epoch in snapshots)
         summary = {"epochs": epochs, "dev_cer": dev.cer, "best_epoch_dev_cer": self.progress.best_cer}
-        (self.out / "averaged.json").write_text(json.dumps(summary) + "\n")
+        write_text_atomically(self.out / "averaged.json", json.dumps(summary) + "\n")
         tqdm.write(
             f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% "
             f"(best epoch {self.progress.best_cer:.2f}%) -> {self.out / 'averaged.pt'}"
         )
 
 
-def clip_gradients(model: LAS, limit: float) -> None:
-    torch.nn.utils.clip_grad_norm_(model.parameters(), limit)
+def clip_gradients(model: LAS, limit: float) -> bool:
+    """Clip the gradient norm to `limit`; False (nothing to step on) when the norm is not finite."""
+    return bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), limit)))
 
 
 def evaluate_dev(
@@ -475,8 +525,27 @@ def restore_rng(state: dict[str, Any]) -> None:
 
 
 def keep_metrics_until(path: Path, epochs: int) -> None:
-    """Drop metric lines of epochs after the checkpoint (a run killed between log and save)."""
+    """Drop metric lines of epochs after the checkpoint (a run killed between log and save), and a
+    line cut short by a kill."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["epoch"] <= epochs]
-    path.write_text("".join(line + "\n" for line in lines))
+    lines = [line for line in path.read_text().splitlines() if (epoch_of(line) or epochs + 1) <= epochs]
+    write_text_atomically(path, "".join(line + "\n" for line in lines))
+
+
+def epoch_of(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["epoch"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append a line and flush it to the disk."""
+    try:
+        with open(path, "a") as file:
+            file.write(line + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+    except OSError as error:
+        raise LasError(f"cannot write {path}: {error.strerror or error}") from None

@@ -37,7 +37,9 @@ def write_transcripts(transcripts: Iterable[Transcript], output_format: str, str
         stream.writelines(f"{transcript.id} {transcript.text}\n" for transcript in transcripts)
     elif output_format == "jsonl":
         for transcript in transcripts:
-            stream.write(json.dumps({"id": transcript.id, "text": transcript.text, **transcript.extra}) + "\n")
+            stream.write(
+                json.dumps({"id": transcript.id, "text": transcript.text, **transcript.extra}, allow_nan=False) + "\n"
+            )
     else:
         raise LasError(f"unknown output format {output_format!r} (choose from {', '.join(FORMATS)})")
 

@@ -1,6 +1,9 @@
+import typing
+
 import pytest
 import torch
 
+from las.config import AttentionName, load_config
 from las.errors import LasError
 from las.model.attention import ATTENTIONS, MultiHeadAttention, build_attention
 
@@ -62,9 +65,10 @@ def test_content_attention_ignores_the_previous_weights() -> None:
     torch.testing.assert_close(first, second)
 
 
-def test_unknown_attention_is_a_clear_error() -> None:
-    with pytest.raises(LasError, match="unknown attention 'bogus'"):
-        build_attention("bogus", 8, 5, location_channels=3, location_kernel=5)
+def test_the_config_names_exactly_the_registered_attentions() -> None:
+    assert set(typing.get_args(AttentionName)) == set(ATTENTIONS)
+    with pytest.raises(LasError, match="'model.attention': 'bogus' is not one of dot"):
+        load_config(None, ["model.attention=bogus"])
 
 
 def multi_head_inputs() -> dict[str, torch.Tensor]:
@@ -99,7 +103,7 @@ def test_temperature_smooths_or_sharpens_the_weights() -> None:
 
 
 def test_bad_head_counts_and_temperatures_are_clear_errors() -> None:
-    with pytest.raises(LasError, match="attention_heads=3 must divide"):
-        build_attention("dot", 8, 8, heads=3)
-    with pytest.raises(LasError, match="attention_temperature must be positive"):
-        build_attention("dot", 8, 8, temperature=0.0)
+    with pytest.raises(LasError, match="'model.attention_heads': 3 must divide model.key_dim=128"):
+        load_config(None, ["model.attention_heads=3"])
+    with pytest.raises(LasError, match="'model.attention_temperature': expected a number > 0, got 0.0"):
+        load_config(None, ["model.attention_temperature=0"])

@@ -8,7 +8,7 @@ import torch
 
 from las.config import FeatureConfig
 from las.data import cache as cache_module
-from las.data.audio import decode_audio
+from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
@@ -28,7 +28,7 @@ def test_workers_fill_float16_shards_that_match_direct_extraction(tmp_path: Path
     assert features.frame_counts() == [len(item) for item in features] and features.dimensions() == {80}
     extractor = FilterbankExtractor(FeatureConfig())
     for utterance, stored in zip(utterances, features, strict=True):
-        direct = extractor(decode_audio(utterance.audio.read_bytes(), utterance.audio, 16000))
+        direct = extractor(load_audio(utterance.audio, 16000))
         assert stored.dtype == torch.float32
         torch.testing.assert_close(stored, direct, atol=0.02, rtol=2e-3)  # float16 rounding only
 

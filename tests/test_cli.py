@@ -193,7 +193,7 @@ def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path
             "--set",
             f"data.cache_dir={trained['root'] / 'cache'}",
         )[::2],
-        "unknown attention 'bogus'",
+        "'model.attention': 'bogus' is not one of dot",
     )
 
 

@@ -90,7 +90,7 @@ def test_features_are_log_mel_and_cached_by_content(tmp_path: Path, monkeypatch:
     def fail(*_: object) -> None:
         raise AssertionError("audio decoded despite the cache")
 
-    monkeypatch.setattr(cache_module, "decode_audio", fail)
+    monkeypatch.setattr(cache_module, "load_audio", fail)
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).features(read_utterances(copy, require_text=False)[0])
     assert torch.equal(first, again)
     # Other feature settings are another cache entry.

@@ -1,10 +1,12 @@
-"""Audio decoding through soundfile, with one clear error per unreadable file."""
+"""Audio reading through soundfile — whole files or segments of them — with one clear error per
+unreadable, damaged or non-finite file."""
 
 from __future__ import annotations
 
-import io
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import soundfile
 import torch
 import torchaudio.functional
@@ -12,24 +14,71 @@ import torchaudio.functional
 from las.errors import LasError
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
+# A segment may end this far past the end of its file (manifests round durations); further is an error.
+SEGMENT_END_TOLERANCE_SECONDS = 0.1
 
 
-def decode_audio(content: bytes, path: Path, sample_rate: int) -> torch.Tensor:
-    """Mono waveform `(samples,)` at `sample_rate` from the encoded bytes of the file at `path`."""
-    if not content:
+@dataclass(frozen=True)
+class Segment:
+    """The part of a recording an utterance is: `start` seconds in, `duration` seconds long (None:
+    to the end), as NeMo's `offset`/`duration` and Kaldi's `segments` give it."""
+
+    start: float
+    duration: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.start) and self.start >= 0):
+            raise LasError(f"segment start {self.start!r} must be a finite number of seconds >= 0")
+        if self.duration is not None and not (np.isfinite(self.duration) and self.duration > 0):
+            raise LasError(f"segment duration {self.duration!r} must be a finite number of seconds > 0")
+
+    def frames(self, rate: int, total: int, path: Path) -> tuple[int, int]:
+        """First and end sample of the segment in a file of `total` samples at `rate`."""
+        start = round(self.start * rate)
+        end = total if self.duration is None else round((self.start + self.duration) * rate)
+        if start >= total or end > total + SEGMENT_END_TOLERANCE_SECONDS * rate:
+            raise LasError(f"segment {self} lies outside {path}, which lasts {total / rate:.3f}s")
+        return start, min(end, total)
+
+    def __str__(self) -> str:
+        end = "end" if self.duration is None else f"{self.start + self.duration:g}s"
+        return f"{self.start:g}s-{end}"
+
+
+def load_audio(path: Path, sample_rate: int, segment: Segment | None = None) -> torch.Tensor:
+    """Mono waveform `(samples,)` at `sample_rate` of the file at `path`, or of its `segment`."""
+    if read_size(path) == 0:
         raise LasError(f"audio file is empty: {path}")
     try:
-        samples, rate = soundfile.read(io.BytesIO(content), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(path) as file:
+            rate = file.samplerate
+            start, end = segment.frames(rate, file.frames, path) if segment else (0, file.frames)
+            file.seek(start)
+            samples = file.read(end - start, dtype="float32", always_2d=True)  # (samples, channels)
     except soundfile.LibsndfileError as error:
         raise LasError(f"cannot read audio file {path}: {error.error_string}") from None
-    except (RuntimeError, TypeError) as error:
+    except (RuntimeError, TypeError, ValueError) as error:
         raise LasError(f"cannot read audio file {path}: {error}") from None
     if samples.shape[0] == 0:
         raise LasError(f"audio file is empty: {path}")
+    non_finite = int(samples.size - np.isfinite(samples).sum())
+    if non_finite:
+        # One NaN would make the normalisation statistics, and with them every batch, NaN.
+        raise LasError(f"audio file {path} has {non_finite} non-finite samples (NaN or infinity); repair or remove it")
     waveform = torch.from_numpy(samples).mean(dim=1)  # (samples,): mix channels down
     if rate != sample_rate:
         waveform = torchaudio.functional.resample(waveform, rate, sample_rate)
     return waveform
+
+
+def read_size(path: Path) -> int:
+    """The size of the file at `path` in bytes; a missing or unreadable file is one clear error."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        raise LasError(f"audio file not found: {path}") from None
+    except OSError as error:
+        raise LasError(f"cannot read audio file {path}: {error.strerror}") from None
 
 
 def read_bytes(path: Path) -> bytes:

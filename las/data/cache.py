@@ -3,14 +3,20 @@
 Layout under `<cache_dir>/<digest of the feature settings>/`:
 
     shard-<id>.npy  float16 `(frames, dim)`: the features of a chunk of utterances, end to end
-    index.jsonl     one line per cached utterance: its key, shard, offset and frame count
+    index.jsonl     one line per cached utterance: its key, shard, offset, frame count, checksum
 
-An utterance's key is the sha256 of its audio bytes plus its speed factor, so a renamed or moved
-file is still found and an edited one is recomputed. Each line also records the path, size and
-modification time the key was computed from, so that a later run re-hashes only files that
-changed. Misses are computed in worker processes, one shard per chunk; shards are written under a
-temporary name and renamed before their index lines are appended, so a killed run leaves no entry
-pointing at a half-written shard.
+An utterance's key is the sha256 of its audio bytes plus its segment and speed factor, so a
+renamed or moved file is still found and an edited one is recomputed. Each line also records the
+path, size and modification time the key was computed from, so that a later run re-hashes only
+files that changed.
+
+The cache never serves features it cannot vouch for. Each index line carries a checksum of
+itself, and each entry one of its float16 frames; before a process first serves an entry it
+checks the entry against its shard (shape, bounds, checksum). Damaged lines and entries (a
+truncated, overwritten or deleted shard, shifted offsets) are dropped and recomputed with a
+warning. Shards are written under a temporary name, flushed and renamed before their index
+lines are appended, so a killed run leaves no entry pointing at a half-written shard; a cache that
+cannot be written (read-only, disk full) degrades to features computed in memory for the run.
 """
 
 from __future__ import annotations
@@ -20,7 +26,6 @@ import hashlib
 import json
 import math
 import multiprocessing
-import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -32,10 +37,12 @@ import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
-from las.data.audio import decode_audio, read_bytes
+from las.data.audio import Segment, load_audio, read_bytes
 from las.data.features import FEATURE_VERSION, FeatureSet, FilterbankExtractor, InMemoryFeatures, change_speed
 from las.data.manifest import Utterance
-from las.progress import progress_bar
+from las.errors import LasError
+from las.files import make_directory, write_atomically
+from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 
@@ -46,6 +53,7 @@ class Missing:
 
     key: str
     audio: Path
+    segment: Segment | None
     source: tuple[str, int, int]  # (path, size, mtime) it was read from
     digest: str  # sha256 of the audio bytes
 
@@ -56,35 +64,58 @@ class Entry:
     offset: int  # first frame in the shard
     frames: int
     dimension: int
+    checksum: str  # of the entry's float16 frames
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """One utterance's features from a worker: its index record, and the features themselves
+    when its shard could not be written (they then live in memory for this run)."""
+
+    record: dict[str, Any]
+    features: np.ndarray | None = None
+
+
+def checksum(data: bytes | np.ndarray) -> str:
+    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).hexdigest()
+
+
+def line_checksum(record: dict[str, Any]) -> str:
+    """The checksum of an index line's fields (all but `check` itself)."""
+    fields = {name: value for name, value in record.items() if name != "check"}
+    return checksum(json.dumps(fields, sort_keys=True).encode())
 
 
 class StoredFeatures(FeatureSet):
-    """Features read from memory-mapped shards on access: float32 `(frames, dim)` each.
+    """Features read on access: float32 `(frames, dim)` each, memory-mapped from a cache shard
+    (an `Entry`) or held in memory (a tensor, when the cache could not be written).
 
     Only the requested frames are read, so a corpus far larger than memory trains from the page
     cache; each process (DataLoader workers included) maps a shard once.
     """
 
-    def __init__(self, directory: Path, entries: Sequence[Entry]) -> None:
+    def __init__(self, directory: Path, items: Sequence[Entry | torch.Tensor]) -> None:
         self.directory = directory
-        self.entries = list(entries)
+        self.items = list(items)
         self.shards: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.items)
 
     def __getitem__(self, index: int) -> torch.Tensor:  # type: ignore[override]
-        entry = self.entries[index]
-        if entry.shard not in self.shards:
-            self.shards[entry.shard] = np.load(self.directory / entry.shard, mmap_mode="r")
-        frames = self.shards[entry.shard][entry.offset : entry.offset + entry.frames]
+        item = self.items[index]
+        if isinstance(item, torch.Tensor):
+            return item
+        if item.shard not in self.shards:
+            self.shards[item.shard] = np.load(self.directory / item.shard, mmap_mode="r", allow_pickle=False)
+        frames = self.shards[item.shard][item.offset : item.offset + item.frames]
         return torch.from_numpy(frames.astype(np.float32))
 
     def frame_counts(self) -> list[int]:
-        return [entry.frames for entry in self.entries]
+        return [item.shape[0] if isinstance(item, torch.Tensor) else item.frames for item in self.items]
 
     def dimensions(self) -> set[int]:
-        return {entry.dimension for entry in self.entries}
+        return {item.shape[1] if isinstance(item, torch.Tensor) else item.dimension for item in self.items}
 
 
 class FeatureCache:
@@ -96,6 +127,9 @@ class FeatureCache:
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key
         self.digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> audio digest
+        self.verified: set[str] = set()  # keys whose entries this process has checked
+        self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
+        self.writable = True
         self.read_index()
 
     @property
@@ -105,16 +139,23 @@ class FeatureCache:
     def read_index(self) -> None:
         if not self.index_path.exists():
             return
-        for line in self.index_path.read_text().splitlines():
+        damaged = 0
+        for line in self.index_path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a killed run
-                continue
-            self.remember(record)
+                if record.pop("check") != line_checksum(record):
+                    raise ValueError
+                self.remember(record)
+            except (ValueError, KeyError, TypeError, AttributeError):  # cut short by a killed run, or damaged
+                damaged += 1
+        if damaged:
+            warn(f"feature cache {self.index_path}: ignored {damaged} damaged index lines; they are recomputed")
 
     def remember(self, record: dict[str, Any]) -> None:
-        self.entries[record["key"]] = Entry(record["shard"], record["offset"], record["frames"], record["dimension"])
-        self.digests[tuple(record["source"])] = record["digest"]
+        entry = Entry(record["shard"], record["offset"], record["frames"], record["dimension"], record["checksum"])
+        source = tuple(record["source"])
+        self.entries[record["key"]] = entry
+        self.digests[source] = record["digest"]  # type: ignore[index]
 
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
         """Every utterance's features: precomputed ones as they are, else log-mels (of the audio
@@ -123,15 +164,18 @@ class FeatureCache:
             return InMemoryFeatures([torch.from_numpy(utterance.features) for utterance in utterances])
         sources = [source_of(utterance.audio) for utterance in utterances]
         digests = [self.digest(utterance.audio, source) for utterance, source in zip(utterances, sources, strict=True)]
-        keys = [f"{digest}@{speed:g}" for digest in digests]
+        keys = [
+            cache_key(digest, utterance.segment, speed) for digest, utterance in zip(digests, utterances, strict=True)
+        ]
+        self.verify(keys)
         missing = {
-            key: Missing(key, utterance.audio, source, digest)
+            key: Missing(key, utterance.audio, utterance.segment, source, digest)
             for key, utterance, source, digest in zip(keys, utterances, sources, digests, strict=True)
-            if key not in self.entries
+            if key not in self.entries and key not in self.memory
         }
         if missing:
             self.extract(list(missing.values()), speed, description)
-        return StoredFeatures(self.directory, [self.entries[key] for key in keys])
+        return StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys])
 
     def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
         """One utterance's features `(frames, dim)`."""
@@ -142,12 +186,35 @@ class FeatureCache:
             self.digests[source] = hashlib.sha256(read_bytes(path)).hexdigest()
         return self.digests[source]
 
+    def verify(self, keys: Iterable[str]) -> None:
+        """Check the cached entries of `keys` against their shards (once per process); drop the
+        damaged ones, so that they are recomputed."""
+        shards: dict[str, np.ndarray | None] = {}
+        damaged = 0
+        for key in keys:
+            entry = self.entries.get(key)
+            if entry is None or key in self.verified:
+                continue
+            if entry.shard not in shards:
+                shards[entry.shard] = map_shard(self.directory / entry.shard)
+            if entry_is_intact(entry, shards[entry.shard]):
+                self.verified.add(key)
+            else:
+                del self.entries[key]
+                damaged += 1
+        if damaged:
+            warn(f"feature cache {self.directory}: {damaged} damaged entries dropped; recomputing them")
+
     def extract(self, missing: list[Missing], speed: float, description: str) -> None:
         """Compute the missing utterances in chunks, one shard each, and index them."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.writable:
+            try:
+                make_directory(self.directory, "feature cache")
+            except LasError as error:
+                self.cannot_store(str(error))
         size = min(SHARD_UTTERANCES, math.ceil(len(missing) / max(1, self.workers)))
         chunks = [
-            (self.directory, self.config, speed, missing[start : start + size])
+            (self.directory if self.writable else None, self.config, speed, missing[start : start + size])
             for start in range(0, len(missing), size)
         ]
         bar = progress_bar(range(len(missing)), description, "utt")
@@ -160,15 +227,56 @@ class FeatureCache:
             self.index(map(extract_chunk, chunks), bar)
         bar.close()
 
-    def index(self, results: Iterable[list[dict[str, Any]]], bar: tqdm) -> None:
-        """Append each chunk's records to the index once its shard is in place."""
-        with open(self.index_path, "a") as file:
-            for records in results:
-                file.write("".join(json.dumps(record) + "\n" for record in records))
+    def index(self, results: Iterable[list[Extracted]], bar: tqdm) -> None:
+        """Append each chunk's records to the index once its shard is in place; keep in memory
+        what could not be stored."""
+        for extracted in results:
+            stored = [item.record for item in extracted if item.features is None]
+            for item in extracted:
+                if item.features is not None:
+                    self.cannot_store("a shard could not be written")
+                    self.memory[item.record["key"]] = torch.from_numpy(item.features.astype(np.float32))
+            if stored and self.writable:
+                self.append_index(stored)
+            for record in stored:
+                self.remember(record)
+                self.verified.add(record["key"])  # computed by this run
+            bar.update(len(extracted))
+
+    def append_index(self, records: list[dict[str, Any]]) -> None:
+        lines = "".join(json.dumps({**record, "check": line_checksum(record)}) + "\n" for record in records)
+        try:
+            with open(self.index_path, "a") as file:
+                file.write(lines)
                 file.flush()
-                for record in records:
-                    self.remember(record)
-                bar.update(len(records))
+        except OSError as error:
+            self.cannot_store(error.strerror or str(error))
+
+    def cannot_store(self, reason: str) -> None:
+        if self.writable:
+            warn(f"cannot write the feature cache in {self.directory} ({reason}): computing features in memory")
+        self.writable = False
+
+
+def cache_key(digest: str, segment: Segment | None, speed: float) -> str:
+    return f"{digest}@{speed:g}" + (f"[{segment}]" if segment else "")
+
+
+def map_shard(path: Path) -> np.ndarray | None:
+    """A shard memory-mapped, or None when it is missing or not a float16 matrix."""
+    try:
+        shard = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    return shard if shard.dtype == np.float16 and shard.ndim == 2 else None
+
+
+def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
+    if shard is None or entry.dimension != shard.shape[1] or entry.frames < 1 or entry.offset < 0:
+        return False
+    if entry.offset + entry.frames > shard.shape[0]:
+        return False
+    return checksum(np.ascontiguousarray(shard[entry.offset : entry.offset + entry.frames])) == entry.checksum
 
 
 def source_of(path: Path) -> tuple[str, int, int]:
@@ -181,16 +289,32 @@ def source_of(path: Path) -> tuple[str, int, int]:
     return (str(path.resolve()), status.st_size, status.st_mtime_ns)
 
 
-def extract_chunk(job: tuple[Path, FeatureConfig, float, list[Missing]]) -> list[dict[str, Any]]:
-    """Features of a chunk of utterances -> one float16 shard; its index records."""
+def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
+    """Log-mel features `(frames, mel_bins)` of one utterance; one clear error for audio too short
+    to analyse or features that are not finite."""
+    config = extractor.config
+    waveform = change_speed(load_audio(item.audio, config.sample_rate, item.segment), speed, config.sample_rate)
+    where = f"{item.audio}" + (f" [{item.segment}]" if item.segment else "")
+    if len(waveform) < extractor.window:
+        raise LasError(
+            f"audio {where} is {len(waveform)} samples long, shorter than one {config.window_ms:g} ms analysis window"
+        )
+    features = extractor(waveform).numpy()
+    if not np.isfinite(features).all():
+        raise LasError(f"audio {where} gives features that are not finite (samples far outside [-1, 1]?)")
+    return features
+
+
+def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing]]) -> list[Extracted]:
+    """Features of a chunk of utterances -> one float16 shard in `directory` (None: no shard,
+    the features come back in memory); its index records."""
     directory, config, speed, items = job
     extractor = FilterbankExtractor(config)
     arrays, records, offset = [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
     for item in items:
-        waveform = decode_audio(read_bytes(item.audio), item.audio, config.sample_rate)
-        features = extractor(change_speed(waveform, speed, config.sample_rate)).numpy()
-        arrays.append(features.astype(np.float16))
+        features = extract_features(item, extractor, speed).astype(np.float16)
+        arrays.append(features)
         records.append(
             dict(
                 key=item.key,
@@ -198,13 +322,16 @@ def extract_chunk(job: tuple[Path, FeatureConfig, float, list[Missing]]) -> list
                 offset=offset,
                 frames=len(features),
                 dimension=features.shape[1],
+                checksum=checksum(features),
                 source=list(item.source),
                 digest=item.digest,
             )
         )
         offset += len(features)
-    temporary = directory / f"{name}.{os.getpid()}.tmp"
-    with open(temporary, "wb") as file:
-        np.save(file, np.concatenate(arrays))
-    os.replace(temporary, directory / name)
-    return records
+    if directory is not None:
+        try:
+            write_atomically(directory / name, lambda file: np.save(file, np.concatenate(arrays)))
+            return [Extracted(record) for record in records]
+        except LasError:
+            pass  # read-only or full: the caller warns once and keeps these in memory
+    return [Extracted(record, features) for record, features in zip(records, arrays, strict=True)]

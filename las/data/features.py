@@ -12,7 +12,7 @@ import torchaudio
 from las.config import FeatureConfig
 from las.errors import LasError
 
-FEATURE_VERSION = 1  # bump when the extraction code changes what it computes
+FEATURE_VERSION = 2  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -49,6 +49,7 @@ class FilterbankExtractor:
     def __init__(self, config: FeatureConfig) -> None:
         self.config = config
         window = round(config.sample_rate * config.window_ms / 1000)
+        self.window = window  # samples: shorter audio has no frame to analyse
         self.transform = torchaudio.transforms.MelSpectrogram(
             sample_rate=config.sample_rate,
             n_fft=window,
@@ -86,6 +87,14 @@ class Normalizer:
     mean: torch.Tensor  # (mel_bins,)
     std: torch.Tensor  # (mel_bins,)
 
+    def __post_init__(self) -> None:
+        """Finite by construction: NaN statistics would silently turn every batch into NaN."""
+        shapes_agree = self.mean.dim() == 1 and self.mean.shape == self.std.shape
+        if not (shapes_agree and torch.isfinite(self.mean).all() and torch.isfinite(self.std).all()):
+            raise LasError("feature normalisation statistics are not finite (feature values too large?)")
+        if not (self.std > 0).all():
+            raise LasError("feature normalisation statistics have a zero standard deviation")
+
     @classmethod
     def fit(cls, features: Iterable[torch.Tensor]) -> Normalizer:
         """One streaming pass: sums of values and squares (float64, so long corpora lose no
@@ -97,6 +106,8 @@ class Normalizer:
             total = total + item.sum(dim=0)
             squares = squares + item.pow(2).sum(dim=0)
             count += item.shape[0]
+        if count == 0:
+            raise LasError("no feature frames to compute the normalisation statistics from")
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
         return cls(mean.float(), std.float())

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from las.data.audio import AUDIO_SUFFIXES
+from las.data.arrays import load_array
+from las.data.audio import AUDIO_SUFFIXES, Segment
 from las.errors import LasError
 from las.text import Vocabulary
 
@@ -23,6 +24,7 @@ class Utterance:
     audio: Path | None  # None for precomputed features
     text: str | None = None  # None when transcripts are unknown (decoding raw audio)
     features: np.ndarray | None = None  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
+    segment: Segment | None = None  # the part of `audio` this utterance is (None: all of it)
 
 
 def read_utterances(path: str | Path, require_text: bool = True, input_format: str = "auto") -> list[Utterance]:
@@ -97,9 +99,9 @@ def _checked(records: Records, source: Path) -> list[Utterance]:
 
 
 def _resolve(audio: str, base: Path) -> Path:
-    """An audio path as written: absolute, relative to the current directory, or else to `base`."""
-    path = Path(audio)
-    return path if path.is_absolute() or path.exists() else base / path
+    """An audio path as written in a manifest in folder `base`: absolute, or relative to `base` —
+    never to the current directory, so a manifest means the same files wherever las runs."""
+    return base / Path(audio)  # an absolute path stays itself
 
 
 def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -130,39 +132,81 @@ def _tsv_records(path: Path) -> Records:
 
 
 def _jsonl_records(path: Path) -> Records:
-    """NeMo manifests: one object per line with `audio_filepath`, `duration`, `text` and optionally `id`."""
+    """NeMo manifests: one object per line with `audio_filepath`, `duration`, `text` and optionally
+    `id` and `offset`; with `offset`, the utterance is the `duration` seconds from there."""
     with open(path, encoding="utf-8") as file:
         for line, content in enumerate(file, start=1):
             if not content.strip():
                 continue
+            where = f"{path}:{line}"
             try:
                 record = json.loads(content)
                 audio = _resolve(str(record["audio_filepath"]), path.parent)
             except (json.JSONDecodeError, KeyError, TypeError):
-                raise LasError(f"{path}:{line}: expected a JSON object with 'audio_filepath' (and 'text')") from None
+                raise LasError(f"{where}: expected a JSON object with 'audio_filepath' (and 'text')") from None
+            segment = None
+            if record.get("offset") is not None:
+                if record.get("duration") is None:
+                    raise LasError(f"{where}: 'offset' needs a 'duration' (the segment's length in seconds)")
+                segment = _segment(record["offset"], record["duration"], where)
             text = record.get("text")
-            yield (
-                f"{path}:{line}",
-                Utterance(str(record.get("id") or audio.stem), audio, None if text is None else str(text).strip()),
-            )
+            identifier = str(record.get("id") or (audio.stem if segment is None else f"{audio.stem}_{segment}"))
+            yield where, Utterance(identifier, audio, None if text is None else str(text).strip(), segment=segment)
+
+
+def _segment(start: object, duration: object, where: str) -> Segment:
+    try:
+        return Segment(float(start), None if duration is None else float(duration))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise LasError(f"{where}: segment times must be numbers of seconds, got {start!r} and {duration!r}") from None
+    except LasError as error:
+        raise LasError(f"{where}: {error}") from None
 
 
 def _kaldi_records(directory: Path) -> Records:
-    """`wav.scp` (`id path`) and, when present, `text` (`id transcript`); piped commands are refused."""
+    """`wav.scp` (`id path`), when present `segments` (`utterance recording start end`, end -1 for
+    the end of the file: the utterances are those parts of the recordings) and `text` (`id
+    transcript`). Paths are relative to the directory; piped commands are refused."""
     transcripts: dict[str, str] = {}
     if (directory / "text").is_file():
         for _, identifier, text in _id_lines(directory / "text"):
             transcripts[identifier] = text
     scp = directory / "wav.scp"
+    recordings: dict[str, tuple[str, Path]] = {}  # id -> (where it was read, audio)
     for line, identifier, audio in _id_lines(scp):
         if audio.endswith("|") or " " in audio:
             raise LasError(
                 f"{scp}:{line}: {identifier!r} is read through a command ({audio!r}); las reads audio files only: "
                 "write the audio to files (e.g. with sox) and list their paths"
             )
+        if identifier in recordings:
+            raise LasError(f"{scp}:{line}: duplicate id {identifier!r} (first at {recordings[identifier][0]})")
+        recordings[identifier] = (f"{scp}:{line}", _resolve(audio, directory))
+    if (directory / "segments").is_file():
+        utterances = _kaldi_segments(directory / "segments", recordings)
+    else:
+        utterances = ((where, identifier, audio, None) for identifier, (where, audio) in recordings.items())
+    for where, identifier, audio, segment in utterances:
         if transcripts and identifier not in transcripts:
-            raise LasError(f"{scp}:{line}: {identifier!r} has no transcript in {directory / 'text'}")
-        yield f"{scp}:{line}", Utterance(identifier, _resolve(audio, directory), transcripts.get(identifier))
+            raise LasError(f"{where}: {identifier!r} has no transcript in {directory / 'text'}")
+        yield where, Utterance(identifier, audio, transcripts.get(identifier), segment=segment)
+
+
+def _kaldi_segments(path: Path, recordings: dict[str, tuple[str, Path]]) -> Iterator[tuple[str, str, Path, Segment]]:
+    """(where, utterance id, recording's audio, segment) of each line of a Kaldi `segments` file."""
+    for line, identifier, rest in _id_lines(path):
+        where = f"{path}:{line}"
+        fields = rest.split()
+        if len(fields) != 3:
+            raise LasError(f"{where}: expected 'utterance recording start end', got {identifier} {rest!r}")
+        recording, start, end = fields
+        if recording not in recordings:
+            raise LasError(f"{where}: recording {recording!r} is not in wav.scp")
+        try:
+            duration = None if float(end) == -1 else float(end) - float(start)
+        except ValueError:
+            raise LasError(f"{where}: start and end must be seconds, got {start!r} and {end!r}") from None
+        yield where, identifier, recordings[recording][1], _segment(start, duration, where)
 
 
 def _librispeech_records(directory: Path) -> Records:
@@ -188,9 +232,9 @@ def _feature_array_records(path: Path) -> Records:
     """CMU 11-785 HW4 features: an object `.npy` of `(frames, dim)` arrays; transcripts, if any, in
     `<name>_transcripts.npy` beside it (arrays of words, or of characters between <sos> and <eos>).
     Ids are the array indices, as in the course's Kaggle submissions."""
-    features = _load_array(path)
+    features = load_array(path)
     transcripts_path = path.with_name(f"{path.stem}_transcripts.npy")
-    transcripts = _load_array(transcripts_path) if transcripts_path.exists() else None
+    transcripts = load_array(transcripts_path) if transcripts_path.exists() else None
     if transcripts is not None and len(transcripts) != len(features):
         raise LasError(f"{transcripts_path}: {len(transcripts)} transcripts for {len(features)} utterances in {path}")
     for index, array in enumerate(features):
@@ -222,22 +266,21 @@ def _feature_folder_records(directory: Path) -> Records:
         if transcripts.is_dir():
             if not (transcripts / file.name).is_file():
                 raise LasError(f"{file}: no transcript {transcripts / file.name}")
-            text = _transcript_text(_load_array(transcripts / file.name))
-        yield str(file), Utterance(file.stem, None, text, _feature_matrix(_load_array(file), str(file)))
+            text = _transcript_text(load_array(transcripts / file.name))
+        yield str(file), Utterance(file.stem, None, text, _feature_matrix(load_array(file), str(file)))
 
 
 def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
-    array = np.asarray(array, dtype=np.float32)
-    if array.ndim != 2 or array.shape[0] == 0:
-        raise LasError(f"{where}: expected a (frames, dim) array of features, got shape {array.shape}")
-    return array
-
-
-def _load_array(path: Path) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=True, encoding="bytes")  # HW4 files are object arrays
-    except (OSError, ValueError) as error:
-        raise LasError(f"cannot read {path}: {error}") from None
+        array = np.asarray(array, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise LasError(f"{where}: expected a (frames, dim) array of numbers") from None
+    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise LasError(f"{where}: expected a (frames, dim) array of features, got shape {array.shape}")
+    non_finite = int(array.size - np.isfinite(array).sum())
+    if non_finite:
+        raise LasError(f"{where}: {non_finite} feature values are not finite (NaN or infinity); repair or remove it")
+    return array
 
 
 def _transcript_text(items: np.ndarray | str | bytes) -> str:

@@ -16,8 +16,6 @@ import math
 import torch
 from torch import nn
 
-from las.errors import LasError
-
 
 class Attention(nn.Module):
     """Scores divided by `temperature` before the softmax: above 1 smooths the weights, below 1
@@ -159,13 +157,8 @@ def build_attention(
     location_channels: int = 10,
     location_kernel: int = 15,
 ) -> Attention:
-    """The attention named `name` (with `heads` > 1, that many heads of it)."""
-    if name not in ATTENTIONS:
-        raise LasError(f"unknown attention {name!r} (choose from {', '.join(ATTENTIONS)})")
-    if heads < 1 or key_dim % heads or value_dim % heads:
-        raise LasError(f"model.attention_heads={heads} must divide model.key_dim={key_dim} and value_dim={value_dim}")
-    if temperature <= 0:
-        raise LasError(f"model.attention_temperature must be positive, got {temperature}")
+    """The attention named `name` (with `heads` > 1, that many heads of it); the arguments are
+    those of a `ModelConfig`, which has checked them."""
     options = dict(temperature=temperature, location_channels=location_channels, location_kernel=location_kernel)
     if heads == 1:
         return ATTENTIONS[name](key_dim, **options)

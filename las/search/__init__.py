@@ -73,8 +73,6 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
 
 def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None) -> Speller | None:
     """The LM for shallow fusion, on the model's device; None when fusion is off."""
-    if config.lm_weight < 0:
-        raise LasError(f"decode.lm_weight must not be negative, got {config.lm_weight}")
     if config.lm_weight == 0:
         return None
     if not config.lm:

@@ -1,0 +1,105 @@
+"""Writing files so that nothing is ever half-written or lost, and locking a run directory.
+
+Every file las publishes (checkpoints, cache shards, transcripts, run records) goes through
+`write_atomically`: written to a temporary name, flushed to the disk (fsync), then renamed over the
+target, and the folder's entry flushed too. A reader, or a run after a crash or a power cut, sees
+the old file or the new one, never part of one; a failed write (disk full) keeps the old file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from las.errors import LasError
+
+
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Publish `path` with the bytes `write` puts in the file it is given; one LasError on failure."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        sync_directory(path.parent)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise LasError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    write_atomically(path, lambda file: file.write(text.encode("utf-8")))
+
+
+def save_atomically(path: str | Path, payload: object) -> None:
+    """`torch.save` through `write_atomically`."""
+    write_atomically(path, lambda file: torch.save(payload, file))
+
+
+def sync_directory(directory: Path) -> None:
+    """Flush a folder's entries, so that a rename into it survives a crash."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def make_directory(path: str | Path, purpose: str) -> Path:
+    """`path` as a folder, created with its parents; one LasError when it cannot be."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise LasError(f"{purpose} {path}: a file is in the way (not a folder)") from None
+    except OSError as error:
+        raise LasError(f"{purpose} {path}: cannot create it: {error.strerror or error}") from None
+    return path
+
+
+def check_writable(path: str | Path, purpose: str) -> None:
+    """Fail now, before any work, if the file `path` could not be written later."""
+    path = Path(path)
+    if path.is_dir():
+        raise LasError(f"{purpose} {path}: is a folder; name a file")
+    make_directory(path.parent, f"{purpose}'s folder")
+    probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+    try:
+        probe.open("wb").close()
+        probe.unlink()
+    except OSError as error:
+        raise LasError(f"{purpose} {path}: cannot write there: {error.strerror or error}") from None
+
+
+@contextmanager
+def locked_directory(directory: Path) -> Iterator[None]:
+    """Hold an OS lock on `directory` (flock on `directory/.lock`) for the body's life, so that a
+    second process cannot train into it at the same time. The kernel releases the lock when the
+    process ends in any way, so a crash never leaves a stale lock behind."""
+    path = directory / ".lock"
+    with open(path, "a+") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "?"
+            raise LasError(
+                f"{directory} is in use by another las process (pid {holder}); "
+                "wait for it to end or choose another --out"
+            ) from None
+        file.truncate(0)
+        file.write(f"{os.getpid()}\n")
+        file.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(file, fcntl.LOCK_UN)
