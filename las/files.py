@@ -59,7 +59,7 @@ def make_directory(path: str | Path, purpose: str) -> Path:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
+    except (FileExistsError, NotADirectoryError):
         raise LasError(f"{purpose} {path}: a file is in the way (not a folder)") from None
     except OSError as error:
         raise LasError(f"{purpose} {path}: cannot create it: {error.strerror or error}") from None

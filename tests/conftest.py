@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from las.cli import app
 from las.config import Config, load_config
 
 AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
@@ -87,3 +89,18 @@ def tiny_config(tmp_path: Path, tiny_manifests: tuple[Path, Path]) -> Config:
             "data.batch_size=4",
         ],
     )
+
+
+def run(*arguments: object) -> tuple[int, str, str]:
+    """`las ARGUMENTS...` through Typer's runner: (exit code, stdout, stderr)."""
+    result = CliRunner().invoke(app, [str(argument) for argument in arguments])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def assert_clear_error(code: int, stderr: str, message: str) -> None:
+    """A user mistake: exit code 1 and one line on stderr that says `message`, no traceback."""
+    assert code == 1
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
+    assert message in lines[0], lines[0]
+    assert "Traceback" not in stderr

@@ -4,19 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from las.checkpoint import load_checkpoint
-from las.cli import app
 
-from .conftest import AN4, TINY, an4_rows, write_manifest
-
-runner = CliRunner()
-
-
-def run(*arguments: str) -> tuple[int, str, str]:
-    result = runner.invoke(app, [str(argument) for argument in arguments])
-    return result.exit_code, result.stdout, result.stderr
+from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -132,14 +123,6 @@ def test_eval_text_report(trained: dict[str, Path], tmp_path: Path) -> None:
     code, stdout, _ = run("eval", hypotheses, trained["train"])
     assert code == 0
     assert "CER                   0.00%" in stdout and "mean distance         0.000" in stdout
-
-
-def assert_clear_error(code: int, stderr: str, message: str) -> None:
-    assert code == 1
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), stderr
-    assert message in lines[0], lines[0]
-    assert "Traceback" not in stderr
 
 
 def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path) -> None:

@@ -105,7 +105,9 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
 
     monkeypatch.setattr(train_module, "clip_gradients", signal_during_sixth_step)
     name = signal.Signals(stop_signal).name
-    with pytest.raises(LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 3; continue with --resume"):
+    with pytest.raises(
+        LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 3; continue with --resume"
+    ):
         train(interrupted)
     progress = load_checkpoint(tmp_path / "interrupted" / "last.pt").training_state["progress"]
     assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 3, 7)

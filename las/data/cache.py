@@ -41,7 +41,7 @@ from las.data.audio import Segment, load_audio, read_bytes
 from las.data.features import FEATURE_VERSION, FeatureSet, FilterbankExtractor, InMemoryFeatures, change_speed
 from las.data.manifest import Utterance
 from las.errors import LasError
-from las.files import make_directory, write_atomically
+from las.files import make_directory, write_atomically, write_text_atomically
 from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
@@ -126,6 +126,7 @@ class FeatureCache:
         self.config = config
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key
+        self.records: dict[str, dict[str, Any]] = {}  # by key: the index line of each entry
         self.digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> audio digest
         self.verified: set[str] = set()  # keys whose entries this process has checked
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
@@ -150,11 +151,13 @@ class FeatureCache:
                 damaged += 1
         if damaged:
             warn(f"feature cache {self.index_path}: ignored {damaged} damaged index lines; they are recomputed")
+            self.rewrite_index()
 
     def remember(self, record: dict[str, Any]) -> None:
         entry = Entry(record["shard"], record["offset"], record["frames"], record["dimension"], record["checksum"])
         source = tuple(record["source"])
         self.entries[record["key"]] = entry
+        self.records[record["key"]] = record
         self.digests[source] = record["digest"]  # type: ignore[index]
 
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
@@ -200,10 +203,11 @@ class FeatureCache:
             if entry_is_intact(entry, shards[entry.shard]):
                 self.verified.add(key)
             else:
-                del self.entries[key]
+                del self.entries[key], self.records[key]
                 damaged += 1
         if damaged:
             warn(f"feature cache {self.directory}: {damaged} damaged entries dropped; recomputing them")
+            self.rewrite_index()
 
     def extract(self, missing: list[Missing], speed: float, description: str) -> None:
         """Compute the missing utterances in chunks, one shard each, and index them."""
@@ -244,18 +248,28 @@ class FeatureCache:
             bar.update(len(extracted))
 
     def append_index(self, records: list[dict[str, Any]]) -> None:
-        lines = "".join(json.dumps({**record, "check": line_checksum(record)}) + "\n" for record in records)
         try:
             with open(self.index_path, "a") as file:
-                file.write(lines)
+                file.write(index_lines(records))
                 file.flush()
         except OSError as error:
             self.cannot_store(error.strerror or str(error))
+
+    def rewrite_index(self) -> None:
+        """The index with only the entries still trusted, so damage is reported and skipped once."""
+        try:
+            write_text_atomically(self.index_path, index_lines(self.records.values()))
+        except LasError as error:
+            self.cannot_store(str(error))
 
     def cannot_store(self, reason: str) -> None:
         if self.writable:
             warn(f"cannot write the feature cache in {self.directory} ({reason}): computing features in memory")
         self.writable = False
+
+
+def index_lines(records: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps({**record, "check": line_checksum(record)}) + "\n" for record in records)
 
 
 def cache_key(digest: str, segment: Segment | None, speed: float) -> str:

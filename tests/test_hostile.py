@@ -1,0 +1,394 @@
+"""Hostile input, damage and faults: each gives the right answer or one clear line and a non-zero
+exit, never a wrong result with exit 0, a traceback, a lost run or code run from a file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from las.checkpoint import load_checkpoint
+from las.config import Config, FeatureConfig
+from las.data import cache as cache_module
+from las.data.audio import load_audio
+from las.data.cache import FeatureCache, line_checksum
+from las.data.features import FilterbankExtractor, Normalizer
+from las.data.manifest import read_utterances
+from las.decode import json_score
+from las.errors import LasError
+from las.files import locked_directory, write_atomically
+from las.train import train
+
+from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
+
+AUDIO = AN4 / "audio" / "an10-fjmd-b.flac"  # 1.6 s
+
+
+def waveform() -> np.ndarray:
+    return soundfile.read(AUDIO, dtype="float32")[0]
+
+
+# --- Non-finite input -------------------------------------------------------------------------
+
+
+def test_a_nan_sample_in_float_audio_is_refused_by_name(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    samples = waveform()
+    samples[1000] = np.nan
+    soundfile.write(tmp_path / "nan.wav", samples, 16000, subtype="FLOAT")
+    rows = an4_rows("train", 3) + [["nan", str(tmp_path / "nan.wav"), "1.6", "NAN"]]
+    manifest = write_manifest(tmp_path / "train.tsv", rows)
+    code, _, stderr = run(
+        "train", "--train", manifest, "--dev", manifest, "--out", tmp_path / "run",
+        "--set", f"data.cache_dir={tmp_path / 'cache'}", "--set", "data.workers=0",
+    )  # fmt: skip
+    assert_clear_error(code, stderr, f"audio file {tmp_path / 'nan.wav'} has 1 non-finite samples")
+    samples[1000] = np.inf
+    soundfile.write(tmp_path / "inf.wav", samples, 16000, subtype="FLOAT")
+    assert_clear_error(*run("decode", trained_run["run"] / "best.pt", tmp_path / "inf.wav")[::2], "non-finite")
+
+
+def test_non_finite_precomputed_features_are_refused_by_index(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    arrays = np.empty(2, dtype=object)
+    arrays[0], arrays[1] = np.ones((20, 80), np.float32), np.ones((20, 80), np.float32)
+    arrays[1][3, 4] = np.nan
+    np.save(tmp_path / "test.npy", arrays, allow_pickle=True)
+    code, _, stderr = run("decode", trained_run["run"] / "best.pt", tmp_path / "test.npy")
+    assert_clear_error(code, stderr, f"{tmp_path / 'test.npy'}[1]: 1 feature values are not finite")
+
+
+def test_normalisation_statistics_are_finite_by_construction() -> None:
+    with pytest.raises(LasError, match="not finite"):
+        Normalizer(torch.tensor([0.0, math.nan]), torch.ones(2))
+    with pytest.raises(LasError, match="no feature frames"):
+        Normalizer.fit([])
+    with pytest.raises(LasError, match="zero standard deviation"):
+        Normalizer(torch.zeros(2), torch.zeros(2))
+
+
+def test_jsonl_never_holds_nan() -> None:
+    assert json_score(-1.23456) == -1.2346
+    assert json_score(math.nan) is None and json_score(-math.inf) is None
+
+
+def test_audio_shorter_than_one_window_is_a_clear_error(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    for samples in (1, 200, 399):
+        soundfile.write(tmp_path / f"short{samples}.wav", waveform()[:samples], 16000)
+        code, _, stderr = run("decode", trained_run["run"] / "best.pt", tmp_path / f"short{samples}.wav")
+        assert_clear_error(code, stderr, f"is {samples} samples long, shorter than one 25 ms analysis window")
+
+
+# --- Two processes, one run directory ---------------------------------------------------------
+
+
+def test_a_run_directory_is_locked_while_a_process_holds_it(tiny_config: Config) -> None:
+    out = Path(tiny_config.train.out)
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from las.files import locked_directory; from pathlib import Path; import time\n"
+         f"with locked_directory(Path({str(out)!r})):\n    print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for resume in (False, True):
+            with pytest.raises(LasError, match=f"{out} is in use by another las process \\(pid {holder.pid}\\)"):
+                train(tiny_config, resume=resume)
+    finally:
+        holder.kill()  # a crash: the kernel frees the lock, nothing stale is left
+        holder.wait()
+    train(one_epoch(tiny_config))
+    assert (out / "last.pt").is_file()
+    with locked_directory(out):  # released after the run
+        pass
+
+
+def one_epoch(config: Config, **changes: object) -> Config:
+    return replace(config, train=replace(config.train, epochs=1, **changes))
+
+
+# --- Manifest paths and segments --------------------------------------------------------------
+
+
+def test_relative_manifest_paths_never_depend_on_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    data.mkdir(), elsewhere.mkdir()
+    (data / "a.flac").write_bytes(AUDIO.read_bytes())
+    (elsewhere / "a.flac").write_bytes((AN4 / "audio" / "an102-mrcb-b.flac").read_bytes())  # same name, other audio
+    (data / "manifest.jsonl").write_text(json.dumps({"audio_filepath": "a.flac", "text": "X"}) + "\n")
+    (data / "wav.scp").write_text("a a.flac\n")
+    monkeypatch.chdir(elsewhere)
+    for source in (data / "manifest.jsonl", data):
+        assert read_utterances(source, require_text=False)[0].audio == data / "a.flac"
+
+
+def test_nemo_offsets_and_kaldi_segments_read_exactly_their_segment(tmp_path: Path) -> None:
+    samples = waveform()
+    (tmp_path / "recording.flac").write_bytes(AUDIO.read_bytes())
+    soundfile.write(tmp_path / "cut.wav", samples[8000:16000], 16000, subtype="FLOAT")  # 0.5 s to 1.0 s
+    (tmp_path / "segments.jsonl").write_text(
+        json.dumps({"audio_filepath": "recording.flac", "offset": 0.5, "duration": 0.5, "text": "A"}) + "\n"
+        + json.dumps({"audio_filepath": "recording.flac", "offset": 0.0, "duration": 1.6, "text": "B"}) + "\n"
+    )  # fmt: skip
+    kaldi = tmp_path / "kaldi"
+    kaldi.mkdir()
+    (kaldi / "wav.scp").write_text(f"rec {tmp_path / 'recording.flac'}\n")
+    (kaldi / "segments").write_text("first rec 0.5 1.0\nrest rec 1.0 -1\n")
+    (kaldi / "text").write_text("first A\nrest B\n")
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    cut = cache.features(read_utterances(tmp_path / "cut.wav", require_text=False)[0])
+    nemo = read_utterances(tmp_path / "segments.jsonl")
+    kaldi_utterances = read_utterances(kaldi)
+    assert [utterance.id for utterance in kaldi_utterances] == ["first", "rest"]
+    for utterance in (nemo[0], kaldi_utterances[0]):
+        torch.testing.assert_close(cache.features(utterance), cut)  # the segment, not the whole file
+    assert len(cache.features(nemo[1])) == 161 and len(cache.features(kaldi_utterances[1])) == 61
+    (tmp_path / "outside.jsonl").write_text(
+        json.dumps({"audio_filepath": "recording.flac", "offset": 1.0, "duration": 5.0, "text": "A"}) + "\n"
+    )
+    with pytest.raises(LasError, match="segment 1s-6s lies outside .*recording.flac, which lasts 1.600s"):
+        cache.features(read_utterances(tmp_path / "outside.jsonl")[0])
+    (kaldi / "segments").write_text("first nosuch 0.5 1.0\n")
+    with pytest.raises(LasError, match="segments:1: recording 'nosuch' is not in wav.scp"):
+        read_utterances(kaldi)
+
+
+# --- A damaged feature cache ------------------------------------------------------------------
+
+
+def fresh_features(utterances: list) -> list[torch.Tensor]:
+    extractor = FilterbankExtractor(FeatureConfig())
+    return [extractor(load_audio(utterance.audio, 16000)).half().float() for utterance in utterances]
+
+
+def damage_shard(shard: Path, how: str) -> None:
+    content = shard.read_bytes()
+    if how == "truncated":
+        shard.write_bytes(content[: len(content) // 2])
+    elif how == "garbage":  # same size, header intact: only the checksums can tell
+        header = 128
+        shard.write_bytes(content[:header] + np.random.default_rng(0).bytes(len(content) - header))
+    elif how == "deleted":
+        shard.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "deleted", "shifted", "shifted-consistently"])
+def test_a_damaged_cache_is_detected_dropped_and_recomputed(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture
+) -> None:
+    utterances = read_utterances(write_manifest(tmp_path / "three.tsv", an4_rows("train", 3)))
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    shard = next((tmp_path / "cache").rglob("shard-*.npy"))
+    index = next((tmp_path / "cache").rglob("index.jsonl"))
+    if how.startswith("shifted"):
+        records = [json.loads(line) for line in index.read_text().splitlines()]
+        records[1]["offset"] += 7  # still inside the shard
+        if how == "shifted-consistently":  # the line's own checksum recomputed: only the entry's can tell
+            records[1]["check"] = line_checksum(records[1])
+        index.write_text("".join(json.dumps(record) + "\n" for record in records))
+    else:
+        damage_shard(shard, how)
+    features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert "warning:" in capsys.readouterr().err
+    for served, expected in zip(features, fresh_features(utterances), strict=True):
+        torch.testing.assert_close(served, expected)
+    capsys.readouterr()
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)  # repaired: no warning now
+    assert "warning:" not in capsys.readouterr().err
+
+
+def test_a_cache_that_cannot_be_written_computes_in_memory(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    utterances = read_utterances(write_manifest(tmp_path / "two.tsv", an4_rows("train", 2)))
+    (tmp_path / "file").write_text("a file where the cache's folder should be")
+    features = FeatureCache(tmp_path / "file" / "cache", FeatureConfig(), workers=2).load(utterances)
+    assert "warning: cannot write the feature cache" in capsys.readouterr().err
+    for served, expected in zip(features, fresh_features(utterances), strict=True):
+        torch.testing.assert_close(served, expected)
+
+
+def test_a_cache_whose_disk_fills_up_computes_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    utterances = read_utterances(write_manifest(tmp_path / "two.tsv", an4_rows("train", 2)))
+
+    def disk_full(*_: object) -> None:
+        raise LasError("cannot write shard: No space left on device")
+
+    monkeypatch.setattr(cache_module, "write_atomically", disk_full)
+    features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert "warning: cannot write the feature cache" in capsys.readouterr().err
+    for served, expected in zip(features, fresh_features(utterances), strict=True):
+        torch.testing.assert_close(served, expected)
+
+
+# --- Damaged checkpoints ----------------------------------------------------------------------
+
+
+def edited_checkpoint(source: Path, target: Path, edit) -> Path:
+    payload = torch.load(source, weights_only=True)
+    edit(payload)
+    torch.save(payload, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda payload: payload.pop("model"), "damaged checkpoint: 'model' is missing"),
+        (lambda payload: payload.pop("vocabulary"), "damaged checkpoint: 'vocabulary' is missing"),
+        (lambda payload: payload.pop("normalizer"), "damaged checkpoint: 'normalizer' is missing"),
+        (lambda payload: payload["normalizer"].pop("std"), "damaged checkpoint: 'std' is missing"),
+        (lambda payload: payload.update(vocabulary=["<pad>"]), "does not start with the special symbols"),
+        (lambda payload: payload["config"]["decode"].update(beam_size=0), "'decode.beam_size'"),
+        (lambda payload: payload["model"].pop(next(iter(payload["model"]))), "weights do not fit its model settings"),
+        (lambda payload: next(iter(payload["model"].values())).fill_(math.nan), "is not finite (NaN or infinity)"),
+    ],
+)
+def test_a_damaged_checkpoint_is_one_clear_line(trained_run: dict[str, Path], tmp_path: Path, edit, message) -> None:
+    damaged = edited_checkpoint(trained_run["run"] / "best.pt", tmp_path / "damaged.pt", edit)
+    assert_clear_error(*run("decode", damaged, trained_run["train"])[::2], message)
+
+
+def test_a_checkpoint_without_training_state_decodes_but_does_not_resume(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    edited_checkpoint(trained_run["run"] / "last.pt", out / "last.pt", lambda payload: payload["training"].clear())
+    code, _, stderr = run("train", "--resume", "--out", out)
+    assert_clear_error(code, stderr, "its training state is missing or damaged")
+
+
+# --- Unwritable outputs -----------------------------------------------------------------------
+
+
+def test_unwritable_outputs_fail_before_the_work(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    assert_clear_error(*run("train", "--out", regular / "run")[::2], "a file is in the way")
+    checkpoint, manifest = trained_run["run"] / "best.pt", trained_run["train"]
+    assert_clear_error(*run("decode", checkpoint, manifest, "--out", tmp_path)[::2], "is a folder; name a file")
+    assert_clear_error(*run("decode", checkpoint, manifest, "--out", regular / "out.csv")[::2], "a file is in the way")
+
+
+def test_a_full_disk_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "last.pt"
+    target.write_bytes(b"the previous checkpoint")
+
+    def fill_the_disk(file: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(LasError, match=f"cannot write {target}: No space left on device"):
+        write_atomically(target, fill_the_disk)
+    assert target.read_bytes() == b"the previous checkpoint"
+    assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
+
+
+# --- Config values ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("decode.beam_size=0", "'decode.beam_size': expected a number >= 1, got 0"),
+        ("decode.temperature=0", "'decode.temperature': expected a number > 0, got 0.0"),
+        ("decode.max_length_ratio=-1", "'decode.max_length_ratio': expected a number > 0"),
+        ("decode.ctc_weight=1.5", "'decode.ctc_weight': expected a number >= 0 and <= 1, got 1.5"),
+        ("decode.strategy=beem", "'decode.strategy': 'beem' is not one of greedy, sample, beam, ctc"),
+        ("decode.nbest=nan", "expected int"),
+        ("decode.lm_weight=inf", "'decode.lm_weight': expected a finite number"),
+    ],
+)
+def test_decode_settings_are_checked_before_any_work(trained_run: dict[str, Path], assignment, message) -> None:
+    # The input does not exist: the config error comes first, so nothing was read.
+    code, _, stderr = run("decode", trained_run["run"] / "best.pt", "no/such/input.tsv", "--set", assignment)
+    assert_clear_error(code, stderr, message)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--set", "data.batch_size=0"], "'data.batch_size': expected a number >= 1, got 0"),
+        (["--epochs", "0"], "'train.epochs': expected a number >= 1, got 0"),
+        (["--set", "model.attention=locaton"], "'model.attention': 'locaton' is not one of"),
+        (["--set", "train.learning_rate=-1"], "'train.learning_rate': expected a number > 0"),
+        (["--set", "model.dropout=1.5"], "'model.dropout': expected a number >= 0 and <= 0.95"),
+        (["--set", "data.input_format=wav"], "'data.input_format': 'wav' is not one of"),
+        (["--set", "train.checkpoint_minutes=-5"], "'train.checkpoint_minutes': expected a number >= 0"),
+    ],
+)
+def test_train_settings_are_checked_before_any_work(tmp_path: Path, arguments: list[str], message: str) -> None:
+    code, _, stderr = run("train", "--train", "no/such/train.tsv", "--out", tmp_path / "run", *arguments)
+    assert_clear_error(code, stderr, message)
+    assert not (tmp_path / "run").exists()
+
+
+# --- Code in files ----------------------------------------------------------------------------
+
+
+class Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_pickle_payload_in_an_npy_file_never_runs(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    arrays = np.empty(2, dtype=object)
+    arrays[0], arrays[1] = np.ones((20, 80), np.float32), Payload(marker)
+    np.save(tmp_path / "hostile.npy", arrays, allow_pickle=True)
+    code, _, stderr = run("decode", trained_run["run"] / "best.pt", tmp_path / "hostile.npy")
+    assert_clear_error(code, stderr, "asks for posix.system; las loads numpy arrays only")
+    assert not marker.exists()
+
+
+# --- Faults during training -------------------------------------------------------------------
+
+
+def test_last_pt_is_saved_mid_epoch_every_few_minutes(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    from las import train as train_module
+
+    saved: list[tuple[str, int, int]] = []
+    original = train_module.Trainer.save
+
+    def record(self, path: Path) -> None:
+        saved.append((path.name, self.progress.epoch, self.progress.batch_in_epoch))
+        original(self, path)
+
+    monkeypatch.setattr(train_module.Trainer, "save", record)
+    clock = iter(range(0, 10_000, 120))  # two minutes pass per reading
+    monkeypatch.setattr(train_module.time, "monotonic", lambda: next(clock))
+    config = one_epoch(tiny_config, checkpoint_minutes=3)
+    config = replace(config, data=replace(config.data, batch_size=1))
+    train(config)
+    mid_epoch = [entry for entry in saved if entry[0] == "last.pt" and entry[1] == 0]
+    assert any(0 < batch < 4 for _, _, batch in mid_epoch)
+    assert load_checkpoint(Path(config.train.out) / "last.pt").training_state["progress"]["epoch"] == 1
+
+
+def test_a_second_signal_stops_at_once_without_saving(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    from las import train as train_module
+
+    def interrupted_twice(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt  # what StopRequests raises on a second signal
+
+    monkeypatch.setattr(train_module.Trainer, "batch_loss", interrupted_twice)
+    with pytest.raises(LasError, match="interrupted twice: stopped at once without saving"):
+        train(tiny_config)
+    assert not (Path(tiny_config.train.out) / "last.pt").exists()
+    monkeypatch.undo()
+    train(one_epoch(tiny_config))  # the directory was not left locked
+    assert (Path(tiny_config.train.out) / "last.pt").is_file()
