@@ -1,0 +1,173 @@
+"""Interrupt training with SIGKILL, SIGINT and SIGTERM at random moments, resume every time, and
+compare the final weights and metrics with those of an uninterrupted run: they must be identical.
+
+    python scripts/faults.py --trials 3 --interrupts 3
+
+A small model trains on AN4 utterances (the tests' tiny configuration, a few epochs) with a
+mid-epoch checkpoint every few seconds, so that SIGKILL lands between saves as well as on them.
+Every run uses one thread (OMP_NUM_THREADS=1 and torch's own setting), so that the arithmetic is
+the same in every process. Each trial starts a run, sends the signal at a random moment
+(uniform over the expected length of a run), resumes from `last.pt` (or starts again when the
+run was killed before its first save), and repeats `--interrupts` times before letting it finish.
+Prints a Markdown table; exits non-zero if any trial differs from the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import typer
+
+ROOT = Path(__file__).resolve().parent.parent
+AN4 = ROOT / "data" / "an4"
+SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+SETTINGS = [
+    "model.listener_hidden=48",
+    "model.key_dim=48",
+    "model.value_dim=48",
+    "model.embedding_dim=32",
+    "model.speller_hidden=96",
+    "model.ctc_weight=0.3",
+    "model.location_channels=4",
+    "model.location_kernel=5",
+    "model.dropout=0.2",  # draws from the random state in every batch
+    "train.teacher_forcing_final=0.7",  # so does sampled teacher forcing
+    "train.teacher_forcing_decay_epochs=2",
+    "train.specaugment_start_epoch=1",  # and SpecAugment
+    "train.warmup_steps=5",
+    "train.learning_rate=3e-3",
+    "train.average_best=2",
+    "train.device=cpu",
+    "data.batch_size=4",
+    "data.workers=0",
+]
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def write_manifests(directory: Path, train_count: int, dev_count: int) -> tuple[Path, Path]:
+    lines = (AN4 / "train.tsv").read_text().splitlines()
+    header, rows = lines[0], [line.split("\t") for line in lines[1:]]
+    rows = [[identifier, str(AN4 / audio), duration, text] for identifier, audio, duration, text in rows]
+    paths = []
+    for name, part in (("train", rows[:train_count]), ("dev", rows[train_count : train_count + dev_count])):
+        path = directory / f"{name}.tsv"
+        path.write_text(header + "\n" + "".join("\t".join(row) + "\n" for row in part))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def command(out: Path, settings: list[str], resume: bool) -> list[str]:
+    arguments = [sys.executable, "-m", "las", "train", "--out", str(out)]
+    arguments += [item for setting in settings for item in ("--set", setting)]
+    return arguments + (["--resume"] if resume and (out / "last.pt").exists() else [])
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_to_end(out: Path, settings: list[str]) -> float:
+    """Train (or resume) until the run finishes; its wall-clock seconds."""
+    started = time.perf_counter()
+    result = subprocess.run(command(out, settings, resume=True), env=environment(), capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"training failed in {out}:\n{result.stderr}")
+    return time.perf_counter() - started
+
+
+def interrupt(out: Path, settings: list[str], signal_number: int, after: float) -> str:
+    """Start (or resume) training and send `signal_number` after `after` seconds; what happened."""
+    process = subprocess.Popen(
+        command(out, settings, resume=True),
+        env=environment(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        process.wait(timeout=after)
+        return "finished first"
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal_number)
+    _, stderr = process.communicate()
+    if signal_number == signal.SIGKILL:
+        return "killed"
+    if "stopped by" in stderr:
+        return "saved and stopped"
+    if process.returncode == 130 or process.returncode == -signal_number:
+        return "stopped before training began"  # during start-up or feature loading: nothing to save
+    raise RuntimeError(f"unexpected end after {signal.Signals(signal_number).name} in {out}: {stderr.strip()}")
+
+
+def outcome(out: Path) -> tuple[dict[str, torch.Tensor], list[tuple[float, float]]]:
+    """The final weights, and (train loss, dev CER) of every epoch."""
+    weights = torch.load(out / "last.pt", weights_only=True)["model"]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return weights, [(record["train_loss"], record["dev_cer"]) for record in metrics]
+
+
+def identical(reference: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> bool:
+    return reference.keys() == weights.keys() and all(torch.equal(reference[name], weights[name]) for name in reference)
+
+
+@app.command()
+def main(
+    out: Path = typer.Option(ROOT / "runs" / "faults", help="Where the runs go (emptied first)."),
+    trials: int = typer.Option(3, help="Runs interrupted per signal."),
+    interrupts: int = typer.Option(3, help="Interruptions per run before it may finish."),
+    epochs: int = typer.Option(4, help="Epochs per run."),
+    train_count: int = typer.Option(32, help="Training utterances."),
+    checkpoint_seconds: float = typer.Option(2.0, help="Mid-epoch checkpoint interval."),
+    seed: int = typer.Option(0, help="Seeds the interruption moments."),
+) -> None:
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    train, dev = write_manifests(out, train_count, 8)
+    settings = SETTINGS + [
+        f"data.train={train}",
+        f"data.dev={dev}",
+        f"data.cache_dir={out / 'cache'}",
+        f"train.epochs={epochs}",
+        f"train.checkpoint_minutes={checkpoint_seconds / 60}",
+    ]
+    run_to_end(out / "warm-cache", settings)  # features cached once, so every run starts alike
+    duration = run_to_end(out / "reference", settings)
+    reference_weights, reference_metrics = outcome(out / "reference")
+    print(f"reference run: {duration:.1f}s, {epochs} epochs, final dev CER {reference_metrics[-1][1]:.2f}%")
+    generator = random.Random(seed)
+    rows, failures = [], 0
+    for name, number in SIGNALS.items():
+        counts: dict[str, int] = {}
+        same_weights = same_metrics = 0
+        for trial in range(trials):
+            run = out / f"{name.lower()}-{trial}"
+            for _ in range(interrupts):
+                what = interrupt(run, settings, number, generator.uniform(0.5, duration))
+                counts[what] = counts.get(what, 0) + 1
+            run_to_end(run, settings)
+            weights, metrics = outcome(run)
+            same_weights += identical(reference_weights, weights)
+            same_metrics += metrics == reference_metrics
+        failures += (trials - same_weights) + (trials - same_metrics)
+        happened = ", ".join(f"{count} {what}" for what, count in sorted(counts.items()))
+        rows.append(f"| {name} | {trials} | {happened} | {same_weights}/{trials} | {same_metrics}/{trials} |")
+    print("\n| signal | runs | interruptions | final weights identical | metrics identical |")
+    print("| --- | --- | --- | --- | --- |")
+    print("\n".join(rows))
+    raise typer.Exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    app()
