@@ -7,6 +7,7 @@ defaults are shown from `las.config`, the one place where defaults are defined.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import typing
 from collections.abc import Callable
@@ -149,8 +150,10 @@ def pretrain(
     """Pre-train the speller as a character language model (attention context zeroed); start
     training from it with `las train --set train.speller_init=FILE`."""
     from las.data.manifest import read_utterances
+    from las.files import check_writable
     from las.pretrain import pretrain_speller
 
+    check_writable(out, "--out")
     overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
     settings = load_config(config, overrides)
     utterances = read_utterances(settings.data.train, input_format=settings.data.input_format)
@@ -325,3 +328,6 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # the reader of stdout went away (`las decode ... | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(1)

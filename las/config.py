@@ -48,10 +48,20 @@ class Range:
         return "a number " + " and ".join(parts)
 
 
+@dataclass(frozen=True)
+class NonEmpty:
+    """A text field that must name something (an empty path would mean the current directory)."""
+
+    def check(self, value: str, key: str) -> None:
+        if not value.strip():
+            raise LasError(f"config key {key!r}: must not be empty")
+
+
 Count = Annotated[int, Range(1)]  # sizes and counts of at least one
 NonNegative = Annotated[int, Range(0)]
 Positive = Annotated[float, Range(0, open_minimum=True)]
 Fraction = Annotated[float, Range(0, 1)]  # weights and rates in [0, 1]
+PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
@@ -81,8 +91,7 @@ def check_value(value: Any, hint: Any, key: str) -> None:
         raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
     if typing.get_origin(hint) is Annotated:
         for rule in hint.__metadata__:
-            if isinstance(rule, Range):
-                rule.check(value, key)
+            rule.check(value, key)
 
 
 @dataclass(frozen=True)
@@ -99,11 +108,11 @@ class FeatureConfig(Section):
 @dataclass(frozen=True)
 class DataConfig(Section):
     name: ClassVar[str] = "data"
-    train: str = "data/an4/train.tsv"
-    dev: str = "data/an4/dev.tsv"
+    train: PathText = "data/an4/train.tsv"
+    dev: PathText = "data/an4/dev.tsv"
     input_format: InputFormat = "auto"
     # Feature cache shared by all runs; keyed by audio content and feature settings.
-    cache_dir: str = ".cache/las/features"
+    cache_dir: PathText = ".cache/las/features"
     batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
     max_batch_frames: Count = 8000
@@ -176,7 +185,7 @@ class TrainConfig(Section):
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.
     checkpoint_minutes: Annotated[float, Range(0)] = 10.0
-    out: str = "runs/an4"
+    out: PathText = "runs/an4"
 
 
 @dataclass(frozen=True)
@@ -243,8 +252,10 @@ def load_config(path: str | Path | None = None, assignments: list[str] | tuple[s
                 config = override(config, tomllib.load(file))
         except FileNotFoundError:
             raise LasError(f"config file not found: {path}") from None
-        except tomllib.TOMLDecodeError as error:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
             raise LasError(f"{path}: invalid TOML: {error}") from None
+        except OSError as error:
+            raise LasError(f"cannot read config file {path}: {error.strerror or error}") from None
     return config.replace(list(assignments))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
-from las.files import check_writable, write_text_atomically
+from las.files import check_writable, make_directory, write_text_atomically
 from las.inference import transcribe
 from las.plots import plot_hypothesis
 from las.search import Hypothesis, build_strategy
@@ -49,6 +50,10 @@ def decode(
     config = checkpoint.decoding_config(assignments)
     if out is not None:
         check_writable(out, "--out")
+    # Beside the output by default: dev.csv -> dev_attention/
+    directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
+    if plot_attention:
+        make_directory(directory, "--plot-dir")
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
     utterances = read_utterances(input_path, require_text=False, input_format=input_format)
@@ -66,13 +71,16 @@ def decode(
         for identifier, hypotheses in zip(dataset.ids, results, strict=True)
     ]
     write_output(transcripts, output_format, out)
-    if plot_attention:
-        # Beside the output by default: dev.csv -> dev_attention/
-        directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
-        for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
-            plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / f"{identifier}.png")
+    for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
+        plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / file_name(identifier, ".png"))
     frames = sum(dataset.frame_counts())  # 10 ms frames, as in HW4 features too
     return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
+
+
+def file_name(identifier: str, suffix: str) -> str:
+    """A file name for an utterance id that stays inside its folder whatever the id holds ("../x", "a/b")."""
+    safe = re.sub(r"[^\w.-]", "_", identifier).lstrip(".")
+    return (safe or "_") + suffix
 
 
 def transcript(identifier: str, hypotheses: list[Hypothesis], vocabulary: Vocabulary) -> Transcript:

@@ -48,7 +48,7 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     """id -> text of a CSV, JSONL, TSV manifest or Kaldi text file; duplicate ids are an error."""
     path = Path(path)
     try:
-        content = path.read_text(encoding="utf-8")
+        content = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise LasError(f"file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as error:

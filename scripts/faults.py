@@ -100,13 +100,16 @@ def interrupt(out: Path, settings: list[str], signal_number: int, after: float) 
     except subprocess.TimeoutExpired:
         process.send_signal(signal_number)
     _, stderr = process.communicate()
+    if process.returncode == 0:
+        return "finished first"  # the signal came as the run ended
     if signal_number == signal.SIGKILL:
         return "killed"
     if "stopped by" in stderr:
         return "saved and stopped"
     if process.returncode == 130 or process.returncode == -signal_number:
         return "stopped before training began"  # during start-up or feature loading: nothing to save
-    raise RuntimeError(f"unexpected end after {signal.Signals(signal_number).name} in {out}: {stderr.strip()}")
+    name = signal.Signals(signal_number).name
+    raise RuntimeError(f"unexpected end after {name} in {out} (exit code {process.returncode}): {stderr.strip()}")
 
 
 def outcome(out: Path) -> tuple[dict[str, torch.Tensor], list[tuple[float, float]]]:

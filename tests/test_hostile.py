@@ -392,3 +392,45 @@ def test_a_second_signal_stops_at_once_without_saving(tiny_config: Config, monke
     monkeypatch.undo()
     train(one_epoch(tiny_config))  # the directory was not left locked
     assert (Path(tiny_config.train.out) / "last.pt").is_file()
+
+
+# --- Text files that are not what they claim --------------------------------------------------
+
+
+def test_manifests_that_are_not_utf8_are_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "latin1.tsv").write_bytes(b"id\tpath\tduration_s\ttext\nx\t\xe9t\xe9.flac\t1.0\tYES\n")
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"audio_filepath": "\xe9.flac", "text": "A"}\n')
+    for manifest in ("latin1.tsv", "latin1.jsonl"):
+        with pytest.raises(LasError, match=f"{manifest}: not UTF-8 text"):
+            read_utterances(tmp_path / manifest)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    rows = an4_rows("train", 1)
+    manifest = tmp_path / "bom.tsv"
+    manifest.write_text("\ufeffid\tpath\tduration_s\ttext\n" + "\t".join(rows[0]) + "\n", encoding="utf-8")
+    assert read_utterances(manifest)[0].id == rows[0][0]
+
+
+def test_ids_that_would_break_outputs_are_refused(tmp_path: Path) -> None:
+    row = an4_rows("train", 1)[0]
+    with pytest.raises(LasError, match="id 'two words' has whitespace or control characters"):
+        read_utterances(write_manifest(tmp_path / "spaces.tsv", [["two words", *row[1:]]]))
+
+
+def test_attention_plots_stay_in_their_folder_whatever_the_id(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    row = an4_rows("train", 1)[0]
+    manifest = write_manifest(tmp_path / "sneaky.tsv", [["../../escaped", *row[1:]]])
+    code, _, stderr = run(
+        "decode", trained_run["run"] / "best.pt", manifest, "--out", tmp_path / "out" / "hyp.csv", "--plot-attention", 1
+    )
+    assert code == 0, stderr
+    assert [path.name for path in (tmp_path / "out" / "hyp_attention").iterdir()] == ["_.._escaped.png"]
+    assert not (tmp_path / "escaped.png").exists()
+
+
+def test_empty_paths_and_unreadable_config_files_are_refused(tmp_path: Path) -> None:
+    assert_clear_error(*run("train", "--out", "")[::2], "config key 'train.out': must not be empty")
+    assert_clear_error(*run("train", "--config", tmp_path)[::2], "cannot read config file")
+    (tmp_path / "latin1.toml").write_bytes(b"[train]\nout = '\xe9'\n")
+    assert_clear_error(*run("train", "--config", tmp_path / "latin1.toml")[::2], "invalid TOML")

@@ -45,7 +45,12 @@ def read_utterances(path: str | Path, require_text: bool = True, input_format: s
         raise LasError(f"{path}: --input-format {input_format} reads a file, this is a folder")
     else:
         reader = READERS[input_format]
-    utterances = _checked(reader(path), path)
+    try:
+        utterances = _checked(reader(path), path)
+    except UnicodeDecodeError as error:
+        raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except OSError as error:  # a folder where a file should be, no permission, ...
+        raise LasError(f"cannot read {error.filename or path}: {error.strerror or error}") from None
     if require_text and any(utterance.text is None for utterance in utterances):
         raise LasError(f"{path}: has no transcripts; training and scoring need them")
     return utterances
@@ -85,6 +90,9 @@ def _checked(records: Records, source: Path) -> list[Utterance]:
     for where, utterance in records:
         if not utterance.id:
             raise LasError(f"{where}: empty id")
+        if not utterance.id.isprintable() or any(character.isspace() for character in utterance.id):
+            # Kaldi text, CSV rows and file names of outputs all rely on ids being single words.
+            raise LasError(f"{where}: id {utterance.id!r} has whitespace or control characters")
         if utterance.id in first:
             raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first[utterance.id]})")
         first[utterance.id] = where
@@ -106,7 +114,7 @@ def _resolve(audio: str, base: Path) -> Path:
 
 def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, [id, path, duration_s, text]) for each data line of a TSV manifest."""
-    with open(path, newline="", encoding="utf-8") as file:
+    with open(path, newline="", encoding="utf-8-sig") as file:
         rows = csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(rows, None)
         if header != TSV_HEADER:
@@ -134,7 +142,7 @@ def _tsv_records(path: Path) -> Records:
 def _jsonl_records(path: Path) -> Records:
     """NeMo manifests: one object per line with `audio_filepath`, `duration`, `text` and optionally
     `id` and `offset`; with `offset`, the utterance is the `duration` seconds from there."""
-    with open(path, encoding="utf-8") as file:
+    with open(path, encoding="utf-8-sig") as file:
         for line, content in enumerate(file, start=1):
             if not content.strip():
                 continue
@@ -312,7 +320,7 @@ def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, id, rest of the line) of a Kaldi-style `id value` file."""
     if not path.is_file():
         raise LasError(f"{path}: not found")
-    with open(path, encoding="utf-8") as file:
+    with open(path, encoding="utf-8-sig") as file:
         for line, content in enumerate(file, start=1):
             if content.strip():
                 identifier, _, rest = content.strip().partition(" ")
