@@ -3,7 +3,13 @@
 Neither interrupts training where it stands — half way through an optimizer step the model and
 its optimizer disagree, and the random state has been drawn from — they ask it to stop at the next
 batch boundary, where everything can be saved and resumed bit-exactly. A second signal stops at
-once (KeyboardInterrupt), without saving.
+once (KeyboardInterrupt at the next boundary between Python statements), without saving.
+
+While a run trains, the signals are also blocked on the main thread. A signal handled on a thread
+that is inside oneDNN's CPU LSTM corrupts the heap (PyTorch 2.11: "corrupted size vs. prev_size",
+in about one of three runs interrupted mid-batch; docs/BENCHMARKS.md#faults). Blocked there, they
+are taken by another thread (Python then runs the handler on the main thread between statements)
+or wait, pending, until `requested` collects them at the next batch boundary.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class StopRequests:
@@ -27,18 +33,29 @@ class StopRequests:
         if threading.current_thread() is threading.main_thread():  # Python allows handlers only there
             for number in STOP_SIGNALS:
                 self.previous[number] = signal.signal(number, self.handle)
+                signal.siginterrupt(number, False)  # restart the system calls it lands in, not fail them
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         return self
 
     def __exit__(self, *_: object) -> None:
+        if not self.previous:
+            return
+        while pending := signal.sigpending() & STOP_SIGNALS:  # the run ends anyway: drop them
+            signal.sigwait(pending)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         for number, handler in self.previous.items():
             signal.signal(number, handler)
         self.previous.clear()
 
-    def handle(self, number: int, _: FrameType | None) -> None:
+    def handle(self, number: int, _: FrameType | None = None) -> None:
         if self.received is not None:
             raise KeyboardInterrupt
         self.received = signal.Signals(number)
 
     @property
     def requested(self) -> bool:
+        """Whether a stop was asked for; takes the signals left pending on the blocked main thread."""
+        if self.previous:
+            while pending := signal.sigpending() & STOP_SIGNALS:
+                self.handle(signal.sigwait(pending))
         return self.received is not None
