@@ -193,9 +193,14 @@ class DecodeConfig(Section):
     name: ClassVar[str] = "decode"
     strategy: StrategyName = "greedy"  # ctc: CTC greedy, needs a CTC head
     batch_size: Count = 32
-    # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`.
+    # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`;
+    # with a CTC head, also by ctc_length_ratio times its greedy transcript's length (plus 5: 0 off),
+    # so that attention which loops or wanders on noise cannot run on (las.search.common.Rules).
     max_length_ratio: Positive = 1.5
+    ctc_length_ratio: Annotated[float, Range(0)] = 1.5
     min_length_ratio: Annotated[float, Range(0)] = 0.0
+    # Attention only from 2 frames behind its last peak to this many ahead, in every strategy (0: off).
+    attention_window: NonNegative = 0
     beam_size: Count = 8
     nbest: Count = 1
     # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus

@@ -35,7 +35,7 @@ from las.model.las import LAS
 from las.plots import plot_hypothesis
 from las.pretrain import load_speller
 from las.progress import progress_bar
-from las.search import GreedySearch, Hypothesis, Symbols
+from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
 from las.text import Vocabulary
 
@@ -192,7 +192,7 @@ class Trainer:
                 step, settings.warmup_steps, total_steps, settings.final_learning_rate_scale
             ),
         )
-        self.search = GreedySearch(Symbols.of(self.vocabulary), config.decode.max_length_ratio)
+        self.search = GreedySearch(Symbols.of(self.vocabulary), Rules.of(config.decode))
         self.progress = Progress()
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt

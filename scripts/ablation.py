@@ -107,7 +107,7 @@ def best_checkpoint_alignment(run: Path) -> float:
     from las.data.cache import FeatureCache
     from las.data.dataset import SpeechDataset
     from las.data.manifest import read_utterances
-    from las.search import GreedySearch, Symbols
+    from las.search import GreedySearch, Rules, Symbols
     from las.train import evaluate_dev
 
     loaded = load_checkpoint(run / "best.pt")
@@ -115,7 +115,7 @@ def best_checkpoint_alignment(run: Path) -> float:
     utterances = read_utterances(config.data.dev)
     features = FeatureCache(config.data.cache_dir, config.features).load(utterances)
     dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, loaded.vocabulary, False)
-    search = GreedySearch(Symbols.of(loaded.vocabulary), config.decode.max_length_ratio)
+    search = GreedySearch(Symbols.of(loaded.vocabulary), Rules.of(config.decode))
     with tempfile.TemporaryDirectory() as directory:
         plot = Path(directory) / "attention.png"
         result = evaluate_dev(loaded.build_model(), dataset, search, config, torch.device("cpu"), plot)

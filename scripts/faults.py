@@ -1,7 +1,8 @@
 """Interrupt training with SIGKILL, SIGINT and SIGTERM at random moments, resume every time, and
 compare the final weights and metrics with those of an uninterrupted run: they must be identical.
 
-    python scripts/faults.py --trials 3 --interrupts 3
+    python scripts/faults.py resume --trials 3 --interrupts 3
+    python scripts/faults.py lstm-signals --runs 30
 
 A small model trains on AN4 utterances (the tests' tiny configuration, a few epochs) with a
 mid-epoch checkpoint every few seconds, so that SIGKILL lands between saves as well as on them.
@@ -10,6 +11,10 @@ the same in every process. Each trial starts a run, sends the signal at a random
 (uniform over the expected length of a run), resumes from `last.pt` (or starts again when the
 run was killed before its first save), and repeats `--interrupts` times before letting it finish.
 Prints a Markdown table; exits non-zero if any trial differs from the reference.
+
+`lstm-signals` shows why training blocks SIGINT/SIGTERM on its main thread (las/stopping.py):
+a process trains a BLSTM on the CPU with a Python SIGINT handler, receives SIGINT at a random
+moment mid-training, and either finishes or crashes; counted per variant.
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ def identical(reference: dict[str, torch.Tensor], weights: dict[str, torch.Tenso
 
 
 @app.command()
-def main(
+def resume(
     out: Path = typer.Option(ROOT / "runs" / "faults", help="Where the runs go (emptied first)."),
     trials: int = typer.Option(3, help="Runs interrupted per signal."),
     interrupts: int = typer.Option(3, help="Interruptions per run before it may finish."),
@@ -170,6 +175,38 @@ def main(
     print("| --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     raise typer.Exit(1 if failures else 0)
+
+
+LSTM_PROCESS = """
+import signal, sys, time, torch
+signal.signal(signal.SIGINT, lambda number, frame: None)
+variant = sys.argv[1]
+if variant == "oneDNN off":
+    torch.backends.mkldnn.enabled = False
+lstm = torch.nn.LSTM(80, 160, bidirectional=True, batch_first=True)
+x = torch.randn(16, 300, 80)
+lstm(x)[0].sum().backward()  # OpenMP threads start here, with SIGINT unblocked
+if variant == "main thread blocked (las)":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+started = time.monotonic()
+while time.monotonic() - started < 3:
+    lstm(x)[0].sum().backward()
+"""
+LSTM_VARIANTS = ["handler only", "oneDNN off", "main thread blocked (las)"]
+
+
+@app.command()
+def lstm_signals(runs: int = typer.Option(30, help="Interrupted processes per variant."), seed: int = 0) -> None:
+    generator = random.Random(seed)
+    print("| variant | runs | crashed (heap corruption, SIGSEGV) |\n| --- | --- | --- |")
+    for variant in LSTM_VARIANTS:
+        crashed = 0
+        for _ in range(runs):
+            process = subprocess.Popen([sys.executable, "-c", LSTM_PROCESS, variant], stderr=subprocess.DEVNULL)
+            time.sleep(generator.uniform(1.2, 2.8))  # after start-up, while it trains
+            process.send_signal(signal.SIGINT)
+            crashed += process.wait() != 0
+        print(f"| {variant} | {runs} | {crashed} |")
 
 
 if __name__ == "__main__":

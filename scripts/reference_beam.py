@@ -11,7 +11,7 @@ import torch
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.search import BeamSearch, Hypothesis
-from las.search.common import length_limits, step_log_probs
+from las.search.common import step_log_probs
 from las.search.ctc_prefix import CTCPrefixScorer
 
 
@@ -19,8 +19,9 @@ from las.search.ctc_prefix import CTCPrefixScorer
 def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch) -> list[Hypothesis]:
     """n-best of one utterance (`memory` of batch size 1)."""
     symbols, beams = search.symbols, search.beam_size
-    max_length = int(length_limits(memory, search.max_length_ratio)[0])
-    min_length = int(math.floor(memory.lengths[0].item() * search.min_length_ratio))
+    rules = search.rules
+    max_length = int(rules.max_lengths(model, memory)[0])
+    min_length = int(rules.min_lengths(memory)[0])
     frames = memory.lengths[0].item()
     ctc = None
     if search.ctc_weight > 0:
@@ -34,13 +35,13 @@ def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch
         candidates = []
         for score, tokens, state, weights, ctc_state in alive:
             previous = torch.tensor([tokens[-1] if tokens else symbols.sos])
-            log_probs, new_state = step_log_probs(model, previous, state, memory, symbols)
+            log_probs, new_state = step_log_probs(model, previous, state, memory, symbols, rules)
             step_scores, ctc_forward, increments = log_probs, None, None
             if ctc is not None:
                 increments, ctc_forward = ctc.score(ctc_state)
                 step_scores = (1 - search.ctc_weight) * log_probs + search.ctc_weight * increments
             at_limit = step + 1 >= max_length
-            may_end = at_limit or search.may_end(log_probs, step + 1, torch.tensor([min_length]))[0].item()
+            may_end = at_limit or rules.may_end(log_probs, step + 1, torch.tensor([min_length]), symbols.eos)[0].item()
             for token in range(step_scores.shape[1]):
                 total = score + step_scores[0, token].item()
                 if (token == symbols.eos and not may_end) or (at_limit and token != symbols.eos):
@@ -62,4 +63,4 @@ def reference_beam_search(model: LAS, memory: ListenerOutput, search: BeamSearch
                 alive.append((total, tokens + [token], state, weights, ctc_state))
         if len(finals) >= beams or not alive:
             break
-    return sorted(finals, key=search.rank, reverse=True)[: search.nbest]
+    return sorted(finals, key=rules.rank, reverse=True)[: search.nbest]

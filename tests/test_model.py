@@ -3,7 +3,7 @@ import torch
 from las.config import load_config
 from las.losses import attention_loss, ctc_loss, joint_loss
 from las.model.las import LAS
-from las.search import GreedySearch, Symbols
+from las.search import GreedySearch, Rules, Symbols
 from las.text import Vocabulary
 
 from .conftest import TINY
@@ -112,7 +112,7 @@ def teacher_forced_log_likelihood(
 def test_greedy_score_is_the_teacher_forced_log_likelihood_and_batching_changes_nothing() -> None:
     model = make_model()
     features, lengths, _, _ = batch()
-    search = GreedySearch(Symbols.of(VOCABULARY), max_length_ratio=1.0)
+    search = GreedySearch(Symbols.of(VOCABULARY), Rules(max_length_ratio=1.0))
     batched = search.search(model, model.listener(features, lengths))
     for row, length in enumerate(lengths.tolist()):
         single_features, single_lengths = features[row : row + 1, :length], lengths[row : row + 1]

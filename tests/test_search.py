@@ -1,6 +1,6 @@
 """Decoding strategies: beam 1 is greedy, batching changes nothing, scores are log-likelihoods."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +11,8 @@ from las.checkpoint import load_checkpoint
 from las.config import DecodeConfig
 from las.data.cache import FeatureCache
 from las.data.manifest import read_utterances
-from las.search import BeamSearch, CTCGreedySearch, GreedySearch, SamplingSearch, Symbols, build_strategy
+from las.search import BeamSearch, CTCGreedySearch, GreedySearch, Rules, SamplingSearch, Symbols, build_strategy
+from las.search.common import WINDOW_BACK_FRAMES, ctc_greedy_lengths
 from las.search.ctc_prefix import CTCPrefixScorer
 from scripts.reference_beam import reference_beam_search
 
@@ -20,19 +21,19 @@ from .test_model import VOCABULARY, batch, make_model, teacher_forced_log_likeli
 SYMBOLS = Symbols.of(VOCABULARY)
 
 
+RULES = Rules(length_normalize=False)
+
+
+def with_rules(settings: dict, changes: dict) -> dict:
+    """`settings` with `changes`, those that name a rule applied to the rules."""
+    names = {item.name for item in fields(Rules)}
+    rules = replace(settings["rules"], **{key: value for key, value in changes.items() if key in names})
+    return {**settings, **{key: value for key, value in changes.items() if key not in names}, "rules": rules}
+
+
 def beam(symbols: Symbols, **changes: object) -> BeamSearch:
-    settings = dict(
-        symbols=symbols,
-        max_length_ratio=1.5,
-        min_length_ratio=0.0,
-        beam_size=4,
-        nbest=4,
-        length_penalty=0.0,
-        length_normalize=False,
-        eos_threshold=0.0,
-        ctc_weight=0.0,
-    )
-    return BeamSearch(**{**settings, **changes})
+    settings = dict(symbols=symbols, rules=RULES, beam_size=4, nbest=4, ctc_weight=0.0)
+    return BeamSearch(**with_rules(settings, changes))
 
 
 @pytest.fixture(scope="module", params=["untrained", "trained"])
@@ -55,7 +56,7 @@ def model_and_memory(request: pytest.FixtureRequest, trained_run: dict[str, Path
 
 def test_beam_size_one_equals_greedy(model_and_memory) -> None:
     model, _, _, memory, symbols = model_and_memory
-    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    greedy = GreedySearch(symbols, RULES).search(model, memory)
     beamed = beam(symbols, beam_size=1, nbest=1).search(model, memory)
     for greedy_hypotheses, beam_hypotheses in zip(greedy, beamed, strict=True):
         assert beam_hypotheses[0].tokens == greedy_hypotheses[0].tokens
@@ -70,6 +71,8 @@ def test_beam_size_one_equals_greedy(model_and_memory) -> None:
         {"length_penalty": 0.5, "min_length_ratio": 0.2},
         {"eos_threshold": 1.5},
         {"ctc_weight": 0.3},
+        {"attention_window": 3},
+        {"ctc_length_ratio": 0.5},
     ],
 )
 def test_batched_beam_search_equals_the_per_utterance_reference(model_and_memory, changes: dict) -> None:
@@ -107,17 +110,15 @@ def test_beam_scores_are_teacher_forced_log_likelihoods_and_nbest_is_sorted_and_
 
 def test_wider_beams_never_find_less_likely_best_hypotheses(model_and_memory) -> None:
     model, _, _, memory, symbols = model_and_memory
-    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    greedy = GreedySearch(symbols, RULES).search(model, memory)
     wide = beam(symbols, beam_size=8, nbest=1).search(model, memory)
     for greedy_hypotheses, beam_hypotheses in zip(greedy, wide, strict=True):
         assert beam_hypotheses[0].score >= greedy_hypotheses[0].score - 1e-5
 
 
 def sampling(symbols: Symbols, **changes: object) -> SamplingSearch:
-    settings = dict(
-        symbols=symbols, max_length_ratio=1.5, samples=16, temperature=1.5, length_normalize=False, nbest=3, seed=7
-    )
-    return SamplingSearch(**{**settings, **changes})
+    settings = dict(symbols=symbols, rules=RULES, samples=16, temperature=1.5, nbest=3, seed=7)
+    return SamplingSearch(**with_rules(settings, changes))
 
 
 def test_sampling_is_reproducible_with_a_seed_and_scores_are_log_likelihoods(model_and_memory) -> None:
@@ -128,7 +129,7 @@ def test_sampling_is_reproducible_with_a_seed_and_scores_are_log_likelihoods(mod
     as_tokens = lambda results: [[h.tokens for h in hypotheses] for hypotheses in results]  # noqa: E731
     assert as_tokens(first) == as_tokens(again)
     assert as_tokens(first) != as_tokens(other)
-    greedy = GreedySearch(symbols, 1.5).search(model, memory)
+    greedy = GreedySearch(symbols, RULES).search(model, memory)
     for row, hypotheses in enumerate(first):
         scores = [hypothesis.score for hypothesis in hypotheses]
         assert scores == sorted(scores, reverse=True)
@@ -199,3 +200,50 @@ def test_ctc_greedy_decodes_a_trained_model(trained_run: dict[str, Path]) -> Non
     )
     assert len(results) == 4 and all(len(hypotheses) == 1 for hypotheses in results)
     assert all(checkpoint.vocabulary.pad not in hypotheses[0].tokens for hypotheses in results)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
+def test_every_strategy_ends_by_the_ctc_heads_length(model_and_memory, strategy: str) -> None:
+    """No runaway transcripts: at most ctc_length_ratio times the CTC transcript's length (+ 5
+    with <eos>), whatever the attention does — the untrained model runs to that limit."""
+    model, _, _, memory, symbols = model_and_memory
+    rules = Rules(ctc_length_ratio=1.0)
+    search = {
+        "greedy": GreedySearch(symbols, rules),
+        "sample": sampling(symbols, ctc_length_ratio=1.0),
+        "beam": beam(symbols, ctc_length_ratio=1.0),
+    }[strategy]
+    limits = rules.max_lengths(model, memory)
+    assert (limits <= (memory.lengths * 1.5).ceil().long() + 5).all()
+    for hypotheses, limit in zip(search.search(model, memory), limits.tolist(), strict=True):
+        assert all(len(hypothesis.tokens) + 1 <= limit for hypothesis in hypotheses)
+
+
+def test_ctc_greedy_lengths_count_the_ctc_transcripts_characters(model_and_memory) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    transcripts = CTCGreedySearch(symbols).search(model, memory)
+    counted = ctc_greedy_lengths(model, memory).tolist()
+    assert counted == [len(hypotheses[0].tokens) for hypotheses in transcripts]
+
+
+def test_the_attention_window_keeps_attention_near_its_last_peak(model_and_memory) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    window = 2
+    [*results] = GreedySearch(symbols, Rules(attention_window=window)).search(model, memory)
+    for (hypothesis,) in results:
+        peaks = [0] + hypothesis.attention.argmax(dim=1).tolist()
+        for step, weights in enumerate(hypothesis.attention):
+            frames = torch.arange(len(weights))
+            outside = (frames < peaks[step] - WINDOW_BACK_FRAMES) | (frames > peaks[step] + window)
+            assert torch.all(weights[outside] == 0.0)
+            assert weights.sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_greedy_and_sampling_obey_the_end_of_sentence_rules(model_and_memory) -> None:
+    model, _, _, memory, symbols = model_and_memory
+    rules = Rules(min_length_ratio=0.3, ctc_length_ratio=0.0)
+    # At least the minimum, unless the length limit came first.
+    least = torch.minimum(rules.min_lengths(memory), rules.max_lengths(model, memory) - 1).tolist()
+    for search in (GreedySearch(symbols, rules), sampling(symbols, min_length_ratio=0.3, ctc_length_ratio=0.0)):
+        for hypotheses, minimum in zip(search.search(model, memory), least, strict=True):
+            assert all(len(hypothesis.tokens) >= minimum for hypothesis in hypotheses)

@@ -15,7 +15,7 @@ from las.model.las import LAS
 from las.model.speller import Speller
 from las.pretrain import load_language_model
 from las.search.beam import BeamSearch
-from las.search.common import Hypothesis, Strategy, Symbols
+from las.search.common import Hypothesis, Rules, Strategy, Symbols
 from las.search.ctc_greedy import CTCGreedySearch
 from las.search.paths import GreedySearch, SamplingSearch
 from las.text import Vocabulary
@@ -25,6 +25,7 @@ __all__ = [
     "CTCGreedySearch",
     "GreedySearch",
     "Hypothesis",
+    "Rules",
     "SamplingSearch",
     "Strategy",
     "Symbols",
@@ -34,16 +35,15 @@ __all__ = [
 
 def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None = None) -> Strategy:
     """The strategy named by `config.strategy`, with its settings from the same config."""
-    symbols = Symbols.of(vocabulary)
+    symbols, rules = Symbols.of(vocabulary), Rules.of(config)
     if config.strategy == "greedy":
-        return GreedySearch(symbols, config.max_length_ratio)
+        return GreedySearch(symbols, rules)
     if config.strategy == "sample":
         return SamplingSearch(
             symbols=symbols,
-            max_length_ratio=config.max_length_ratio,
+            rules=rules,
             samples=config.samples,
             temperature=config.temperature,
-            length_normalize=config.length_normalize,
             nbest=config.nbest,
             seed=config.seed,
         )
@@ -57,13 +57,9 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
     if config.strategy == "beam":
         return BeamSearch(
             symbols=symbols,
-            max_length_ratio=config.max_length_ratio,
-            min_length_ratio=config.min_length_ratio,
+            rules=rules,
             beam_size=config.beam_size,
             nbest=config.nbest,
-            length_penalty=config.length_penalty,
-            length_normalize=config.length_normalize,
-            eos_threshold=config.eos_threshold,
             ctc_weight=config.ctc_weight,
             language_model=fused_language_model(config, vocabulary, model),
             lm_weight=config.lm_weight,

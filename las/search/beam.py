@@ -10,7 +10,7 @@ from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import Speller, SpellerState
 from las.pretrain import silent_memory
-from las.search.common import Hypothesis, Symbols, length_limits, step_log_probs
+from las.search.common import Hypothesis, Rules, Symbols, step_log_probs
 from las.search.ctc_prefix import CTCPrefixScorer, PrefixState
 
 
@@ -78,22 +78,12 @@ class BeamSearch:
     `language_model` and `lm_weight` β, plus β · log p_LM (shallow fusion, Gulcehre et al. 2015)."""
 
     symbols: Symbols
-    max_length_ratio: float
-    min_length_ratio: float
+    rules: Rules
     beam_size: int
     nbest: int
-    length_penalty: float
-    length_normalize: bool
-    eos_threshold: float
     ctc_weight: float
     language_model: Speller | None = None  # a character LM written by `las pretrain`
     lm_weight: float = 0.0
-
-    def rank(self, hypothesis: Hypothesis) -> float:
-        """Ranking score of a final hypothesis: length-normalised and/or with a per-character bonus."""
-        length = len(hypothesis.tokens)
-        score = hypothesis.score / (length + 1) if self.length_normalize else hypothesis.score
-        return score + self.length_penalty * length
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
@@ -107,7 +97,7 @@ class BeamSearch:
         finals: list[list[Hypothesis]] = [[] for _ in range(len(utterances))]
         for step in range(int(rows.max_lengths.max())):
             batch = len(utterances)
-            log_probs, speller = step_log_probs(model, rows.tokens, rows.speller, rows.memory, self.symbols)
+            log_probs, speller = step_log_probs(model, rows.tokens, rows.speller, rows.memory, self.symbols, self.rules)
             rows = replace(rows, attention=torch.cat([rows.attention, speller.weights[:, None, :]], dim=1))
             step_scores = log_probs  # (batch * beams, vocabulary)
             if rows.ctc is not None:
@@ -152,7 +142,7 @@ class BeamSearch:
                 live = (~done).nonzero().squeeze(1)
                 rows = rows.keep((live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1))
                 scores, utterances = scores[live], utterances[live]
-        return [sorted(hypotheses, key=self.rank, reverse=True)[: self.nbest] for hypotheses in finals]
+        return [sorted(hypotheses, key=self.rules.rank, reverse=True)[: self.nbest] for hypotheses in finals]
 
     def start(self, model: LAS, memory: ListenerOutput) -> Rows:
         """The rows before the first step: every beam an empty prefix after <sos>."""
@@ -174,8 +164,8 @@ class BeamSearch:
             tokens=torch.full((rows,), self.symbols.sos, dtype=torch.long, device=device),
             history=torch.empty(rows, 0, dtype=torch.long, device=device),
             attention=torch.empty(rows, 0, memory.values.shape[1], device=device),
-            max_lengths=length_limits(memory, self.max_length_ratio),
-            min_lengths=(memory.lengths.float() * self.min_length_ratio).floor().long(),
+            max_lengths=self.rules.max_lengths(model, memory),
+            min_lengths=self.rules.min_lengths(memory),
             ctc=ctc,
             ctc_state=ctc_state,
             language_model=language_model,
@@ -188,16 +178,7 @@ class BeamSearch:
         `length` counts the output symbols once extended, <eos> included."""
         eos = self.symbols.eos
         at_limit = length >= rows.max_lengths  # (rows,)
-        may_end = self.may_end(log_probs, length, rows.min_lengths) | at_limit
+        may_end = self.rules.may_end(log_probs, length, rows.min_lengths, eos) | at_limit
         candidates[:, eos] = candidates[:, eos].masked_fill(~may_end, float("-inf"))
         not_eos = torch.arange(candidates.shape[1], device=candidates.device) != eos
         return candidates.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
-
-    def may_end(self, log_probs: torch.Tensor, length: int, min_lengths: torch.Tensor) -> torch.Tensor:
-        """`(rows,)` whether <eos> may follow: long enough, and likely enough if thresholded."""
-        allowed = length > min_lengths
-        if self.eos_threshold > 0:
-            others = log_probs.clone()
-            others[:, self.symbols.eos] = float("-inf")
-            allowed &= log_probs[:, self.symbols.eos] > self.eos_threshold * others.max(dim=1).values
-        return allowed

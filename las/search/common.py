@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
-from las.text import Vocabulary
+from las.text import PAD_INDEX, Vocabulary
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,87 @@ class Symbols:
         return cls(vocabulary.sos, vocabulary.eos, vocabulary.pad, (vocabulary.pad, vocabulary.sos))
 
 
-def length_limits(memory: ListenerOutput, ratio: float) -> torch.Tensor:
-    """Longest output (characters + <eos>) allowed per utterance: `(batch,)`."""
-    return (memory.lengths.float() * ratio).ceil().long() + 5
+# How far behind its last peak a windowed attention may look: a step back for a repeated sound.
+WINDOW_BACK_FRAMES = 2
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What every strategy obeys — greedy, random search, beam search and training's dev pass —
+    so that an option means the same whichever strategy runs: where hypotheses must end, when
+    <eos> may come, where the attention may look, and how finished hypotheses are ranked."""
+
+    # Hypotheses end by this many characters (+ <eos>) per encoder frame, plus 5 ...
+    max_length_ratio: float = 1.5
+    # ... and, with a CTC head, by this many times the length of its greedy transcript, plus 5
+    # (0: no such limit). The CTC head says how much speech there is: attention that loops or
+    # wanders on noise cannot run on past it.
+    ctc_length_ratio: float = 1.5
+    min_length_ratio: float = 0.0  # <eos> not before this many characters per encoder frame
+    eos_threshold: float = 0.0  # <eos> only where log p(eos) > this * max log p(other); 0: off
+    # Attention only from WINDOW_BACK_FRAMES frames behind its last peak to this many ahead (0: off).
+    attention_window: int = 0
+    length_normalize: bool = True  # rank by score / (characters + 1)
+    length_penalty: float = 0.0  # plus this per character
+
+    @classmethod
+    def of(cls, config: Any) -> Rules:
+        """The rules set by a `DecodeConfig`."""
+        return cls(**{item.name: getattr(config, item.name) for item in fields(cls)})
+
+    def max_lengths(self, model: LAS, memory: ListenerOutput) -> torch.Tensor:
+        """Longest output (characters + <eos>) allowed per utterance: `(batch,)`."""
+        limits = (memory.lengths.float() * self.max_length_ratio).ceil().long() + 5
+        if self.ctc_length_ratio > 0 and model.ctc_head is not None:
+            characters = ctc_greedy_lengths(model, memory)
+            limits = torch.minimum(limits, (characters.float() * self.ctc_length_ratio).ceil().long() + 5)
+        return limits
+
+    def min_lengths(self, memory: ListenerOutput) -> torch.Tensor:
+        """Fewest characters before <eos> may come, per utterance: `(batch,)`."""
+        return (memory.lengths.float() * self.min_length_ratio).floor().long()
+
+    def may_end(self, log_probs: torch.Tensor, length: int, min_lengths: torch.Tensor, eos: int) -> torch.Tensor:
+        """`(rows,)` whether <eos> may follow: long enough, and likely enough if thresholded.
+        `length` counts the output symbols once extended, <eos> included."""
+        allowed = length > min_lengths
+        if self.eos_threshold > 0:
+            others = log_probs.clone()
+            others[:, eos] = float("-inf")
+            allowed &= log_probs[:, eos] > self.eos_threshold * others.max(dim=1).values
+        return allowed
+
+    def rank(self, hypothesis: Hypothesis) -> float:
+        """Ranking score of a final hypothesis: length-normalised and/or with a per-character bonus."""
+        length = len(hypothesis.tokens)
+        score = hypothesis.score / (length + 1) if self.length_normalize else hypothesis.score
+        return score + self.length_penalty * length
+
+    def attend(self, memory: ListenerOutput, weights: torch.Tensor) -> ListenerOutput:
+        """`memory` whose mask also hides frames outside the window around the peak of `weights`
+        `(rows, frames)`, the previous step's attention. The peak is a valid frame, so every row
+        keeps one at least."""
+        if self.attention_window <= 0:
+            return memory
+        peaks = weights.argmax(dim=1, keepdim=True)  # (rows, 1)
+        frames = torch.arange(weights.shape[1], device=weights.device)[None, :]
+        inside = (frames >= peaks - WINDOW_BACK_FRAMES) & (frames <= peaks + self.attention_window)
+        return memory._replace(mask=memory.mask & inside)
+
+
+def ctc_greedy_lengths(model: LAS, memory: ListenerOutput) -> torch.Tensor:
+    """Characters in the CTC head's greedy transcript of each utterance: `(batch,)`."""
+    best = model.ctc_head(memory.hidden).argmax(dim=-1)  # (batch, frames)
+    previous = torch.nn.functional.pad(best, (1, 0), value=-1)[:, :-1]
+    emitted = (best != PAD_INDEX) & (best != previous) & memory.mask  # blank is <pad>
+    return emitted.sum(dim=1)
 
 
 def step_log_probs(
-    model: LAS, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput, symbols: Symbols
+    model: LAS, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput, symbols: Symbols, rules: Rules
 ) -> tuple[torch.Tensor, SpellerState]:
     """Next-symbol log-probabilities `(rows, vocabulary)` with forbidden symbols at -inf."""
-    logits, state = model.speller.step(tokens, state, memory)
+    logits, state = model.speller.step(tokens, state, rules.attend(memory, state.weights))
     log_probs = logits.float().log_softmax(dim=-1)
     log_probs[:, list(symbols.forbidden)] = float("-inf")
     return log_probs, state

@@ -9,27 +9,30 @@ import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.search.common import Hypothesis, Symbols, length_limits, step_log_probs
+from las.search.common import Hypothesis, Rules, Symbols, step_log_probs
 
 
 def follow_paths(
     model: LAS,
     memory: ListenerOutput,  # (paths, ...)
     symbols: Symbols,
-    max_length_ratio: float,
+    rules: Rules,
     choose: Callable[[torch.Tensor], torch.Tensor],  # log-probs (paths, vocabulary) -> tokens (paths,)
 ) -> list[Hypothesis]:
     """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit."""
     rows = memory.values.shape[0]
-    limits = length_limits(memory, max_length_ratio)
+    limits, min_lengths = rules.max_lengths(model, memory), rules.min_lengths(memory)
     state = model.speller.initial_state(memory)
     tokens = torch.full((rows,), symbols.sos, dtype=torch.long, device=memory.values.device)
     finished = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
     scores = torch.zeros(rows, device=tokens.device)
     emitted, weights = [], []
     for step in range(int(limits.max())):
-        log_probs, state = step_log_probs(model, tokens, state, memory, symbols)
-        tokens = torch.where(step + 1 >= limits, symbols.eos, choose(log_probs))  # at the limit: end here
+        log_probs, state = step_log_probs(model, tokens, state, memory, symbols, rules)
+        allowed = log_probs.clone()  # what may be chosen: <eos> only where the rules let it come
+        may_end = rules.may_end(log_probs, step + 1, min_lengths, symbols.eos)
+        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(~may_end, float("-inf"))
+        tokens = torch.where(step + 1 >= limits, symbols.eos, choose(allowed))  # at the limit: end here
         scores += log_probs.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
         emitted.append(tokens)
         weights.append(state.weights)
@@ -50,11 +53,11 @@ class GreedySearch:
     """The most likely character at every step: fast, and what training reports dev CER with."""
 
     symbols: Symbols
-    max_length_ratio: float
+    rules: Rules = Rules()
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        paths = follow_paths(model, memory, self.symbols, self.max_length_ratio, lambda log_probs: log_probs.argmax(-1))
+        paths = follow_paths(model, memory, self.symbols, self.rules, lambda log_probs: log_probs.argmax(-1))
         return [[hypothesis] for hypothesis in paths]
 
 
@@ -65,10 +68,9 @@ class SamplingSearch:
     never less likely under the model than greedy decoding."""
 
     symbols: Symbols
-    max_length_ratio: float
+    rules: Rules
     samples: int
     temperature: float
-    length_normalize: bool
     nbest: int
     seed: int
 
@@ -83,13 +85,10 @@ class SamplingSearch:
             drawn = torch.multinomial((log_probs / self.temperature).softmax(-1), 1, generator=generator).squeeze(1)
             return torch.where(greedy_rows, log_probs.argmax(-1), drawn)
 
-        paths = follow_paths(model, expanded, self.symbols, self.max_length_ratio, choose)
+        paths = follow_paths(model, expanded, self.symbols, self.rules, choose)
         results = []
         for utterance in range(batch):
             unique = {tuple(path.tokens): path for path in paths[utterance * samples : (utterance + 1) * samples]}
-            ranked = sorted(unique.values(), key=self.rank, reverse=True)
+            ranked = sorted(unique.values(), key=self.rules.rank, reverse=True)
             results.append(ranked[: self.nbest])
         return results
-
-    def rank(self, hypothesis: Hypothesis) -> float:
-        return hypothesis.score / (len(hypothesis.tokens) + 1) if self.length_normalize else hypothesis.score
