@@ -153,6 +153,30 @@ class ModelConfig(Section):
 
 
 @dataclass(frozen=True)
+class AugmentConfig(Section):
+    """Waveform augmentation (las/data/channels.py): per utterance and epoch, each effect with its
+    probability, drawn from a generator seeded by (seed, epoch, utterance) so a resumed run draws
+    the same. Augmented utterances are read and featurised on the fly by the DataLoader workers."""
+
+    name: ClassVar[str] = "train.augment"
+    reverberation: Fraction = 0.0  # a synthetic room, RT60 drawn from 0.2-0.8 s
+    noise: Fraction = 0.0  # babble of other training utterances, white or pink noise ...
+    snr_low: Annotated[float, Range(-10, 60)] = 0.0  # ... at an SNR drawn from snr_low-snr_high dB
+    snr_high: Annotated[float, Range(-10, 60)] = 25.0
+    telephone: Fraction = 0.0  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
+    gain_db: Annotated[float, Range(0, 40)] = 0.0  # a gain drawn from +-gain_db
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.snr_low > self.snr_high:
+            raise LasError(f"config key 'train.augment.snr_low': {self.snr_low} is above snr_high={self.snr_high}")
+
+    @property
+    def enabled(self) -> bool:
+        return any((self.reverberation, self.noise, self.telephone, self.gain_db))
+
+
+@dataclass(frozen=True)
 class TrainConfig(Section):
     name: ClassVar[str] = "train"
     epochs: Count = 80
@@ -174,6 +198,7 @@ class TrainConfig(Section):
     # Speed perturbation (Ko et al. 2015): each utterance is heard at speed 1-x, 1 or 1+x, drawn
     # anew every epoch (features of all three cached). 0 turns it off; needs audio, not features.
     speed_perturbation: Annotated[float, Range(0, 0.5)] = 0.0
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
     average_best: NonNegative = 5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
@@ -243,8 +268,13 @@ class Config:
             key, separator, text = assignment.partition("=")
             if not separator:
                 raise LasError(f"--set {assignment!r}: expected KEY=VALUE, e.g. model.attention=dot")
-            section, _, name = key.strip().partition(".")
-            values.setdefault(section, {})[name] = text.strip()
+            *sections, name = key.strip().split(".")
+            target = values
+            for section in sections:  # train.augment.noise -> {"train": {"augment": {"noise": ...}}}
+                target = target.setdefault(section, {})
+                if not isinstance(target, dict):
+                    raise LasError(f"--set {assignment!r}: {key.strip()} is set twice, as a field and a section")
+            target[name] = text.strip()
         return override(self, values)
 
 

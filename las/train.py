@@ -19,9 +19,9 @@ from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, rank_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
-from las.data.augment import spec_augment
+from las.data.augment import Source, WaveformAugmentation, spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
+from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.device import autocast
@@ -114,13 +114,20 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features)
-    change = config.train.speed_perturbation
-    if change and any(utterance.audio is None for utterance in train_utterances):
-        raise LasError(f"{config.data.train}: train.speed_perturbation needs audio, not precomputed features")
+    change, augment = config.train.speed_perturbation, config.train.augment
+    for needs_audio, setting in ((change, "train.speed_perturbation"), (augment.enabled, "train.augment")):
+        if needs_audio and any(utterance.audio is None for utterance in train_utterances):
+            raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
     speeds = [1 - change, 1 + change] if change else []
     perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
+    augmentation = None
+    if augment.enabled:
+        sources = [Source(utterance.audio, utterance.segment) for utterance in train_utterances]
+        augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
     return Corpus(
-        SpeechDataset.from_utterances(train_utterances, train_features, normalizer, vocabulary, True, perturbed),
+        SpeechDataset.from_utterances(
+            train_utterances, train_features, normalizer, vocabulary, True, perturbed, augmentation, [1.0, *speeds]
+        ),
         SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False),
         normalizer,
     )
@@ -368,7 +375,12 @@ class Trainer:
         collated by `data.workers` processes (page-locked for a GPU) while the model trains."""
         dataset = self.corpus.train
         variants = dataset.variants(self.progress.epoch, self.config.train.seed)
-        items = [[(index, variants[index]) for index in self.distributed.shard(batch)] for batch in batches]
+        # Each utterance's augmentation draw is seeded by (seed, epoch, utterance): the same in any
+        # worker, on any rank, after any resume.
+        seed = self.config.train.seed * 1_000_003 + self.progress.epoch * 100_003
+        items = [
+            [Draw(index, variants[index], seed + index) for index in self.distributed.shard(batch)] for batch in batches
+        ]
         workers = self.config.data.workers
         return torch.utils.data.DataLoader(
             dataset,

@@ -9,7 +9,7 @@ from las.config import FeatureConfig
 from las.data import cache as cache_module
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import BucketBatchSampler, SpeechDataset
+from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
@@ -165,5 +165,5 @@ def test_variants_pick_perturbed_copies_reproducibly() -> None:
     variants = dataset.variants(epoch=0, seed=1)
     assert set(variants) == {0, 1} and dataset.variants(epoch=0, seed=1) == variants  # resumable
     assert dataset.variants(epoch=1, seed=1) != variants
-    batch = dataset.collate(list(enumerate(variants)))
+    batch = dataset.collate([Draw(index, variant, seed=index) for index, variant in enumerate(variants)])
     assert batch.feature_lengths.tolist() == [3 if variant else 4 for variant in variants]

@@ -183,13 +183,17 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
         read_utterances(tmp_path, input_format="kaldi")
 
 
-def test_speed_perturbation_needs_audio(hw4_features: Path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "name"),
+    [("train.speed_perturbation=0.1", "train.speed_perturbation"), ("train.augment.noise=0.5", "train.augment")],
+)
+def test_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
     from las.config import load_config
     from las.train import load_corpus
 
     split = hw4_features / "train.npy"
-    config = load_config(None, [f"data.train={split}", f"data.dev={split}", "train.speed_perturbation=0.1"])
-    with pytest.raises(LasError, match="speed_perturbation needs audio"):
+    config = load_config(None, [f"data.train={split}", f"data.dev={split}", setting])
+    with pytest.raises(LasError, match=f"{name} needs audio"):
         load_corpus(config, None, None)
 
 

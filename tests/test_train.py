@@ -9,7 +9,7 @@ import torch
 
 from las import train as train_module
 from las.checkpoint import load_checkpoint
-from las.config import Config
+from las.config import AugmentConfig, Config
 from las.errors import LasError
 from las.train import learning_rate_scale, teacher_forcing_rate, train
 
@@ -77,7 +77,7 @@ def test_resume_continues_exactly(tiny_config: Config, tmp_path: Path) -> None:
 def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_signal: int
 ) -> None:
-    # Batches loaded by worker processes, utterances at perturbed speeds, dropout and sampled
+    # Batches loaded by worker processes, utterances at perturbed speeds and augmented, dropout and sampled
     # teacher forcing drawing from the random state: a signal in the middle of a batch stops
     # training after that batch, and resuming replays the rest of the run bit-exactly.
     config = replace(
@@ -92,6 +92,8 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
         data=replace(tiny_config.data, batch_size=1, workers=2),
         model=replace(tiny_config.model, dropout=0.2),
     )
+    # Waveform augmentation drawn per utterance and epoch in the worker processes, too.
+    config = with_training(config, augment=AugmentConfig(noise=0.5, telephone=0.5, reverberation=0.3))
     train(config)
     interrupted = with_training(config, out=str(tmp_path / "interrupted"))
     original = train_module.clip_gradients

@@ -1,8 +1,32 @@
-"""SpecAugment (Park et al. 2019): random frequency and time masks on a padded feature batch."""
+"""Augmentation: SpecAugment (Park et al. 2019) on feature batches, and channel, noise and room
+augmentation on waveforms, featurised on the fly (`WaveformAugmentation`)."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
 import torch
+
+from las.config import AugmentConfig, FeatureConfig
+from las.data.audio import Segment, load_audio
+from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+from las.data.features import FilterbankExtractor, change_speed, log_mel_features
+
+BABBLE_TALKERS = (3, 7)  # how many other utterances make one babble, drawn from this range
+BABBLE_POOL = 200  # training utterances kept in memory to make babble from
+
+
+class Source(NamedTuple):
+    """Where an utterance's audio is: a file, or a segment of one."""
+
+    audio: Path
+    segment: Segment | None = None
+
+
+Effect = Callable[[torch.Tensor], torch.Tensor]
 
 
 def spec_augment(
@@ -33,3 +57,72 @@ def spec_augment(
         span = (positions_frames >= start[:, None]) & (positions_frames < (start + width)[:, None])  # (batch, frames)
         keep &= ~span[:, :, None]
     return features * keep.to(features.device)
+
+
+class WaveformAugmentation:
+    """Per utterance and epoch, with the probabilities of an `AugmentConfig`: a reverberant room,
+    then noise (babble of other training utterances, white or pink) at a random SNR, then a
+    telephone line, then a gain — the order in which they happen to a real recording — and the
+    log-mel features of the result. Every draw comes from the seed it is given, so an utterance
+    in an epoch is augmented the same way in every process and after every resume."""
+
+    def __init__(self, config: AugmentConfig, features: FeatureConfig, pool: Sequence[torch.Tensor]) -> None:
+        """`pool`: waveforms of training utterances for babble."""
+        self.config = config
+        self.rate = features.sample_rate
+        self.extractor = FilterbankExtractor(features)
+        self.pool = list(pool)
+
+    @classmethod
+    def of(cls, config: AugmentConfig, features: FeatureConfig, sources: Sequence[Source], seed: int):
+        """With a babble pool of up to BABBLE_POOL of the `sources`, drawn with `seed`."""
+        pool = []
+        if config.noise > 0:
+            chosen = random.Random(seed).sample(list(sources), min(BABBLE_POOL, len(sources)))
+            pool = [load_audio(source.audio, features.sample_rate, source.segment) for source in chosen]
+        return cls(config, features, pool)
+
+    def effects(self, generator: torch.Generator) -> list[Effect]:
+        """What happens to one utterance: possibly nothing."""
+        config = self.config
+
+        def chance(probability: float) -> bool:
+            return probability > 0 and torch.rand((), generator=generator).item() < probability
+
+        def uniform(low: float, high: float) -> float:
+            return low + (high - low) * torch.rand((), generator=generator).item()
+
+        effects: list[Effect] = []
+        if chance(config.reverberation):
+            response = room_response(self.rate, uniform(0.2, 0.8), generator)
+            effects.append(lambda waveform: reverberate(waveform, response))
+        if chance(config.noise):
+            kind = ["white", "pink", "babble"][int(torch.randint(3 if self.pool else 2, (), generator=generator))]
+            snr = uniform(config.snr_low, config.snr_high)
+            talkers = int(torch.randint(BABBLE_TALKERS[0], BABBLE_TALKERS[1] + 1, (), generator=generator))
+            seed = int(torch.randint(2**62, (), generator=generator))
+            effects.append(lambda waveform: add_noise(waveform, self.noise(kind, len(waveform), talkers, seed), snr))
+        if chance(config.telephone):
+            low, high = uniform(200, 400), uniform(3000, 3800)
+            effects.append(lambda waveform: telephone(waveform, self.rate, low, high))
+        if effects and config.gain_db > 0:  # only with another effect: alone, the cached features serve
+            gain = 10 ** (uniform(-config.gain_db, config.gain_db) / 20)
+            effects.append(lambda waveform: (waveform * gain).clamp(-1, 1))
+        return effects
+
+    def noise(self, kind: str, samples: int, talkers: int, seed: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        if kind == "babble":
+            return babble(self.pool, samples, talkers, generator)
+        return (white_noise if kind == "white" else pink_noise)(samples, generator)
+
+    def features(self, source: Source, speed: float, seed: int) -> torch.Tensor | None:
+        """Log-mel features `(frames, mel_bins)` of the utterance at `source` played `speed` times
+        faster and augmented as `seed` draws; None when the draw leaves it as it is."""
+        effects = self.effects(torch.Generator().manual_seed(seed))
+        if not effects:
+            return None
+        waveform = change_speed(load_audio(source.audio, self.rate, source.segment), speed, self.rate)
+        for effect in effects:
+            waveform = effect(waveform)
+        return log_mel_features(self.extractor, waveform, str(source.audio))

@@ -38,7 +38,14 @@ from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import Segment, load_audio, read_bytes
-from las.data.features import FEATURE_VERSION, FeatureSet, FilterbankExtractor, InMemoryFeatures, change_speed
+from las.data.features import (
+    FEATURE_VERSION,
+    FeatureSet,
+    FilterbankExtractor,
+    InMemoryFeatures,
+    change_speed,
+    log_mel_features,
+)
 from las.data.manifest import Utterance
 from las.errors import LasError
 from las.files import make_directory, write_atomically, write_text_atomically
@@ -304,19 +311,14 @@ def source_of(path: Path) -> tuple[str, int, int]:
 
 
 def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
-    """Log-mel features `(frames, mel_bins)` of one utterance; one clear error for audio too short
-    to analyse or features that are not finite."""
-    config = extractor.config
-    waveform = change_speed(load_audio(item.audio, config.sample_rate, item.segment), speed, config.sample_rate)
-    where = f"{item.audio}" + (f" [{item.segment}]" if item.segment else "")
-    if len(waveform) < extractor.window:
-        raise LasError(
-            f"audio {where} is {len(waveform)} samples long, shorter than one {config.window_ms:g} ms analysis window"
-        )
-    features = extractor(waveform).numpy()
-    if not np.isfinite(features).all():
-        raise LasError(f"audio {where} gives features that are not finite (samples far outside [-1, 1]?)")
-    return features
+    """Log-mel features `(frames, mel_bins)` of one utterance, played `speed` times faster."""
+    rate = extractor.config.sample_rate
+    waveform = change_speed(load_audio(item.audio, rate, item.segment), speed, rate)
+    return log_mel_features(extractor, waveform, describe(item.audio, item.segment)).numpy()
+
+
+def describe(audio: Path, segment: Segment | None) -> str:
+    return f"{audio}" + (f" [{segment}]" if segment else "")
 
 
 def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing]]) -> list[Extracted]:

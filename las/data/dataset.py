@@ -6,10 +6,12 @@ import copy
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from las.data.augment import Source, WaveformAugmentation
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.manifest import Utterance
 from las.text import Vocabulary
@@ -57,11 +59,20 @@ class Example:
     text: str | None
 
 
+class Draw(NamedTuple):
+    """A training item: utterance `index` in `variant` (0: as recorded, k: the k-th perturbed
+    speed), augmented as `seed` draws (see `WaveformAugmentation`)."""
+
+    index: int
+    variant: int
+    seed: int
+
+
 class SpeechDataset(torch.utils.data.Dataset[Example]):
     """Utterances and their features (in memory or memory-mapped), normalised as they are read.
 
-    An item is an utterance index, or `(index, variant)` where variant 0 is the original features
-    and variant k the k-th perturbed copy (e.g. speed 0.9 and 1.1).
+    An item is an utterance index or a `Draw`. With an `augmentation`, a draw may compute the
+    features anew from the augmented audio at `sources[index]`, at speed `speeds[variant]`.
     """
 
     def __init__(
@@ -73,8 +84,14 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         with_targets: bool = True,
         perturbed: Sequence[Sequence[torch.Tensor]] = (),
         normalizer: Normalizer | None = None,
+        augmentation: WaveformAugmentation | None = None,
+        sources: Sequence[Source] = (),
+        speeds: Sequence[float] = (1.0,),
     ) -> None:
         """`with_targets=False` for decoding, where transcripts are references at most."""
+        self.augmentation = augmentation
+        self.sources = list(sources)
+        self.speeds = list(speeds)  # per variant
         self.ids = list(ids)
         self.features = as_feature_set(features)
         self.texts = list(texts)
@@ -95,6 +112,8 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         vocabulary: Vocabulary,
         with_targets: bool = True,
         perturbed: Sequence[Sequence[torch.Tensor]] = (),
+        augmentation: WaveformAugmentation | None = None,
+        speeds: Sequence[float] = (1.0,),
     ) -> SpeechDataset:
         return cls(
             [utterance.id for utterance in utterances],
@@ -104,14 +123,21 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             with_targets,
             perturbed,
             normalizer,
+            augmentation,
+            [Source(utterance.audio, utterance.segment) for utterance in utterances if utterance.audio is not None],
+            speeds,
         )
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, item: int | tuple[int, int]) -> Example:
-        index, variant = item if isinstance(item, tuple) else (item, 0)
-        features = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
+    def __getitem__(self, item: int | Draw) -> Example:
+        index, variant, seed = item if isinstance(item, Draw) else (item, 0, None)
+        features = None
+        if self.augmentation is not None and seed is not None:
+            features = self.augmentation.features(self.sources[index], self.speeds[variant], seed)
+        if features is None:
+            features = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
         if self.normalizer is not None:
             features = self.normalizer(features)
         return Example(self.ids[index], features, self.tokens[index], self.texts[index])
@@ -139,7 +165,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         generator = torch.Generator().manual_seed(seed * 100_019 + epoch)
         return torch.randint(1 + len(self.perturbed), (len(self),), generator=generator).tolist()
 
-    def collate(self, items: Sequence[int | tuple[int, int]]) -> Batch:
+    def collate(self, items: Sequence[int | Draw]) -> Batch:
         return self.batch([self[item] for item in items])
 
     def batch(self, examples: Sequence[Example]) -> Batch:

@@ -64,6 +64,20 @@ class FilterbankExtractor:
         return torch.log(power + 1e-6).T.contiguous()  # (frames, mel_bins)
 
 
+def log_mel_features(extractor: FilterbankExtractor, waveform: torch.Tensor, where: str) -> torch.Tensor:
+    """Log-mel features `(frames, mel_bins)` of a waveform read from `where`; one clear error for
+    audio too short to analyse or features that are not finite."""
+    if len(waveform) < extractor.window:
+        raise LasError(
+            f"audio {where} is {len(waveform)} samples long, "
+            f"shorter than one {extractor.config.window_ms:g} ms analysis window"
+        )
+    features = extractor(waveform)
+    if not torch.isfinite(features).all():
+        raise LasError(f"audio {where} gives features that are not finite (samples far outside [-1, 1]?)")
+    return features
+
+
 def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torch.Tensor:
     """Kaldi-style speed perturbation: `(samples,)` -> `(samples / speed,)`, tempo and pitch both
     scaled, by reading the waveform as if it had been recorded at `speed * sample_rate`."""

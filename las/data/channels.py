@@ -1,0 +1,78 @@
+"""What a recording goes through on its way to a model outside the recording room: a telephone
+channel, a gain, noise at a signal-to-noise ratio (white, pink, babble), a reverberant room.
+
+Waveforms are `(samples,)` float32 at `rate`. Every random choice draws from the `generator`
+given, so training augmentation is reproducible (and resumes exactly), and the evaluation sets
+of `scripts/robustness.py` are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torchaudio.functional as audio
+
+TELEPHONE_RATE = 8000
+TELEPHONE_BAND = (300.0, 3400.0)  # Hz: what a (narrowband, G.711) telephone line passes
+
+
+def telephone(waveform: torch.Tensor, rate: int, low: float = 300.0, high: float = 3400.0) -> torch.Tensor:
+    """Through a narrowband telephone line: band-pass `low`-`high` Hz, sampled at 8 kHz with 8-bit
+    mu-law companding (G.711), and back to `rate` — the bandwidth of telephone speech."""
+    band = audio.highpass_biquad(waveform, rate, low)
+    band = audio.lowpass_biquad(band, rate, high)
+    narrow = audio.resample(band, rate, TELEPHONE_RATE)
+    narrow = audio.mu_law_decoding(audio.mu_law_encoding(narrow.clamp(-1, 1), 256), 256)
+    return audio.resample(narrow, TELEPHONE_RATE, rate)[: len(waveform)]
+
+
+def power(waveform: torch.Tensor) -> torch.Tensor:
+    return waveform.pow(2).mean().clamp_min(1e-10)
+
+
+def add_noise(waveform: torch.Tensor, noise: torch.Tensor, snr_db: float) -> torch.Tensor:
+    """`waveform` plus `noise` (repeated or cut to its length) scaled to `snr_db` below it."""
+    repeats = math.ceil(len(waveform) / len(noise))
+    noise = noise.repeat(repeats)[: len(waveform)]
+    scale = torch.sqrt(power(waveform) / (power(noise) * 10 ** (snr_db / 10)))
+    return waveform + scale * noise
+
+
+def white_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(samples, generator=generator)
+
+
+def pink_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
+    """Noise with power falling as 1/f (3 dB per octave), as much of the noise of rooms and machines."""
+    spectrum = torch.fft.rfft(torch.randn(samples, generator=generator))
+    frequencies = torch.arange(len(spectrum)).clamp_min(1).float()
+    return torch.fft.irfft(spectrum / frequencies.sqrt(), n=samples)
+
+
+def babble(pool: Sequence[torch.Tensor], samples: int, talkers: int, generator: torch.Generator) -> torch.Tensor:
+    """The sum of `talkers` utterances drawn from `pool`, each from a random start, looped to `samples`."""
+    mixture = torch.zeros(samples)
+    for index in torch.randint(len(pool), (talkers,), generator=generator).tolist():
+        speech = pool[index]
+        start = int(torch.randint(len(speech), (1,), generator=generator))
+        looped = speech.roll(-start).repeat(math.ceil(samples / len(speech)))[:samples]
+        mixture += looped / power(looped).sqrt()
+    return mixture
+
+
+def room_response(rate: int, rt60: float, generator: torch.Generator) -> torch.Tensor:
+    """A synthetic room impulse response: the direct sound, then exponentially decaying noise that
+    falls by 60 dB in `rt60` seconds (the statistical model of late reverberation)."""
+    samples = max(1, int(rt60 * rate))
+    time = torch.arange(samples) / rate
+    response = torch.randn(samples, generator=generator) * torch.exp(-6.9078 * time / rt60)  # ln(1000) = 6.9078
+    response[0] = 1.0
+    return response / response.norm()
+
+
+def reverberate(waveform: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
+    """`waveform` heard in the room of `response`, at the same loudness."""
+    wet = audio.fftconvolve(waveform, response)[: len(waveform)]
+    return wet * torch.sqrt(power(waveform) / power(wet))

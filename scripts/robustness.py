@@ -1,0 +1,163 @@
+"""Robustness beyond the recording room: AN4 dev through a telephone line, in babble and white
+noise, faster and slower; and 10 s of noise or silence, which should give (almost) no text.
+
+    python scripts/robustness.py build                      # the evaluation sets, once
+    python scripts/robustness.py measure runs/an4/averaged.pt runs/an4-2/averaged.pt ...
+
+`build` writes under `runs/robustness/sets/` one TSV manifest per condition (FLAC beside it):
+
+    telephone      band-pass 300-3400 Hz, 8 kHz, 8-bit mu-law (G.711), back to 16 kHz
+    babble-N       4 other dev utterances mixed in at N dB SNR (20, 10, 5): dev speakers, not train
+    white-N        white noise at N dB SNR
+    speed-0.9/1.1  Kaldi-style speed change (tempo and pitch)
+
+and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
+`measure` decodes each set with each checkpoint (greedy and the default beam search), and prints
+the CER per condition (mean over the checkpoints, i.e. seeds, with the spread), its ratio to the
+clean CER, and for greedy decoding the longest hypothesis against 1.5 x its reference + 5
+characters, the bound a runaway transcript breaks; for non-speech, the longest text decoded.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import soundfile
+import torch
+import typer
+
+from las.data.channels import add_noise, babble, telephone, white_noise
+from las.data.features import change_speed
+from las.decode import decode
+from las.transcripts import read_transcripts
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV = ROOT / "data" / "an4" / "dev.tsv"
+RATE = 16000
+SETS = ROOT / "runs" / "robustness" / "sets"
+SNRS = (20, 10, 5)
+DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def dev_rows() -> list[list[str]]:
+    lines = DEV.read_text().splitlines()[1:]
+    return [line.split("\t") for line in lines]
+
+
+def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tensor, torch.Generator], torch.Tensor]]:
+    """Name -> what happens to utterance `index`'s waveform."""
+
+    def other_talkers(index: int, waveform: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        others = pool[:index] + pool[index + 1 :]
+        return babble(others, len(waveform), talkers=4, generator=generator)
+
+    made: dict[str, Callable[[int, torch.Tensor, torch.Generator], torch.Tensor]] = {
+        "telephone": lambda index, waveform, generator: telephone(waveform, RATE),
+    }
+    for snr in SNRS:
+        made[f"babble-{snr}"] = lambda i, w, g, snr=snr: add_noise(w, other_talkers(i, w, g), snr)
+        made[f"white-{snr}"] = lambda i, w, g, snr=snr: add_noise(w, white_noise(len(w), g), snr)
+    for speed in (0.9, 1.1):
+        made[f"speed-{speed}"] = lambda i, w, g, speed=speed: change_speed(w, speed, RATE)
+    return made
+
+
+def write_audio(path: Path, waveform: torch.Tensor) -> None:
+    peak = waveform.abs().max().item()
+    if peak > 0.999:  # loud mixtures: scaled down whole, so the SNR stays
+        waveform = waveform * (0.999 / peak)
+    soundfile.write(path, waveform.numpy(), RATE, subtype="PCM_16")
+
+
+@app.command()
+def build(out: Path = SETS, seed: int = 0) -> None:
+    """Write the evaluation sets."""
+    rows = dev_rows()
+    pool = [torch.from_numpy(soundfile.read(DEV.parent / audio, dtype="float32")[0]) for _, audio, _, _ in rows]
+    for name, transform in conditions(pool).items():
+        folder = out / name
+        folder.mkdir(parents=True, exist_ok=True)
+        generator = torch.Generator().manual_seed(seed)
+        lines = ["id\tpath\tduration_s\ttext"]
+        for index, (identifier, _, _, text) in enumerate(rows):
+            waveform = transform(index, pool[index], generator)
+            write_audio(folder / f"{identifier}.flac", waveform)
+            lines.append(f"{identifier}\t{name}/{identifier}.flac\t{len(waveform) / RATE:.2f}\t{text}")
+        (out / f"{name}.tsv").write_text("\n".join(lines) + "\n")
+        print(f"{name}: {len(rows)} utterances")
+    nonspeech = out / "nonspeech"
+    nonspeech.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(seed)
+    write_audio(nonspeech / "white-10s.flac", 0.05 * white_noise(10 * RATE, generator))
+    write_audio(nonspeech / "silence-10s.flac", torch.zeros(10 * RATE))
+    print("nonspeech: white-10s, silence-10s")
+
+
+def transcribe(checkpoint: Path, source: Path, settings: list[str]) -> dict[str, str]:
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "hypotheses.csv"
+        decode(checkpoint, source, output, "csv", settings, "cpu")
+        return read_transcripts(output)
+
+
+def character_error_rate(hypotheses: dict[str, str], references: dict[str, str]) -> float:
+    from las.metrics import character_error_rate as rate
+
+    identifiers = sorted(references)
+    return rate([hypotheses[identifier] for identifier in identifiers], [references[i] for i in identifiers])
+
+
+def overrun(hypotheses: dict[str, str], references: dict[str, str]) -> int:
+    """Characters by which the longest hypothesis exceeds 1.5 x its reference + 5 (<= 0: none does)."""
+    return max(len(hypotheses[identifier]) - int(1.5 * len(text) + 5) for identifier, text in references.items())
+
+
+def summary(values: list[float]) -> str:
+    mean = statistics.mean(values)
+    return f"{mean:.1f}" + (f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else "")
+
+
+@app.command()
+def measure(
+    checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
+    sets: Path = SETS,
+    settings: list[str] = typer.Option([], "--set", help="decode.* settings for every decoding."),
+) -> None:
+    """CER per condition and decoding, over the checkpoints (seeds)."""
+    names = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
+    names += ["speed-0.9", "speed-1.1"]
+    sources = {name: DEV if name == "clean" else sets / f"{name}.tsv" for name in names}
+    references = read_transcripts(DEV)
+    rates: dict[tuple[str, str], list[float]] = {}
+    overruns: dict[str, int] = {}
+    for checkpoint in checkpoints:
+        for decoding, decoding_settings in DECODINGS.items():
+            for name, source in sources.items():
+                hypotheses = transcribe(checkpoint, source, decoding_settings + settings)
+                rates.setdefault((decoding, name), []).append(character_error_rate(hypotheses, references))
+                if decoding == "greedy":
+                    overruns[name] = max(overruns.get(name, -(10**9)), overrun(hypotheses, references))
+        nonspeech = transcribe(checkpoint, sets / "nonspeech", DECODINGS["greedy"] + settings)
+        for identifier, text in nonspeech.items():
+            overruns[identifier] = max(overruns.get(identifier, 0), len(text))
+    print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x clean: ratio of means\n")
+    print("| condition | greedy CER | x clean | beam CER | x clean | greedy: longest vs 1.5 ref + 5 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    clean = {decoding: statistics.mean(rates[(decoding, "clean")]) for decoding in DECODINGS}
+    for name in names:
+        greedy, beam = rates[("greedy", name)], rates[("beam", name)]
+        print(
+            f"| {name} | {summary(greedy)} | {statistics.mean(greedy) / clean['greedy']:.2f} | {summary(beam)} | "
+            f"{statistics.mean(beam) / clean['beam']:.2f} | {overruns[name]:+d} |"
+        )
+    for identifier in sorted(set(overruns) - set(names)):
+        print(f"| {identifier} (no speech) | | | | | {overruns[identifier]} characters at most |")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,93 @@
+"""Channel, noise and room augmentation: each effect does what it says, draws are reproducible."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import soundfile
+import torch
+
+from las.config import AugmentConfig, FeatureConfig
+from las.data.augment import Source, WaveformAugmentation
+from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+
+from .conftest import AN4
+
+AUDIO = AN4 / "audio" / "an10-fjmd-b.flac"
+RATE = 16000
+
+
+def speech() -> torch.Tensor:
+    return torch.from_numpy(soundfile.read(AUDIO, dtype="float32")[0])
+
+
+def band_energy(waveform: torch.Tensor, low: float, high: float) -> float:
+    spectrum = torch.fft.rfft(waveform).abs().pow(2)
+    frequencies = torch.fft.rfftfreq(len(waveform), 1 / RATE)
+    return spectrum[(frequencies >= low) & (frequencies < high)].sum().item()
+
+
+def test_a_telephone_line_keeps_only_the_telephone_band() -> None:
+    clean = speech()
+    narrow = telephone(clean, RATE)
+    assert narrow.shape == clean.shape
+    total = band_energy(narrow, 0, RATE / 2)
+    assert band_energy(narrow, 4000, RATE / 2) / total < 1e-3  # nothing above the 8 kHz line's Nyquist
+    assert band_energy(clean, 4000, RATE / 2) / band_energy(clean, 0, RATE / 2) > 0.01  # which AN4 has
+    assert band_energy(narrow, 0, 150) / total < 0.02
+
+
+@pytest.mark.parametrize("snr", [20.0, 5.0, -5.0])
+def test_noise_is_added_at_the_signal_to_noise_ratio_asked(snr: float) -> None:
+    clean = speech()
+    noise = white_noise(RATE // 3, torch.Generator().manual_seed(0))  # shorter: repeated to fit
+    noisy = add_noise(clean, noise, snr)
+    measured = 10 * math.log10(clean.pow(2).mean() / (noisy - clean).pow(2).mean())
+    assert measured == pytest.approx(snr, abs=0.01)
+
+
+def test_pink_noise_falls_3_db_per_octave_and_babble_is_normalised_speech() -> None:
+    noise = pink_noise(RATE * 4, torch.Generator().manual_seed(0))
+    octave_low, octave_high = band_energy(noise, 500, 1000), band_energy(noise, 1000, 2000)
+    assert 10 * math.log10(octave_high / octave_low) == pytest.approx(0.0, abs=0.5)  # equal energy per octave
+    mixture = babble([speech(), speech().flip(0)], RATE * 2, talkers=3, generator=torch.Generator().manual_seed(0))
+    assert mixture.shape == (RATE * 2,) and torch.isfinite(mixture).all()
+
+
+def test_a_room_response_decays_by_60_db_in_rt60() -> None:
+    response = room_response(RATE, 0.4, torch.Generator().manual_seed(0))
+    assert len(response) == int(0.4 * RATE) and response.norm().item() == pytest.approx(1.0)
+    first, last = response[1:800].pow(2).mean(), response[-800:].pow(2).mean()
+    assert 10 * math.log10(first / last) > 40
+    clean = speech()
+    wet = reverberate(clean, response)
+    assert wet.shape == clean.shape and wet.pow(2).mean().item() == pytest.approx(clean.pow(2).mean().item())
+
+
+def augmentation(**probabilities: float) -> WaveformAugmentation:
+    config = AugmentConfig(**probabilities)
+    return WaveformAugmentation.of(config, FeatureConfig(), [Source(AUDIO)] * 3, seed=0)
+
+
+def test_augmented_features_are_reproducible_per_seed_and_none_when_nothing_is_drawn() -> None:
+    everything = augmentation(reverberation=1.0, noise=1.0, telephone=1.0, gain_db=6.0)
+    first = everything.features(Source(AUDIO), 1.0, seed=7)
+    assert first is not None and first.shape == (161, 80)  # as the clean features: 1.6 s, 80 bins
+    assert torch.equal(first, everything.features(Source(AUDIO), 1.0, seed=7))
+    assert not torch.equal(first, everything.features(Source(AUDIO), 1.0, seed=8))
+    assert everything.features(Source(AUDIO), 0.9, seed=7).shape[0] > 161  # slower: longer
+    assert augmentation(noise=0.0).features(Source(AUDIO), 1.0, seed=7) is None
+    drawn = [augmentation(noise=0.3).features(Source(AUDIO), 1.0, seed) is not None for seed in range(200)]
+    assert 0.2 < sum(drawn) / len(drawn) < 0.4  # each effect with its probability
+
+
+def test_augmentation_settings_are_checked() -> None:
+    from las.config import load_config
+    from las.errors import LasError
+
+    assert load_config(None, ["train.augment.noise=0.5"]).train.augment.enabled
+    with pytest.raises(LasError, match="'train.augment.noise': expected a number >= 0 and <= 1"):
+        load_config(None, ["train.augment.noise=2"])
+    with pytest.raises(LasError, match="snr_low': 30.0 is above snr_high=25.0"):
+        load_config(None, ["train.augment.snr_low=30"])
