@@ -52,6 +52,14 @@ def final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_checkpoint(run / "last.pt").model_state
 
 
+def assert_identical_runs(expected: Path, resumed: Path) -> None:
+    """Bit-identical final weights, and the same metrics but for timings."""
+    expected_weights, resumed_weights = final_weights(expected), final_weights(resumed)
+    for name in expected_weights:
+        torch.testing.assert_close(resumed_weights[name], expected_weights[name], rtol=0, atol=0)
+    assert without_timings(metrics(resumed)) == without_timings(metrics(expected))
+
+
 def test_resume_continues_exactly(tiny_config: Config, tmp_path: Path) -> None:
     # A constant learning rate, so that extending the run from 2 to 3 epochs leaves the schedule
     # alone: what must carry over is the optimizer, random state and sampler position.
@@ -67,33 +75,24 @@ def test_resume_continues_exactly(tiny_config: Config, tmp_path: Path) -> None:
     split = with_training(straight, epochs=2, out=str(tmp_path / "split"))
     train(split)
     train(split, resume=True, assignments=["train.epochs=3"])
-    expected, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
-    for name in expected:
-        torch.testing.assert_close(resumed[name], expected[name], rtol=0, atol=0)
-    assert without_timings(metrics(tmp_path / "split")) == without_timings(metrics(tmp_path / "straight"))
+    assert_identical_runs(tmp_path / "straight", tmp_path / "split")
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_signal: int
 ) -> None:
-    # Batches loaded by worker processes, utterances at perturbed speeds and augmented, dropout and sampled
-    # teacher forcing drawing from the random state: a signal in the middle of a batch stops
-    # training after that batch, and resuming replays the rest of the run bit-exactly.
+    # Batches loaded by worker processes, utterances at perturbed speeds and augmented (drawn per
+    # utterance and epoch in those workers), dropout and sampled teacher forcing drawing from the
+    # random state: a signal in the middle of a batch stops training after that batch, and
+    # resuming replays the rest of the run bit-exactly.
+    augment = AugmentConfig(noise=0.5, telephone=0.5, reverberation=0.3)
+    training = dict(speed_perturbation=0.1, teacher_forcing_final=0.5, teacher_forcing_decay_epochs=1, augment=augment)
     config = replace(
-        with_training(
-            tiny_config,
-            epochs=2,
-            out=str(tmp_path / "straight"),
-            speed_perturbation=0.1,
-            teacher_forcing_final=0.5,
-            teacher_forcing_decay_epochs=1,
-        ),
+        with_training(tiny_config, epochs=2, out=str(tmp_path / "straight"), **training),
         data=replace(tiny_config.data, batch_size=1, workers=2),
         model=replace(tiny_config.model, dropout=0.2),
     )
-    # Waveform augmentation drawn per utterance and epoch in the worker processes, too.
-    config = with_training(config, augment=AugmentConfig(noise=0.5, telephone=0.5, reverberation=0.3))
     train(config)
     interrupted = with_training(config, out=str(tmp_path / "interrupted"))
     original = train_module.clip_gradients
@@ -115,12 +114,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 3, 7)
     monkeypatch.setattr(train_module, "clip_gradients", original)
     train(interrupted, resume=True)
-    expected, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "interrupted")
-    for name in expected:
-        torch.testing.assert_close(resumed[name], expected[name], rtol=0, atol=0)
-    assert [record["train_loss"] for record in metrics(tmp_path / "straight")] == [
-        record["train_loss"] for record in metrics(tmp_path / "interrupted")
-    ]
+    assert_identical_runs(tmp_path / "straight", tmp_path / "interrupted")
 
 
 def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tiny_config: Config) -> None:
