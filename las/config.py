@@ -165,6 +165,8 @@ class AugmentConfig(Section):
     snr_high: Annotated[float, Range(-10, 60)] = 25.0
     telephone: Fraction = 0.0  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
     gain_db: Annotated[float, Range(0, 40)] = 0.0  # a gain drawn from +-gain_db
+    # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
+    start_epoch: NonNegative = 8
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -377,9 +377,15 @@ class Trainer:
         variants = dataset.variants(self.progress.epoch, self.config.train.seed)
         # Each utterance's augmentation draw is seeded by (seed, epoch, utterance): the same in any
         # worker, on any rank, after any resume.
-        seed = self.config.train.seed * 1_000_003 + self.progress.epoch * 100_003
+        epoch = self.progress.epoch
+        seed = self.config.train.seed * 1_000_003 + epoch * 100_003
+        augmenting = epoch >= self.config.train.augment.start_epoch
         items = [
-            [Draw(index, variants[index], seed + index) for index in self.distributed.shard(batch)] for batch in batches
+            [
+                Draw(index, variants[index], seed + index if augmenting else None)
+                for index in self.distributed.shard(batch)
+            ]
+            for batch in batches
         ]
         workers = self.config.data.workers
         return torch.utils.data.DataLoader(

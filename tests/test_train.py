@@ -86,7 +86,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     # utterance and epoch in those workers), dropout and sampled teacher forcing drawing from the
     # random state: a signal in the middle of a batch stops training after that batch, and
     # resuming replays the rest of the run bit-exactly.
-    augment = AugmentConfig(noise=0.5, telephone=0.5, reverberation=0.3)
+    augment = AugmentConfig(noise=0.5, telephone=0.5, reverberation=0.3, start_epoch=0)
     training = dict(speed_perturbation=0.1, teacher_forcing_final=0.5, teacher_forcing_decay_epochs=1, augment=augment)
     config = replace(
         with_training(tiny_config, epochs=2, out=str(tmp_path / "straight"), **training),

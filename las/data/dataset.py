@@ -61,11 +61,11 @@ class Example:
 
 class Draw(NamedTuple):
     """A training item: utterance `index` in `variant` (0: as recorded, k: the k-th perturbed
-    speed), augmented as `seed` draws (see `WaveformAugmentation`)."""
+    speed), augmented as `seed` draws (see `WaveformAugmentation`; None: not augmented)."""
 
     index: int
     variant: int
-    seed: int
+    seed: int | None = None
 
 
 class SpeechDataset(torch.utils.data.Dataset[Example]):
