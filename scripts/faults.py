@@ -188,6 +188,7 @@ x = torch.randn(16, 300, 80)
 lstm(x)[0].sum().backward()  # OpenMP threads start here, with SIGINT unblocked
 if variant == "main thread blocked (las)":
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+print("training", flush=True)
 started = time.monotonic()
 while time.monotonic() - started < 3:
     lstm(x)[0].sum().backward()
@@ -202,10 +203,14 @@ def lstm_signals(runs: int = typer.Option(30, help="Interrupted processes per va
     for variant in LSTM_VARIANTS:
         crashed = 0
         for _ in range(runs):
-            process = subprocess.Popen([sys.executable, "-c", LSTM_PROCESS, variant], stderr=subprocess.DEVNULL)
-            time.sleep(generator.uniform(1.2, 2.8))  # after start-up, while it trains
+            process = subprocess.Popen(
+                [sys.executable, "-c", LSTM_PROCESS, variant], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+            process.stdout.readline()  # "training": start-up is over
+            time.sleep(generator.uniform(0.1, 2.0))  # while it trains
             process.send_signal(signal.SIGINT)
-            crashed += process.wait() != 0
+            process.communicate()
+            crashed += process.returncode != 0  # it ends normally (0) unless the signal broke it
         print(f"| {variant} | {runs} | {crashed} |")
 
 
