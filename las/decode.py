@@ -15,6 +15,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.manifest import check_characters, read_utterances
 from las.device import resolve_device
+from las.errors import LasError
 from las.files import check_writable, make_directory, write_text_atomically
 from las.inference import transcribe
 from las.plots import plot_hypothesis
@@ -49,6 +50,9 @@ def decode(
     checkpoint = load_checkpoint(checkpoint_path)
     config = checkpoint.decoding_config(assignments)
     if out is not None:
+        for precious, what in ((checkpoint_path, "the checkpoint"), (input_path, "the input")):
+            if Path(out).resolve() == Path(precious).resolve():
+                raise LasError(f"--out {out} is {what}: decoding would overwrite it")
         check_writable(out, "--out")
     # Beside the output by default: dev.csv -> dev_attention/
     directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))

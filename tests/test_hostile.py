@@ -280,6 +280,10 @@ def test_unwritable_outputs_fail_before_the_work(trained_run: dict[str, Path], t
     checkpoint, manifest = trained_run["run"] / "best.pt", trained_run["train"]
     assert_clear_error(*run("decode", checkpoint, manifest, "--out", tmp_path)[::2], "is a folder; name a file")
     assert_clear_error(*run("decode", checkpoint, manifest, "--out", regular / "out.csv")[::2], "a file is in the way")
+    before = manifest.read_bytes(), checkpoint.read_bytes()
+    assert_clear_error(*run("decode", checkpoint, manifest, "--out", manifest)[::2], "is the input: decoding would")
+    assert_clear_error(*run("decode", checkpoint, manifest, "--out", checkpoint)[::2], "is the checkpoint")
+    assert (manifest.read_bytes(), checkpoint.read_bytes()) == before
 
 
 def test_a_full_disk_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
