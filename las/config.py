@@ -118,6 +118,10 @@ class DataConfig(Section):
     max_batch_frames: Count = 8000
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
+    # An utterance that cannot be used — missing, unreadable, empty or non-finite audio or features,
+    # audio shorter than one window, a segment outside its recording, an empty transcript,
+    # characters outside the vocabulary: error stops naming it; skip leaves it out with a warning.
+    bad_utterances: Literal["error", "skip"] = "error"
 
 
 @dataclass(frozen=True)

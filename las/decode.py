@@ -60,11 +60,15 @@ def decode(
         make_directory(directory, "--plot-dir")
     device = resolve_device(device_name)
     vocabulary = checkpoint.vocabulary
-    utterances = read_utterances(input_path, require_text=False, input_format=input_format)
-    check_characters(utterances, vocabulary, input_path)
+    skip = config.data.bad_utterances == "skip"
+    utterances = read_utterances(input_path, require_text=False, input_format=input_format, skip_bad=skip)
+    utterances = check_characters(utterances, vocabulary, input_path, skip)
     model = checkpoint.build_model(device)
     strategy = build_strategy(config.decode, vocabulary, model)
-    features = FeatureCache(config.data.cache_dir, config.features, config.data.workers).load(utterances)
+    cache = FeatureCache(config.data.cache_dir, config.features, config.data.workers)
+    if skip:
+        utterances = cache.usable(utterances, input_path)
+    features = cache.load(utterances)
     checkpoint.check_features(features, input_path)
     dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, vocabulary, with_targets=False)
     started = time.perf_counter()

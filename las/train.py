@@ -103,22 +103,28 @@ class Corpus:
 
 def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Normalizer | None) -> Corpus:
     """Read both manifests, fetch features (cached), fit the normaliser and vocabulary if new."""
-    train_utterances = read_utterances(config.data.train, input_format=config.data.input_format)
-    dev_utterances = read_utterances(config.data.dev, input_format=config.data.input_format)
+    data = config.data
+    skip = data.bad_utterances == "skip"
+    train_utterances = read_utterances(data.train, input_format=data.input_format, skip_bad=skip)
+    dev_utterances = read_utterances(data.dev, input_format=data.input_format, skip_bad=skip)
     vocabulary = vocabulary or Vocabulary.from_texts(utterance.text for utterance in train_utterances)
-    check_characters(train_utterances, vocabulary, config.data.train)
-    check_characters(dev_utterances, vocabulary, config.data.dev)
-    cache = FeatureCache(config.data.cache_dir, config.features, config.data.workers)
+    train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
+    dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
+    cache = FeatureCache(data.cache_dir, config.features, data.workers)
+    change = config.train.speed_perturbation
+    speeds = [1 - change, 1 + change] if change else []
+    if skip:  # only utterances whose features can be computed, at every speed
+        train_utterances = cache.usable(train_utterances, data.train, [1.0, *speeds])
+        dev_utterances = cache.usable(dev_utterances, data.dev)
     train_features = cache.load(train_utterances, "train features")
     dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features)
-    change, augment = config.train.speed_perturbation, config.train.augment
+    augment = config.train.augment
     for needs_audio, setting in ((change, "train.speed_perturbation"), (augment.enabled, "train.augment")):
         if needs_audio and any(utterance.audio is None for utterance in train_utterances):
             raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
-    speeds = [1 - change, 1 + change] if change else []
     perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     augmentation = None
     if augment.enabled:

@@ -438,3 +438,50 @@ def test_empty_paths_and_unreadable_config_files_are_refused(tmp_path: Path) -> 
     assert_clear_error(*run("train", "--config", tmp_path)[::2], "cannot read config file")
     (tmp_path / "latin1.toml").write_bytes(b"[train]\nout = '\xe9'\n")
     assert_clear_error(*run("train", "--config", tmp_path / "latin1.toml")[::2], "invalid TOML")
+
+
+# --- Skipping what cannot be used, when the user asks ------------------------------------------
+
+
+def test_bad_utterances_can_be_skipped_with_a_counted_warning(
+    trained_run: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    samples = waveform()
+    samples[5] = np.nan
+    soundfile.write(tmp_path / "nan.wav", samples, 16000, subtype="FLOAT")
+    soundfile.write(tmp_path / "short.wav", waveform()[:100], 16000)
+    (tmp_path / "empty.flac").write_bytes(b"")
+    good = [line.split("\t") for line in trained_run["train"].read_text().splitlines()[1:]]
+    text = good[0][3]  # in the model's vocabulary: only what cannot be read is skipped
+    rows = good + [
+        ["nan", str(tmp_path / "nan.wav"), "1.6", text],
+        ["short", str(tmp_path / "short.wav"), "0.1", text],
+        ["empty", str(tmp_path / "empty.flac"), "1.0", text],
+        ["missing", str(tmp_path / "absent.flac"), "1.0", text],
+    ]
+    manifest = write_manifest(tmp_path / "messy.tsv", rows)
+    code, stdout, stderr = run(
+        "decode", trained_run["run"] / "best.pt", manifest, "--set", "data.bad_utterances=skip",
+        "--set", f"data.cache_dir={tmp_path / 'cache'}",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert [line.split(",")[0] for line in stdout.splitlines()[1:]] == [row[0] for row in good]
+    assert "skipped 1 unusable utterances" in stderr and "audio file not found" in stderr  # read: missing
+    assert "skipped 3 unusable utterances" in stderr  # computed: non-finite, too short, empty
+    code, _, stderr = run("decode", trained_run["run"] / "best.pt", manifest)
+    assert_clear_error(code, stderr, "audio file not found")  # the default: refuse
+
+
+def test_training_skips_bad_utterances_at_every_speed(tiny_config: Config, tmp_path: Path) -> None:
+    from las.train import load_corpus
+
+    samples = waveform()
+    samples[5] = np.inf
+    soundfile.write(tmp_path / "inf.wav", samples, 16000, subtype="FLOAT")
+    rows = an4_rows("train", 3) + [["inf", str(tmp_path / "inf.wav"), "1.6", "INF"]]
+    manifest = write_manifest(tmp_path / "train.tsv", rows)
+    data = replace(tiny_config.data, train=str(manifest), bad_utterances="skip")
+    config = replace(tiny_config, data=data, train=replace(tiny_config.train, speed_perturbation=0.1))
+    corpus = load_corpus(config, None, None)
+    assert corpus.train.ids == [row[0] for row in rows[:3]]
+    assert len(corpus.train.perturbed) == 2 and all(len(variant) == 3 for variant in corpus.train.perturbed)

@@ -46,7 +46,7 @@ from las.data.features import (
     change_speed,
     log_mel_features,
 )
-from las.data.manifest import Utterance
+from las.data.manifest import Utterance, report_skipped
 from las.errors import LasError
 from las.files import make_directory, write_atomically, write_text_atomically
 from las.progress import progress_bar, warn
@@ -76,11 +76,12 @@ class Entry:
 
 @dataclass(frozen=True)
 class Extracted:
-    """One utterance's features from a worker: its index record, and the features themselves
-    when its shard could not be written (they then live in memory for this run)."""
+    """One utterance from a worker: its index record, and the features themselves when its shard
+    could not be written (they then live in memory for this run); or why it has none."""
 
     record: dict[str, Any]
     features: np.ndarray | None = None
+    error: str | None = None  # the utterance cannot be used (only when skipping bad ones)
 
 
 def checksum(data: bytes | np.ndarray) -> str:
@@ -137,6 +138,7 @@ class FeatureCache:
         self.digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> audio digest
         self.verified: set[str] = set()  # keys whose entries this process has checked
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
+        self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
         self.writable = True
         self.read_index()
 
@@ -172,6 +174,37 @@ class FeatureCache:
         played `speed` times faster) from the cache, computing the misses first."""
         if all(utterance.features is not None for utterance in utterances):
             return InMemoryFeatures([torch.from_numpy(utterance.features) for utterance in utterances])
+        keys, missing = self.pending(utterances, speed)
+        if missing:
+            self.extract(list(missing.values()), speed, description)
+        return StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys])
+
+    def usable(
+        self, utterances: Sequence[Utterance], source: str | Path, speeds: Sequence[float] = (1.0,)
+    ) -> list[Utterance]:
+        """The utterances whose features can be computed at every speed, computed and cached; the
+        others are left out with one warning (data.bad_utterances=skip)."""
+        if all(utterance.features is not None for utterance in utterances):
+            return list(utterances)
+        problems: dict[str, str] = {}  # by utterance id
+        for utterance in utterances:
+            try:
+                self.digest(utterance.audio, source_of(utterance.audio))
+            except LasError as error:
+                problems[utterance.id] = str(error)
+        readable = [utterance for utterance in utterances if utterance.id not in problems]
+        for speed in speeds:
+            keys, missing = self.pending(readable, speed)
+            if missing:
+                self.extract(list(missing.values()), speed, f"{source} x{speed:g}", skip_bad=True)
+            for utterance, key in zip(readable, keys, strict=True):
+                if key in self.failed:
+                    problems.setdefault(utterance.id, self.failed[key])
+        report_skipped(source, list(problems.values()))
+        return [utterance for utterance in utterances if utterance.id not in problems]
+
+    def pending(self, utterances: Sequence[Utterance], speed: float) -> tuple[list[str], dict[str, Missing]]:
+        """Each utterance's cache key at `speed`, and those not cached (or damaged) to compute."""
         sources = [source_of(utterance.audio) for utterance in utterances]
         digests = [self.digest(utterance.audio, source) for utterance, source in zip(utterances, sources, strict=True)]
         keys = [
@@ -183,9 +216,7 @@ class FeatureCache:
             for key, utterance, source, digest in zip(keys, utterances, sources, digests, strict=True)
             if key not in self.entries and key not in self.memory
         }
-        if missing:
-            self.extract(list(missing.values()), speed, description)
-        return StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys])
+        return keys, missing
 
     def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
         """One utterance's features `(frames, dim)`."""
@@ -216,8 +247,9 @@ class FeatureCache:
             warn(f"feature cache {self.directory}: {damaged} damaged entries dropped; recomputing them")
             self.rewrite_index()
 
-    def extract(self, missing: list[Missing], speed: float, description: str) -> None:
-        """Compute the missing utterances in chunks, one shard each, and index them."""
+    def extract(self, missing: list[Missing], speed: float, description: str, skip_bad: bool = False) -> None:
+        """Compute the missing utterances in chunks, one shard each, and index them; with
+        `skip_bad`, an utterance that cannot be computed is recorded in `failed`, not an error."""
         if self.writable:
             try:
                 make_directory(self.directory, "feature cache")
@@ -225,7 +257,7 @@ class FeatureCache:
                 self.cannot_store(str(error))
         size = min(SHARD_UTTERANCES, math.ceil(len(missing) / max(1, self.workers)))
         chunks = [
-            (self.directory if self.writable else None, self.config, speed, missing[start : start + size])
+            (self.directory if self.writable else None, self.config, speed, missing[start : start + size], skip_bad)
             for start in range(0, len(missing), size)
         ]
         bar = progress_bar(range(len(missing)), description, "utt")
@@ -242,9 +274,11 @@ class FeatureCache:
         """Append each chunk's records to the index once its shard is in place; keep in memory
         what could not be stored."""
         for extracted in results:
-            stored = [item.record for item in extracted if item.features is None]
+            stored = [item.record for item in extracted if item.features is None and item.error is None]
             for item in extracted:
-                if item.features is not None:
+                if item.error is not None:
+                    self.failed[item.record["key"]] = item.error
+                elif item.features is not None:
                     self.cannot_store("a shard could not be written")
                     self.memory[item.record["key"]] = torch.from_numpy(item.features.astype(np.float32))
             if stored and self.writable:
@@ -321,15 +355,22 @@ def describe(audio: Path, segment: Segment | None) -> str:
     return f"{audio}" + (f" [{segment}]" if segment else "")
 
 
-def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing]]) -> list[Extracted]:
+def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], bool]) -> list[Extracted]:
     """Features of a chunk of utterances -> one float16 shard in `directory` (None: no shard,
-    the features come back in memory); its index records."""
-    directory, config, speed, items = job
+    the features come back in memory); its index records. With `skip_bad`, an utterance that
+    cannot be computed comes back as an error instead of stopping the chunk."""
+    directory, config, speed, items, skip_bad = job
     extractor = FilterbankExtractor(config)
-    arrays, records, offset = [], [], 0
+    arrays, records, failures, offset = [], [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
     for item in items:
-        features = extract_features(item, extractor, speed).astype(np.float16)
+        try:
+            features = extract_features(item, extractor, speed).astype(np.float16)
+        except LasError as error:
+            if not skip_bad:
+                raise
+            failures.append(Extracted({"key": item.key}, error=str(error)))
+            continue
         arrays.append(features)
         records.append(
             dict(
@@ -344,10 +385,10 @@ def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing]]) 
             )
         )
         offset += len(features)
-    if directory is not None:
+    if directory is not None and arrays:
         try:
             write_atomically(directory / name, lambda file: np.save(file, np.concatenate(arrays)))
-            return [Extracted(record) for record in records]
+            return failures + [Extracted(record) for record in records]
         except LasError:
             pass  # read-only or full: the caller warns once and keeps these in memory
-    return [Extracted(record, features) for record, features in zip(records, arrays, strict=True)]
+    return failures + [Extracted(record, features) for record, features in zip(records, arrays, strict=True)]

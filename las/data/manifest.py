@@ -13,6 +13,7 @@ import numpy as np
 from las.data.arrays import load_array
 from las.data.audio import AUDIO_SUFFIXES, Segment
 from las.errors import LasError
+from las.progress import warn
 from las.text import Vocabulary
 
 TSV_HEADER = ["id", "path", "duration_s", "text"]
@@ -27,11 +28,14 @@ class Utterance:
     segment: Segment | None = None  # the part of `audio` this utterance is (None: all of it)
 
 
-def read_utterances(path: str | Path, require_text: bool = True, input_format: str = "auto") -> list[Utterance]:
+def read_utterances(
+    path: str | Path, require_text: bool = True, input_format: str = "auto", skip_bad: bool = False
+) -> list[Utterance]:
     """Utterances of whatever `path` is: a TSV or JSONL (NeMo) manifest, a Kaldi data directory
     (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), HW4 features (an object `.npy`, or a
     folder of per-utterance `.npy` files), a folder of audio files, or one audio file; or what
-    `input_format` names. Every reader yields the same records, checked the same way."""
+    `input_format` names. Every reader yields the same records, checked the same way; unusable
+    ones are an error, or with `skip_bad` left out with a warning."""
     path = Path(path)
     if not path.exists():
         raise LasError(f"input not found: {path}")
@@ -46,7 +50,7 @@ def read_utterances(path: str | Path, require_text: bool = True, input_format: s
     else:
         reader = READERS[input_format]
     try:
-        utterances = _checked(reader(path), path)
+        utterances = _checked(reader(path), path, skip_bad)
     except UnicodeDecodeError as error:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:  # a folder where a file should be, no permission, ...
@@ -83,10 +87,12 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     )
 
 
-def _checked(records: Records, source: Path) -> list[Utterance]:
-    """The utterances, refusing empty or duplicate ids, empty transcripts and missing audio."""
+def _checked(records: Records, source: Path, skip_bad: bool) -> list[Utterance]:
+    """The utterances, refusing empty or duplicate ids, and unusable utterances (an empty
+    transcript, missing audio, non-finite features) — or with `skip_bad`, leaving those out."""
     utterances: list[Utterance] = []
     first: dict[str, str] = {}
+    skipped: list[str] = []
     for where, utterance in records:
         if not utterance.id:
             raise LasError(f"{where}: empty id")
@@ -96,14 +102,35 @@ def _checked(records: Records, source: Path) -> list[Utterance]:
         if utterance.id in first:
             raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first[utterance.id]})")
         first[utterance.id] = where
-        if utterance.text is not None and not utterance.text:
-            raise LasError(f"{where}: empty transcript for {utterance.id!r}")
-        if utterance.features is None and not utterance.audio.is_file():
-            raise LasError(f"{where}: audio file not found: {utterance.audio}")
-        utterances.append(utterance)
+        problem = _problem(utterance)
+        if problem and not skip_bad:
+            raise LasError(f"{where}: {problem}")
+        if problem:
+            skipped.append(f"{where}: {problem}")
+        else:
+            utterances.append(utterance)
+    report_skipped(source, skipped)
     if not utterances:
-        raise LasError(f"{source}: no utterances")
+        raise LasError(f"{source}: no utterances" + (" left" if skipped else ""))
     return utterances
+
+
+def _problem(utterance: Utterance) -> str | None:
+    """What makes an utterance unusable, if anything."""
+    if utterance.text is not None and not utterance.text:
+        return f"empty transcript for {utterance.id!r}"
+    if utterance.features is None and not utterance.audio.is_file():
+        return f"audio file not found: {utterance.audio}"
+    if utterance.features is not None and not np.isfinite(utterance.features).all():
+        non_finite = int(utterance.features.size - np.isfinite(utterance.features).sum())
+        return f"{non_finite} feature values are not finite (NaN or infinity); repair or remove it"
+    return None
+
+
+def report_skipped(source: str | Path, skipped: list[str]) -> None:
+    """One warning for the utterances left out of `source` (data.bad_utterances=skip)."""
+    if skipped:
+        warn(f"{source}: skipped {len(skipped)} unusable utterances (data.bad_utterances=skip), first {skipped[0]}")
 
 
 def _resolve(audio: str, base: Path) -> Path:
@@ -285,9 +312,6 @@ def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
         raise LasError(f"{where}: expected a (frames, dim) array of numbers") from None
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
         raise LasError(f"{where}: expected a (frames, dim) array of features, got shape {array.shape}")
-    non_finite = int(array.size - np.isfinite(array).sum())
-    if non_finite:
-        raise LasError(f"{where}: {non_finite} feature values are not finite (NaN or infinity); repair or remove it")
     return array
 
 
@@ -327,12 +351,23 @@ def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
                 yield line, identifier, rest.strip()
 
 
-def check_characters(utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
-    """Refuse transcripts the model could never produce, rather than scoring them silently wrong."""
+def check_characters(
+    utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path, skip_bad: bool = False
+) -> list[Utterance]:
+    """Refuse transcripts the model could never produce, rather than scoring them silently wrong;
+    with `skip_bad`, the utterances without them."""
+    kept, skipped = [], []
     for utterance in utterances:
-        if utterance.text is None:
-            continue
-        unknown = vocabulary.unknown_characters(utterance.text)
+        unknown = vocabulary.unknown_characters(utterance.text) if utterance.text is not None else set()
         if unknown:
             listed = ", ".join(repr(character) for character in sorted(unknown))
-            raise LasError(f"{source}: transcript of {utterance.id!r} has characters outside the vocabulary: {listed}")
+            problem = f"transcript of {utterance.id!r} has characters outside the vocabulary: {listed}"
+            if not skip_bad:
+                raise LasError(f"{source}: {problem}")
+            skipped.append(problem)
+        else:
+            kept.append(utterance)
+    report_skipped(source, skipped)
+    if not kept:
+        raise LasError(f"{source}: no utterances left")
+    return kept
