@@ -74,7 +74,9 @@ class WaveformAugmentation:
         self.pool = list(pool)
 
     @classmethod
-    def of(cls, config: AugmentConfig, features: FeatureConfig, sources: Sequence[Source], seed: int):
+    def of(
+        cls, config: AugmentConfig, features: FeatureConfig, sources: Sequence[Source], seed: int
+    ) -> WaveformAugmentation:
         """With a babble pool of up to BABBLE_POOL of the `sources`, drawn with `seed`."""
         pool = []
         if config.noise > 0:
