@@ -34,7 +34,7 @@ from las.metrics import character_error_rate
 from las.model.las import LAS
 from las.plots import plot_hypothesis
 from las.pretrain import load_speller
-from las.progress import progress_bar
+from las.progress import progress_bar, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
 from las.text import Vocabulary
@@ -130,13 +130,33 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if augment.enabled:
         sources = [Source(utterance.audio, utterance.segment) for utterance in train_utterances]
         augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
-    return Corpus(
-        SpeechDataset.from_utterances(
-            train_utterances, train_features, normalizer, vocabulary, True, perturbed, augmentation, [1.0, *speeds]
-        ),
-        SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False),
-        normalizer,
+    train_set = SpeechDataset.from_utterances(
+        train_utterances, train_features, normalizer, vocabulary, True, perturbed, augmentation, [1.0, *speeds]
     )
+    if config.model.ctc_weight > 0:
+        warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)
+    dev_set = SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False)
+    return Corpus(train_set, dev_set, normalizer)
+
+
+def ctc_frames_needed(tokens: list[int]) -> int:
+    """Encoder frames a CTC alignment of `tokens` needs: one per character, and a blank between repeats."""
+    return len(tokens) + sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
+
+
+def warn_about_ctc_alignments(dataset: SpeechDataset, pyramid_layers: int, source: str) -> None:
+    """Name the utterances too short for their transcripts under CTC: its loss cannot align them
+    and counts them as zero (zero_infinity), so they would otherwise be dropped from it silently."""
+    short = [
+        identifier
+        for identifier, frames, tokens in zip(dataset.ids, dataset.frame_counts(), dataset.tokens, strict=True)
+        if math.ceil(frames / 2**pyramid_layers) < ctc_frames_needed(tokens.tolist())
+    ]
+    if short:
+        warn(
+            f"{source}: {len(short)} utterances have fewer encoder frames than CTC needs for their transcripts "
+            f"(e.g. {short[0]!r}); the CTC loss ignores them (fewer model.pyramid_layers would not)"
+        )
 
 
 def train(config: Config, resume: bool = False, assignments: list[str] | None = None) -> Path:

@@ -169,3 +169,19 @@ def test_compiled_speller_step_trains_like_the_eager_one(
     compiled = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "compiled"), compile=True))
     assert [function.__name__ for function in compiled_functions] == ["step"]
     assert metrics(compiled)[0]["train_loss"] == pytest.approx(metrics(eager)[0]["train_loss"], rel=1e-5)
+
+
+def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: Path, capsys) -> None:
+    from las.train import ctc_frames_needed, load_corpus
+
+    from .conftest import an4_rows, write_manifest
+
+    assert ctc_frames_needed([5, 5, 6, 6, 6]) == 8  # a blank between each repeat
+    rows = an4_rows("train", 2, longest_seconds=1.6)
+    rows[1][3] = " ".join(["EIGHT"] * 12)  # 71 characters in about 1.5 s: 40 encoder frames at 4x
+    manifest = write_manifest(tmp_path / "train.tsv", rows)
+    config = replace(tiny_config, data=replace(tiny_config.data, train=str(manifest), dev=str(manifest)))
+    load_corpus(config, None, None)
+    assert f"1 utterances have fewer encoder frames than CTC needs for their transcripts (e.g. {rows[1][0]!r})" in (
+        capsys.readouterr().err
+    )
