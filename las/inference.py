@@ -9,6 +9,7 @@ from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.model.las import LAS
 from las.progress import progress_bar
 from las.search import Hypothesis, Strategy
+from las.stopping import deferred_interrupts
 
 
 @torch.no_grad()
@@ -26,10 +27,12 @@ def transcribe(
     model.eval()
     sampler = BucketBatchSampler(dataset.frame_counts(), batch_size, max_batch_frames, shuffle=False)
     results: list[list[Hypothesis]] = [[] for _ in range(len(dataset))]
-    for indices in progress_bar(sampler, description, "batch"):
-        batch = dataset.collate(indices).to(device)
-        memory = model.listener(batch.features, batch.feature_lengths)
-        for index, hypotheses in zip(indices, strategy.search(model, memory), strict=True):
-            results[index] = hypotheses
+    with deferred_interrupts() as stop_if_interrupted:  # Ctrl-C lands between batches
+        for indices in progress_bar(sampler, description, "batch"):
+            stop_if_interrupted()
+            batch = dataset.collate(indices).to(device)
+            memory = model.listener(batch.features, batch.feature_lengths)
+            for index, hypotheses in zip(indices, strategy.search(model, memory), strict=True):
+                results[index] = hypotheses
     model.train(was_training)
     return results

@@ -14,8 +14,10 @@ or wait, pending, until `requested` collects them at the next batch boundary.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -59,3 +61,27 @@ class StopRequests:
             while pending := signal.sigpending() & STOP_SIGNALS:
                 self.handle(signal.sigwait(pending))
         return self.received is not None
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[Callable[[], None]]:
+    """For loops outside training (decoding): SIGINT and SIGTERM blocked on the main thread, for
+    the reason above — another thread takes them, and Python raises KeyboardInterrupt on the main
+    thread between statements, never inside native code — and a check to call between batches
+    that stops if one is left pending (when no other thread could take it). Inside training,
+    where StopRequests blocks them already, the check leaves them to it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    owner = not (STOP_SIGNALS & previous)
+
+    def check() -> None:
+        if owner and (pending := signal.sigpending() & STOP_SIGNALS):
+            signal.sigwait(pending)
+            raise KeyboardInterrupt
+
+    try:
+        yield check
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

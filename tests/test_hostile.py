@@ -485,3 +485,25 @@ def test_training_skips_bad_utterances_at_every_speed(tiny_config: Config, tmp_p
     corpus = load_corpus(config, None, None)
     assert corpus.train.ids == [row[0] for row in rows[:3]]
     assert len(corpus.train.perturbed) == 2 and all(len(variant) == 3 for variant in corpus.train.perturbed)
+
+
+def test_ctrl_c_while_decoding_stops_and_writes_nothing(
+    trained_run: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from las.decode import decode
+    from las.search import GreedySearch
+
+    original = GreedySearch.search
+
+    def interrupted_search(self, model, memory):  # Ctrl-C in the middle of the first batch
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(self, model, memory)
+
+    monkeypatch.setattr(GreedySearch, "search", interrupted_search)
+    output = tmp_path / "hyp.csv"
+    with pytest.raises(KeyboardInterrupt):
+        decode(trained_run["run"] / "best.pt", trained_run["train"], output, "csv", ["decode.batch_size=1"], "cpu")
+    assert not output.exists() and list(tmp_path.iterdir()) == []
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # the signal mask is as it was
