@@ -8,6 +8,7 @@ the old file or the new one, never part of one; a failed write (disk full) keeps
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator
@@ -32,8 +33,16 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
         os.replace(temporary, path)
         sync_directory(path.parent)
     except OSError as error:
-        temporary.unlink(missing_ok=True)
+        remove_quietly(temporary)
         raise LasError(f"cannot write {path}: {error.strerror or error}") from None
+    except BaseException:  # interrupted (a second Ctrl-C): no temporary file left behind
+        remove_quietly(temporary)
+        raise
+
+
+def remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
