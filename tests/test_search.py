@@ -222,7 +222,7 @@ def test_every_strategy_ends_by_the_ctc_heads_length(model_and_memory, strategy:
 def test_ctc_greedy_lengths_count_the_ctc_transcripts_characters(model_and_memory) -> None:
     model, _, _, memory, symbols = model_and_memory
     transcripts = CTCGreedySearch(symbols).search(model, memory)
-    counted = ctc_greedy_lengths(model, memory).tolist()
+    counted = ctc_greedy_lengths(model.ctc_head(memory.hidden), memory.mask).tolist()
     assert counted == [len(hypotheses[0].tokens) for hypotheses in transcripts]
 
 

@@ -148,9 +148,10 @@ class BeamSearch:
         """The rows before the first step: every beam an empty prefix after <sos>."""
         rows = memory.values.shape[0]
         device = memory.values.device
-        ctc = ctc_state = None
-        if self.ctc_weight > 0:
+        ctc = ctc_state = ctc_log_probs = None
+        if model.ctc_head is not None:  # one pass of the head, for the prefix score and the length limit
             ctc_log_probs = model.ctc_head(memory.hidden).log_softmax(-1)
+        if self.ctc_weight > 0:
             ctc = CTCPrefixScorer.from_log_probs(ctc_log_probs, memory.lengths, self.symbols.blank, self.symbols.eos)
             ctc_state = ctc.initial_state()
         language_model = silence = None
@@ -164,7 +165,7 @@ class BeamSearch:
             tokens=torch.full((rows,), self.symbols.sos, dtype=torch.long, device=device),
             history=torch.empty(rows, 0, dtype=torch.long, device=device),
             attention=torch.empty(rows, 0, memory.values.shape[1], device=device),
-            max_lengths=self.rules.max_lengths(model, memory),
+            max_lengths=self.rules.max_lengths(model, memory, ctc_log_probs),
             min_lengths=self.rules.min_lengths(memory),
             ctc=ctc,
             ctc_state=ctc_state,

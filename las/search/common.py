@@ -66,11 +66,14 @@ class Rules:
         """The rules set by a `DecodeConfig`."""
         return cls(**{item.name: getattr(config, item.name) for item in fields(cls)})
 
-    def max_lengths(self, model: LAS, memory: ListenerOutput) -> torch.Tensor:
-        """Longest output (characters + <eos>) allowed per utterance: `(batch,)`."""
+    def max_lengths(self, model: LAS, memory: ListenerOutput, ctc_scores: torch.Tensor | None = None) -> torch.Tensor:
+        """Longest output (characters + <eos>) allowed per utterance: `(batch,)`. `ctc_scores`:
+        the CTC head's output `(batch, frames, vocabulary)` when the caller has it already."""
         limits = (memory.lengths.float() * self.max_length_ratio).ceil().long() + 5
         if self.ctc_length_ratio > 0 and model.ctc_head is not None:
-            characters = ctc_greedy_lengths(model, memory)
+            if ctc_scores is None:
+                ctc_scores = model.ctc_head(memory.hidden)
+            characters = ctc_greedy_lengths(ctc_scores, memory.mask)
             limits = torch.minimum(limits, (characters.float() * self.ctc_length_ratio).ceil().long() + 5)
         return limits
 
@@ -106,11 +109,12 @@ class Rules:
         return memory._replace(mask=memory.mask & inside)
 
 
-def ctc_greedy_lengths(model: LAS, memory: ListenerOutput) -> torch.Tensor:
-    """Characters in the CTC head's greedy transcript of each utterance: `(batch,)`."""
-    best = model.ctc_head(memory.hidden).argmax(dim=-1)  # (batch, frames)
+def ctc_greedy_lengths(ctc_scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Characters in the greedy transcript of CTC logits or log-probabilities `(batch, frames,
+    vocabulary)` over the valid frames of `mask` `(batch, frames)`: `(batch,)`."""
+    best = ctc_scores.argmax(dim=-1)  # (batch, frames)
     previous = torch.nn.functional.pad(best, (1, 0), value=-1)[:, :-1]
-    emitted = (best != PAD_INDEX) & (best != previous) & memory.mask  # blank is <pad>
+    emitted = (best != PAD_INDEX) & (best != previous) & mask  # blank is <pad>
     return emitted.sum(dim=1)
 
 
