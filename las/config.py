@@ -103,6 +103,14 @@ class FeatureConfig(Section):
     mel_bins: Count = 80
     window_ms: Positive = 25.0
     hop_ms: Positive = 10.0
+    # Subtract each utterance's per-bin mean before the global normalisation: cancels a fixed
+    # channel response (microphone, telephone line), which adds a constant to each log-mel bin.
+    utterance_mean: bool = False
+
+    def extraction(self) -> dict[str, float]:
+        """The settings that decide the features themselves (and the cache's key), not their
+        normalisation."""
+        return {key: value for key, value in dataclasses.asdict(self).items() if key != "utterance_mean"}
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
-    normalizer = normalizer or Normalizer.fit(train_features)
+    normalizer = normalizer or Normalizer.fit(train_features, config.features.utterance_mean)
     augment = config.train.augment
     for needs_audio, setting in ((change, "train.speed_perturbation"), (augment.enabled, "train.augment")):
         if needs_audio and any(utterance.audio is None for utterance in train_utterances):

@@ -21,7 +21,6 @@ cannot be written (read-only, disk full) degrades to features computed in memory
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -129,7 +128,7 @@ class StoredFeatures(FeatureSet):
 class FeatureCache:
     def __init__(self, directory: str | Path, config: FeatureConfig, workers: int = 0) -> None:
         """`workers` processes compute misses (0: in this process)."""
-        settings = json.dumps([FEATURE_VERSION, dataclasses.asdict(config)], sort_keys=True)
+        settings = json.dumps([FEATURE_VERSION, config.extraction()], sort_keys=True)
         self.directory = Path(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.config = config
         self.workers = workers

@@ -96,10 +96,14 @@ def feature_dimension(features: FeatureSet, source: str | Path) -> int:
 
 @dataclass(frozen=True)
 class Normalizer:
-    """Global per-bin mean and standard deviation of the training features."""
+    """Global per-bin mean and standard deviation of the training features, optionally after
+    subtracting each utterance's own per-bin mean (cepstral mean normalisation on log-mel
+    features: a fixed channel response, a microphone's or a telephone line's, adds a constant per
+    bin to log power, and the utterance mean takes it away)."""
 
     mean: torch.Tensor  # (mel_bins,)
     std: torch.Tensor  # (mel_bins,)
+    utterance_mean: bool = False
 
     def __post_init__(self) -> None:
         """Finite by construction: NaN statistics would silently turn every batch into NaN."""
@@ -110,13 +114,15 @@ class Normalizer:
             raise LasError("feature normalisation statistics have a zero standard deviation")
 
     @classmethod
-    def fit(cls, features: Iterable[torch.Tensor]) -> Normalizer:
+    def fit(cls, features: Iterable[torch.Tensor], utterance_mean: bool = False) -> Normalizer:
         """One streaming pass: sums of values and squares (float64, so long corpora lose no
         precision), each utterance read once and dropped."""
         total = squares = torch.zeros(())
         count = 0
         for item in features:
             item = item.double()
+            if utterance_mean:
+                item = item - item.mean(dim=0)
             total = total + item.sum(dim=0)
             squares = squares + item.pow(2).sum(dim=0)
             count += item.shape[0]
@@ -124,14 +130,18 @@ class Normalizer:
             raise LasError("no feature frames to compute the normalisation statistics from")
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
-        return cls(mean.float(), std.float())
+        return cls(mean.float(), std.float(), utterance_mean)
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """`(frames, mel_bins)` of one utterance -> the same, normalised."""
+        if self.utterance_mean:
+            features = features - features.mean(dim=0)
         return (features - self.mean) / self.std
 
-    def to_dict(self) -> dict[str, list[float]]:
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+    def to_dict(self) -> dict[str, list[float] | bool]:
+        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "utterance_mean": self.utterance_mean}
 
     @classmethod
-    def from_dict(cls, values: dict[str, list[float]]) -> Normalizer:
-        return cls(torch.tensor(values["mean"]), torch.tensor(values["std"]))
+    def from_dict(cls, values: dict) -> Normalizer:
+        """Checkpoints from before per-utterance normalisation have no `utterance_mean`."""
+        return cls(torch.tensor(values["mean"]), torch.tensor(values["std"]), bool(values.get("utterance_mean", False)))
