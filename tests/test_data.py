@@ -93,7 +93,9 @@ def test_features_are_log_mel_and_cached_by_content(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(cache_module, "load_audio", fail)
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).features(read_utterances(copy, require_text=False)[0])
     assert torch.equal(first, again)
-    # Other feature settings are another cache entry.
+    # How features are normalised is no part of the entry; other feature settings are another one.
+    normalised_per_utterance = FeatureConfig(utterance_mean=True)
+    assert torch.equal(FeatureCache(tmp_path / "cache", normalised_per_utterance).features(utterance), first)
     with pytest.raises(AssertionError, match="despite the cache"):
         FeatureCache(tmp_path / "cache", FeatureConfig(mel_bins=40)).features(utterance)
 
@@ -107,6 +109,22 @@ def test_normalizer_gives_zero_mean_unit_variance() -> None:
     torch.testing.assert_close(normalized.std(0, unbiased=False), torch.ones(4), atol=1e-5, rtol=0)
     restored = Normalizer.from_dict(normalizer.to_dict())
     assert torch.equal(restored.mean, normalizer.mean)
+
+
+def test_utterance_mean_cancels_a_fixed_channel_response() -> None:
+    """A channel (microphone, telephone line) multiplies power per bin by a constant: log-mel
+    features shift by a constant per bin, which per-utterance normalisation takes away."""
+    torch.manual_seed(0)
+    features = [torch.randn(n, 4) * 3 + 5 for n in (10, 20, 30)]
+    channel = torch.tensor([0.0, -2.0, -6.0, 3.0])  # (mel_bins,)
+    normalizer = Normalizer.fit(features, utterance_mean=True)
+    torch.testing.assert_close(normalizer(features[0] + channel), normalizer(features[0]), atol=1e-5, rtol=0)
+    assert not torch.allclose(Normalizer.fit(features)(features[0] + channel), Normalizer.fit(features)(features[0]))
+    normalized = torch.cat([normalizer(item) for item in features])
+    torch.testing.assert_close(normalized.std(0, unbiased=False), torch.ones(4), atol=1e-5, rtol=0)
+    assert Normalizer.from_dict(normalizer.to_dict()).utterance_mean
+    older = {"mean": [0.0] * 4, "std": [1.0] * 4}  # a checkpoint from before the option
+    assert not Normalizer.from_dict(older).utterance_mean
 
 
 def test_bucket_sampler_covers_everything_once_with_little_padding() -> None:
