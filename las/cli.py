@@ -60,6 +60,8 @@ class OutputFormat(StrEnum):
     csv = "csv"
     kaldi = "kaldi"
     jsonl = "jsonl"
+    srt = "srt"
+    vtt = "vtt"
 
 
 @app.callback()
@@ -177,7 +179,11 @@ def decode(
     ] = InputFormat.auto,
     out: Annotated[Path | None, typer.Option("--out", help="Output file (default: stdout).")] = None,
     output_format: Annotated[
-        OutputFormat, typer.Option("--format", help="csv (id,label), kaldi text, or jsonl (with scores, n-best).")
+        OutputFormat,
+        typer.Option(
+            "--format",
+            help="csv (id,label), kaldi text, jsonl (scores, n-best, segment and word times), or srt/vtt subtitles.",
+        ),
     ] = OutputFormat.csv,
     strategy: Annotated[
         StrategyName | None, typer.Option("--strategy", help=with_default("Search strategy.", DEFAULTS.decode.strategy))
@@ -247,6 +253,8 @@ def decode(
     """Transcribe INPUT with a trained model into a submission/transcript file."""
     from las.decode import decode as run_decoding
 
+    if beam_size is not None and strategy is not None and strategy.value != "beam":
+        raise LasError(f"--beam-size is a beam search setting; --strategy {strategy.value} would ignore it")
     shorthands = {
         "decode.strategy": strategy.value if strategy else None,
         "decode.beam_size": beam_size,
@@ -260,7 +268,7 @@ def decode(
         "decode.batch_size": batch_size,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
-    summary = run_decoding(
+    recordings, timing = run_decoding(
         checkpoint,
         input_path,
         out,
@@ -272,9 +280,9 @@ def decode(
         input_format.value,
     )
     typer.echo(
-        f"decoded {summary.utterances} utterances in {summary.seconds:.1f}s: "
-        f"{summary.utterances / max(summary.seconds, 1e-9):.1f} utterances/s, "
-        f"real-time factor {summary.real_time_factor:.4f}",
+        f"decoded {recordings} recordings in {timing.seconds:.1f}s: "
+        f"{recordings / max(timing.seconds, 1e-9):.1f} recordings/s, "
+        f"real-time factor {timing.real_time_factor:.4f}",
         err=True,
     )
 

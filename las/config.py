@@ -120,7 +120,8 @@ class DataConfig(Section):
     dev: PathText = "data/an4/dev.tsv"
     input_format: InputFormat = "auto"
     # Feature cache shared by all runs; keyed by audio content and feature settings.
-    cache_dir: PathText = ".cache/las/features"
+    # Feature cache; auto: $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
+    cache_dir: PathText = "auto"
     batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
     max_batch_frames: Count = 8000
@@ -230,8 +231,13 @@ class TrainConfig(Section):
 @dataclass(frozen=True)
 class DecodeConfig(Section):
     name: ClassVar[str] = "decode"
-    strategy: StrategyName = "greedy"  # ctc: CTC greedy, needs a CTC head
+    # Beam search joined with the CTC head's prefix score is the most accurate (docs/BENCHMARKS.md);
+    # greedy is the fast choice; ctc: CTC greedy, needs a CTC head.
+    strategy: StrategyName = "beam"
     batch_size: Count = 32
+    # Recordings longer than this are cut at their pauses into pieces no longer (las/segmentation.py):
+    # attention trained on utterances of seconds loses its place on minutes.
+    segment_seconds: Annotated[float, Range(1)] = 10.0
     # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`;
     # with a CTC head, also by ctc_length_ratio times its greedy transcript's length (plus 5: 0 off),
     # so that attention which loops or wanders on noise cannot run on (las.search.common.Rules).

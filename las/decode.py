@@ -1,4 +1,5 @@
-"""`las decode`: load a checkpoint, transcribe a manifest, an audio file or a folder, write the result."""
+"""`las decode`: a shell over `Recognizer` that transcribes a manifest, an audio file or a folder
+and writes transcripts (CSV, Kaldi text, JSONL with times) or subtitles (SRT, WebVTT)."""
 
 from __future__ import annotations
 
@@ -6,33 +7,16 @@ import io
 import math
 import re
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from las.checkpoint import load_checkpoint
-from las.data.cache import FeatureCache
-from las.data.dataset import SpeechDataset
-from las.data.manifest import check_characters, read_utterances
-from las.device import resolve_device
+from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.files import check_writable, make_directory, write_text_atomically
-from las.inference import transcribe
 from las.plots import plot_hypothesis
-from las.search import Hypothesis, build_strategy
-from las.text import Vocabulary
+from las.recognizer import Recognizer, Result, Timing
+from las.subtitles import SUBTITLE_FORMATS, write_subtitles
 from las.transcripts import Transcript, write_transcripts
-
-
-@dataclass(frozen=True)
-class DecodeSummary:
-    utterances: int
-    seconds: float  # searching only: features are cached, the model loaded
-    audio_seconds: float
-
-    @property
-    def real_time_factor(self) -> float:
-        return self.seconds / max(self.audio_seconds, 1e-9)
 
 
 def decode(
@@ -45,44 +29,36 @@ def decode(
     plot_attention: int = 0,
     plot_directory: str | Path | None = None,
     input_format: str = "auto",
-) -> DecodeSummary:
-    """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them."""
+) -> tuple[int, Timing]:
+    """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them:
+    how many recordings, and the time their decoding took."""
     checkpoint = load_checkpoint(checkpoint_path)
-    config = checkpoint.decoding_config(assignments)
+    recognizer = Recognizer(checkpoint, device_name, assignments or [])
     if out is not None:
         for precious, what in ((checkpoint_path, "the checkpoint"), (input_path, "the input")):
             if Path(out).resolve() == Path(precious).resolve():
                 raise LasError(f"--out {out} is {what}: decoding would overwrite it")
-        check_writable(out, "--out")
     # Beside the output by default: dev.csv -> dev_attention/
     directory = Path(plot_directory or (Path(out).with_name(f"{Path(out).stem}_attention") if out else "attention"))
+    skip = recognizer.config.data.bad_utterances == "skip"
+    utterances = read_utterances(input_path, require_text=False, input_format=input_format, skip_bad=skip)
+    subtitles_per_file = output_format in SUBTITLE_FORMATS and len(utterances) > 1
+    if subtitles_per_file and out is None:
+        raise LasError(f"--format {output_format} of {len(utterances)} recordings needs --out FOLDER (one file each)")
+    if out is not None:
+        (make_directory if subtitles_per_file else check_writable)(out, "--out")
     if plot_attention:
         make_directory(directory, "--plot-dir")
-    device = resolve_device(device_name)
-    vocabulary = checkpoint.vocabulary
-    skip = config.data.bad_utterances == "skip"
-    utterances = read_utterances(input_path, require_text=False, input_format=input_format, skip_bad=skip)
-    utterances = check_characters(utterances, vocabulary, input_path, skip)
-    model = checkpoint.build_model(device)
-    strategy = build_strategy(config.decode, vocabulary, model)
-    cache = FeatureCache(config.data.cache_dir, config.features, config.data.workers)
-    if skip:
-        utterances = cache.usable(utterances, input_path)
-    features = cache.load(utterances)
-    checkpoint.check_features(features, input_path)
-    dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, vocabulary, with_targets=False)
-    started = time.perf_counter()
-    results = transcribe(model, dataset, strategy, config.decode.batch_size, config.data.max_batch_frames, device)
-    seconds = time.perf_counter() - started
-    transcripts = [
-        transcript(identifier, hypotheses, vocabulary)
-        for identifier, hypotheses in zip(dataset.ids, results, strict=True)
-    ]
-    write_output(transcripts, output_format, out)
-    for identifier, hypotheses in list(zip(dataset.ids, results, strict=True))[:plot_attention]:
-        plot_hypothesis(identifier, hypotheses[0], vocabulary, directory / file_name(identifier, ".png"))
-    frames = sum(dataset.frame_counts())  # 10 ms frames, as in HW4 features too
-    return DecodeSummary(len(transcripts), seconds, frames * config.features.hop_ms / 1000)
+    utterances, features = recognizer.utterance_features(utterances, input_path)
+    results = recognizer.recognize([utterance.id for utterance in utterances], features)
+    write_output(results, output_format, out, subtitles_per_file)
+    for result in results[:plot_attention]:
+        for number, segment in enumerate(result.segments):
+            suffix = f"_{number}.png" if len(result.segments) > 1 else ".png"
+            plot_hypothesis(
+                result.id, segment.hypothesis, recognizer.vocabulary, directory / file_name(result.id, suffix)
+            )
+    return len(results), recognizer.timing
 
 
 def file_name(identifier: str, suffix: str) -> str:
@@ -91,11 +67,19 @@ def file_name(identifier: str, suffix: str) -> str:
     return (safe or "_") + suffix
 
 
-def transcript(identifier: str, hypotheses: list[Hypothesis], vocabulary: Vocabulary) -> Transcript:
-    """The best hypothesis as text; JSONL also gets its score and the n-best list."""
-    best = hypotheses[0]
-    nbest = [{"text": vocabulary.decode(item.tokens), "score": json_score(item.score)} for item in hypotheses]
-    return Transcript(identifier, vocabulary.decode(best.tokens), {"score": json_score(best.score), "nbest": nbest})
+def transcript(result: Result) -> Transcript:
+    """A result as text; JSONL also gets its score, n-best list, segments and word times."""
+    extra = {
+        "score": json_score(result.score),
+        "nbest": [{"text": text, "score": json_score(score)} for text, score in result.nbest],
+        "segments": [
+            {"start": round(item.start, 3), "end": round(item.end, 3), "text": item.text} for item in result.segments
+        ],
+        "words": [
+            {"start": round(item.start, 3), "end": round(item.end, 3), "word": item.word} for item in result.words
+        ],
+    }
+    return Transcript(result.id, result.text, extra)
 
 
 def json_score(score: float) -> float | None:
@@ -103,11 +87,24 @@ def json_score(score: float) -> float | None:
     return round(score, 4) if math.isfinite(score) else None
 
 
-def write_output(transcripts: list[Transcript], output_format: str, out: str | Path | None) -> None:
-    """To stdout, or to `out` through a temporary file, so an interrupted run leaves no half file."""
-    if out is None:
-        write_transcripts(transcripts, output_format, sys.stdout)
-        return
+def write_output(results: list[Result], output_format: str, out: str | Path | None, per_file: bool = False) -> None:
+    """To stdout, or to `out` through a temporary file, so an interrupted run leaves no half
+    file; subtitles of several recordings go to one file each in the folder `out`."""
+    if per_file:
+        for result in results:
+            write_text_atomically(
+                Path(out) / file_name(result.id, f".{output_format}"), formatted([result], output_format)
+            )
+    elif out is None:
+        sys.stdout.write(formatted(results, output_format))
+    else:
+        write_text_atomically(out, formatted(results, output_format))
+
+
+def formatted(results: list[Result], output_format: str) -> str:
     text = io.StringIO()
-    write_transcripts(transcripts, output_format, text)
-    write_text_atomically(out, text.getvalue())
+    if output_format in SUBTITLE_FORMATS:
+        write_subtitles([segment for result in results for segment in result.segments], output_format, text)
+    else:
+        write_transcripts([transcript(result) for result in results], output_format, text)
+    return text.getvalue()

@@ -3,13 +3,18 @@ pass and `las decode`, so both report the same transcripts."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.model.las import LAS
+from las.model.listener import ListenerOutput
 from las.progress import progress_bar
 from las.search import Hypothesis, Strategy
 from las.stopping import deferred_interrupts
+from las.text import PAD_INDEX
+from las.timing import token_spans
 
 
 @torch.no_grad()
@@ -21,8 +26,10 @@ def transcribe(
     max_batch_frames: int,
     device: torch.device,
     description: str = "decode",
+    align: bool = False,
 ) -> list[list[Hypothesis]]:
-    """n-best hypotheses for every utterance of `dataset`, in dataset order."""
+    """n-best hypotheses for every utterance of `dataset`, in dataset order; with `align`, the best
+    one of each knows the encoder frames of its characters (`Hypothesis.spans`)."""
     was_training = model.training
     model.eval()
     sampler = BucketBatchSampler(dataset.frame_counts(), batch_size, max_batch_frames, shuffle=False)
@@ -32,7 +39,23 @@ def transcribe(
             stop_if_interrupted()
             batch = dataset.collate(indices).to(device)
             memory = model.listener(batch.features, batch.feature_lengths)
-            for index, hypotheses in zip(indices, strategy.search(model, memory), strict=True):
+            found = strategy.search(model, memory)
+            if align:
+                found = aligned(model, memory, found)
+            for index, hypotheses in zip(indices, found, strict=True):
                 results[index] = hypotheses
     model.train(was_training)
     return results
+
+
+def aligned(model: LAS, memory: ListenerOutput, found: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
+    """`found` with the best hypothesis of each utterance aligned to its encoder frames."""
+    ctc_log_probs = model.ctc_head(memory.hidden).float().log_softmax(dim=-1) if model.ctc_head is not None else None
+    result = []
+    for row, hypotheses in enumerate(found):
+        best = hypotheses[0]
+        length = int(memory.lengths[row])
+        log_probs = ctc_log_probs[row, :length] if ctc_log_probs is not None else None
+        spans, aligned_by = token_spans(best.tokens, log_probs, best.attention, PAD_INDEX)  # blank is <pad>
+        result.append([dataclasses.replace(best, spans=spans, aligned_by=aligned_by), *hypotheses[1:]])
+    return result

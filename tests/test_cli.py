@@ -49,9 +49,11 @@ def test_train_writes_the_promised_files(trained: dict[str, Path]) -> None:
 def test_decode_and_eval_reproduce_the_training_cer(trained: dict[str, Path]) -> None:
     run_directory, manifest = trained["run"], trained["train"]
     hypotheses = trained["root"] / "hyp.csv"
-    code, _, stderr = run("decode", run_directory / "last.pt", manifest, "--out", hypotheses, "--device", "cpu")
+    code, _, stderr = run(
+        "decode", run_directory / "last.pt", manifest, "--out", hypotheses, "--strategy", "greedy", "--device", "cpu"
+    )  # the training's dev pass decodes greedily
     assert code == 0, stderr
-    assert "utterances/s" in stderr and "real-time factor" in stderr
+    assert "recordings/s" in stderr and "real-time factor" in stderr
     assert hypotheses.read_text().startswith("id,label\n")
     code, stdout, _ = run("eval", hypotheses, manifest, "--json")
     assert code == 0
@@ -146,9 +148,8 @@ def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path
     assert_clear_error(*run("decode", checkpoint, tmp_path / "empty.flac")[::2], "empty.flac")
 
     unknown = write_manifest(tmp_path / "unknown.tsv", [good[:3] + ["HELLO wörld"]])
-    assert_clear_error(
-        *run("decode", checkpoint, unknown)[::2], "characters outside the vocabulary: 'H', 'L', 'd', 'l', 'r', 'w', 'ö'"
-    )
+    code, _, stderr = run("decode", checkpoint, unknown)  # only references: decoded, with a warning
+    assert code == 0 and "outside the vocabulary: 'H', 'L', 'd', 'l', 'r', 'w', 'ö'" in stderr
 
     assert_clear_error(*run("decode", tmp_path / "absent.pt", trained["train"])[::2], "checkpoint not found")
     not_checkpoint = tmp_path / "junk.pt"

@@ -504,6 +504,7 @@ def test_ctrl_c_while_decoding_stops_and_writes_nothing(
     monkeypatch.setattr(GreedySearch, "search", interrupted_search)
     output = tmp_path / "hyp.csv"
     with pytest.raises(KeyboardInterrupt):
-        decode(trained_run["run"] / "best.pt", trained_run["train"], output, "csv", ["decode.batch_size=1"], "cpu")
+        settings = ["decode.batch_size=1", "decode.strategy=greedy"]
+        decode(trained_run["run"] / "best.pt", trained_run["train"], output, "csv", settings, "cpu")
     assert not output.exists() and list(tmp_path.iterdir()) == []
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # the signal mask is as it was

@@ -142,7 +142,8 @@ def test_sampling_is_reproducible_with_a_seed_and_scores_are_log_likelihoods(mod
 
 def test_build_strategy_from_config() -> None:
     model = make_model()
-    assert isinstance(build_strategy(DecodeConfig(), VOCABULARY, model), GreedySearch)
+    assert isinstance(build_strategy(DecodeConfig(), VOCABULARY, model), BeamSearch)  # the most accurate
+    assert isinstance(build_strategy(replace(DecodeConfig(), strategy="greedy"), VOCABULARY, model), GreedySearch)
     assert isinstance(build_strategy(replace(DecodeConfig(), strategy="sample"), VOCABULARY, model), SamplingSearch)
     strategy = build_strategy(replace(DecodeConfig(), strategy="beam", beam_size=3, ctc_weight=0.3), VOCABULARY, model)
     assert isinstance(strategy, BeamSearch) and strategy.beam_size == 3 and strategy.ctc_weight == 0.3

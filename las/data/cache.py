@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -125,11 +126,20 @@ class StoredFeatures(FeatureSet):
         return {item.shape[1] if isinstance(item, torch.Tensor) else item.dimension for item in self.items}
 
 
+def cache_directory(setting: str | Path) -> Path:
+    """Where `data.cache_dir` puts the cache: "auto" is the user's cache folder (XDG), so that
+    decoding a file never litters the current directory."""
+    if str(setting) != "auto":
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "las" / "features"
+
+
 class FeatureCache:
     def __init__(self, directory: str | Path, config: FeatureConfig, workers: int = 0) -> None:
-        """`workers` processes compute misses (0: in this process)."""
+        """The cache in `directory` (see `cache_directory`); `workers` processes compute misses (0:
+        in this process)."""
         settings = json.dumps([FEATURE_VERSION, config.extraction()], sort_keys=True)
-        self.directory = Path(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
+        self.directory = cache_directory(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.config = config
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key

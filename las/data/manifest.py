@@ -354,16 +354,14 @@ def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
 def check_characters(
     utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path, skip_bad: bool = False
 ) -> list[Utterance]:
-    """Refuse transcripts the model could never produce, rather than scoring them silently wrong;
-    with `skip_bad`, the utterances without them."""
+    """Refuse transcripts the model could never produce, rather than training on them silently
+    wrong; with `skip_bad`, the utterances without them."""
     kept, skipped = [], []
     for utterance in utterances:
-        unknown = vocabulary.unknown_characters(utterance.text) if utterance.text is not None else set()
-        if unknown:
-            listed = ", ".join(repr(character) for character in sorted(unknown))
-            problem = f"transcript of {utterance.id!r} has characters outside the vocabulary: {listed}"
-            if not skip_bad:
-                raise LasError(f"{source}: {problem}")
+        problem = unknown_characters(utterance, vocabulary)
+        if problem and not skip_bad:
+            raise LasError(f"{source}: {problem}")
+        if problem:
             skipped.append(problem)
         else:
             kept.append(utterance)
@@ -371,3 +369,20 @@ def check_characters(
     if not kept:
         raise LasError(f"{source}: no utterances left")
     return kept
+
+
+def warn_about_characters(utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
+    """Decoding needs no transcripts: ones with characters the model never saw are only
+    references, which `las eval` scores as they are; one warning says the model cannot match them."""
+    problems = [problem for utterance in utterances if (problem := unknown_characters(utterance, vocabulary))]
+    if problems:
+        warn(f"{source}: {len(problems)} reference transcripts cannot be matched by this model, first: {problems[0]}")
+
+
+def unknown_characters(utterance: Utterance, vocabulary: Vocabulary) -> str:
+    """What is wrong with the transcript of `utterance` for `vocabulary`; "" for nothing."""
+    unknown = vocabulary.unknown_characters(utterance.text) if utterance.text is not None else set()
+    if not unknown:
+        return ""
+    listed = ", ".join(repr(character) for character in sorted(unknown))
+    return f"transcript of {utterance.id!r} has characters outside the vocabulary: {listed}"

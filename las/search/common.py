@@ -18,6 +18,9 @@ class Hypothesis:
     tokens: list[int]  # character ids, without <sos> and <eos>
     score: float  # log-likelihood of tokens + <eos> under the model (joint with CTC if enabled)
     attention: torch.Tensor | None  # (tokens + 1, encoder_frames) weights per emitted symbol, CPU
+    # [start, end) encoder frames of each token, when aligned (las.timing), and by what: ctc|attention
+    spans: list[tuple[int, int]] | None = None
+    aligned_by: str = ""
 
 
 class Strategy(Protocol):

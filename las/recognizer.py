@@ -1,0 +1,214 @@
+"""The Python API, which `las decode` uses too: a trained model that transcribes audio files,
+arrays, manifests and folders of any length into text with segment and word times.
+
+    from las import Recognizer
+    recognizer = Recognizer.load("runs/an4/best.pt")
+    result = recognizer.transcribe("meeting.flac")
+    print(result.text, result.segments[0].start, result.words[0].word)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchaudio.functional
+
+from las.checkpoint import Checkpoint, load_checkpoint
+from las.data.audio import AUDIO_SUFFIXES
+from las.data.cache import FeatureCache
+from las.data.dataset import SpeechDataset
+from las.data.features import FilterbankExtractor, log_mel_features
+from las.data.manifest import Utterance, read_utterances, warn_about_characters
+from las.device import resolve_device
+from las.errors import LasError
+from las.inference import transcribe
+from las.search import Hypothesis, build_strategy
+from las.segmentation import split_at_pauses
+
+Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float  # seconds from the start of the recording
+    end: float
+    word: str
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A piece of a recording decoded on its own: one per recording unless it was long enough
+    to split at its pauses."""
+
+    start: float  # seconds
+    end: float
+    text: str
+    score: float
+    hypothesis: Hypothesis  # the best one, with its attention weights and character frames
+
+
+@dataclass(frozen=True)
+class Result:
+    id: str
+    text: str  # the segments' texts joined by spaces
+    score: float  # log-likelihood, summed over segments
+    segments: list[Segment]
+    words: list[Word]
+    nbest: list[tuple[str, float]]  # (text, score) best first; of the whole recording if unsplit
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where the time of the last `recognize` went: features excluded."""
+
+    seconds: float
+    audio_seconds: float
+
+    @property
+    def real_time_factor(self) -> float:
+        return self.seconds / max(self.audio_seconds, 1e-9)
+
+
+class Recognizer:
+    def __init__(self, checkpoint: Checkpoint, device: str | torch.device = "auto", settings: Sequence[str] = ()):
+        """`settings`: `decode.*` (and `data.*`) assignments over the decoding defaults."""
+        self.config = checkpoint.decoding_config(list(settings))
+        self.checkpoint = checkpoint
+        self.vocabulary = checkpoint.vocabulary
+        self.device = resolve_device(str(device))
+        self.model = checkpoint.build_model(self.device)
+        self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
+        self.timing = Timing(0.0, 0.0)
+
+    @classmethod
+    def load(cls, path: str | Path, device: str | torch.device = "auto", **settings: object) -> Recognizer:
+        """The model at `path`; `settings` name `decode.*` keys: `Recognizer.load(path, beam_size=4)`."""
+        return cls(load_checkpoint(path), device, [f"decode.{key}={value}" for key, value in settings.items()])
+
+    def transcribe(self, audio: Audio | Sequence[Audio], sample_rate: int | None = None) -> Result | list[Result]:
+        """One result for one recording (an audio file, or samples at `sample_rate`); a list of
+        them for a list, a manifest or a folder."""
+        items = [audio] if isinstance(audio, (str, Path, np.ndarray, torch.Tensor)) else list(audio)
+        ids: list[str] = []
+        features: list[torch.Tensor] = []
+        for index, item in enumerate(items):
+            if isinstance(item, (np.ndarray, torch.Tensor)):
+                ids.append(f"audio{index}")
+                features.append(self.array_features(item, sample_rate))
+            else:
+                utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
+                ids.extend(utterance.id for utterance in utterances)
+                features.extend(found)
+        results = self.recognize(ids, features)
+        one = isinstance(audio, (np.ndarray, torch.Tensor))
+        one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)
+        return results[0] if one else results
+
+    def utterance_features(
+        self, utterances: list[Utterance], source: str | Path
+    ) -> tuple[list[Utterance], list[torch.Tensor]]:
+        """The utterances kept (`data.bad_utterances=skip` leaves unusable ones out) and their
+        log-mel features `(frames, mel_bins)`, through the feature cache."""
+        data = self.config.data
+        warn_about_characters(utterances, self.vocabulary, source)
+        cache = FeatureCache(data.cache_dir, self.config.features, data.workers)
+        if data.bad_utterances == "skip":
+            utterances = cache.usable(utterances, source)
+        features = cache.load(utterances)
+        self.checkpoint.check_features(features, source)
+        return utterances, features
+
+    def array_features(self, samples: np.ndarray | torch.Tensor, sample_rate: int | None) -> torch.Tensor:
+        """Log-mel features of samples `(samples,)` or `(samples, channels)` at `sample_rate`."""
+        if sample_rate is None:
+            raise LasError("transcribing samples needs their sample_rate")
+        waveform = torch.as_tensor(samples).float()
+        if waveform.dim() == 2:
+            waveform = waveform.mean(dim=1)  # mix channels down, as for files
+        if waveform.dim() != 1 or not torch.isfinite(waveform).all():
+            raise LasError(
+                f"samples must be finite, of shape (samples,) or (samples, channels): got {tuple(samples.shape)}"
+            )
+        rate = self.config.features.sample_rate
+        if sample_rate != rate:
+            waveform = torchaudio.functional.resample(waveform, sample_rate, rate)
+        return log_mel_features(FilterbankExtractor(self.config.features), waveform, "samples")
+
+    def recognize(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> list[Result]:
+        """Results for recordings with these features `(frames, mel_bins)`: each longer than
+        `decode.segment_seconds` is cut at its pauses into pieces no longer, and every piece of
+        every recording is decoded in the same length-bucketed batches."""
+        hop = self.config.features.hop_ms / 1000
+        longest = max(1, round(self.config.decode.segment_seconds / hop))
+        pieces = []  # (recording, start frame, end frame)
+        for recording, item in enumerate(features):
+            spans = split_at_pauses(item, longest) if len(item) > longest else [(0, len(item))]
+            pieces.extend((recording, start, end) for start, end in spans)
+        dataset = SpeechDataset(
+            [f"{ids[recording]}:{start}" for recording, start, _ in pieces],
+            [features[recording][start:end] for recording, start, end in pieces],
+            [None] * len(pieces),
+            self.vocabulary,
+            with_targets=False,
+            normalizer=self.checkpoint.normalizer,
+        )
+        started = time.perf_counter()
+        found = transcribe(
+            self.model,
+            dataset,
+            self.strategy,
+            self.config.decode.batch_size,
+            self.config.data.max_batch_frames,
+            self.device,
+            align=True,
+        )
+        self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
+        segments: list[list[Segment]] = [[] for _ in features]
+        nbests: list[list[Hypothesis]] = [[] for _ in features]
+        for (recording, start, end), hypotheses in zip(pieces, found, strict=True):
+            segments[recording].append(self.segment(hypotheses[0], start * hop, end * hop))
+            nbests[recording] = hypotheses
+        return [
+            self.result(identifier, pieces_of, nbest)
+            for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
+        ]
+
+    def segment(self, hypothesis: Hypothesis, start: float, end: float) -> Segment:
+        return Segment(start, end, self.vocabulary.decode(hypothesis.tokens), hypothesis.score, hypothesis)
+
+    def result(self, identifier: str, segments: list[Segment], nbest: list[Hypothesis]) -> Result:
+        """A recording's result from its segments; its n-best list only when it was not split."""
+        spoken = [segment for segment in segments if segment.text]
+        listed = [(self.vocabulary.decode(item.tokens), item.score) for item in nbest] if len(segments) == 1 else []
+        return Result(
+            identifier,
+            " ".join(segment.text for segment in spoken),
+            sum(segment.score for segment in segments),
+            spoken,
+            [word for segment in spoken for word in self.words(segment)],
+            listed or [(" ".join(segment.text for segment in spoken), sum(item.score for item in segments))],
+        )
+
+    def words(self, segment: Segment) -> list[Word]:
+        """Word times from the frames of their characters (`Hypothesis.spans`)."""
+        hypothesis = segment.hypothesis
+        spans = hypothesis.spans or []
+        seconds = self.config.features.hop_ms / 1000 * 2**self.config.model.pyramid_layers  # per encoder frame
+        words, current = [], []
+        for token, span in [*zip(hypothesis.tokens, spans, strict=True), (None, None)]:
+            if token is None or self.vocabulary.decode([token]) == " ":
+                if current:
+                    text = self.vocabulary.decode([item for item, _ in current])
+                    start, end = current[0][1][0], current[-1][1][1]
+                    words.append(
+                        Word(segment.start + start * seconds, min(segment.start + end * seconds, segment.end), text)
+                    )
+                current = []
+            else:
+                current.append((token, span))
+        return words

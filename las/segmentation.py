@@ -1,0 +1,73 @@
+"""Long recordings in utterance-sized pieces, cut at their pauses before the listener sees them:
+content-based attention is trained on utterances of seconds and loses its place on minutes.
+
+Pauses are found in the log-mel features themselves (frame energy against the recording's own
+range), so precomputed features, audio files and arrays split alike."""
+
+from __future__ import annotations
+
+import torch
+
+PAUSE_FRAMES = 30  # 0.3 s at a 10 ms hop: quiet this long is a pause to cut at
+MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
+SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
+QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
+SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
+
+
+def frame_energy(features: torch.Tensor) -> torch.Tensor:
+    """Log power of each frame: `(frames, mel_bins)` log-mel -> `(frames,)`."""
+    return features.float().logsumexp(dim=1)
+
+
+def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
+    """`[start, end)` frame spans of the speech in `features` `(frames, mel_bins)`, in order: cut at
+    every pause, long silence left out, and no span longer than `max_frames` (a stretch without a
+    pause is cut at its quietest point). Empty for a recording that is all silence."""
+    energy = frame_energy(features)  # (frames,)
+    floor, peak = torch.quantile(energy, torch.tensor([0.05, 0.95])).tolist()
+    quiet = energy < floor + QUIET_SHARE * (peak - floor)
+    if peak - floor < 1e-3:  # no contrast at all: digital silence, or a constant tone
+        quiet = torch.ones_like(quiet)
+    spans = []
+    for start, end in loud_regions(quiet):
+        spans.extend(cut_to_length(energy, start, end, max_frames))
+    return spans
+
+
+def loud_regions(quiet: torch.Tensor) -> list[tuple[int, int]]:
+    """Spans between pauses (quiet runs of PAUSE_FRAMES or more) with enough loud frames, each
+    widened by up to MARGIN_FRAMES of its pauses."""
+    frames = len(quiet)
+    pauses = [(start, end) for start, end in runs(quiet) if end - start >= PAUSE_FRAMES]
+    # Speech lies between consecutive pauses (and the recording's ends).
+    bounds = [0, *[edge for pause in pauses for edge in pause], frames]
+    regions = []
+    for start, end in zip(bounds[0::2], bounds[1::2], strict=True):
+        if int((~quiet[start:end]).sum()) < SHORTEST_FRAMES:
+            continue
+        before = next((pause for pause in pauses if pause[1] == start), None)
+        after = next((pause for pause in pauses if pause[0] == end), None)
+        widen_before = min(MARGIN_FRAMES, (before[1] - before[0]) // 2) if before else 0
+        widen_after = min(MARGIN_FRAMES, (after[1] - after[0]) // 2) if after else 0
+        regions.append((start - widen_before, end + widen_after))
+    return regions
+
+
+def runs(flags: torch.Tensor) -> list[tuple[int, int]]:
+    """`[start, end)` of each run of True in `flags` `(frames,)`."""
+    padded = torch.nn.functional.pad(flags.int(), (1, 1))
+    changes = torch.diff(padded).nonzero().flatten().tolist()  # alternately run starts and run ends
+    return list(zip(changes[0::2], changes[1::2], strict=True))
+
+
+def cut_to_length(energy: torch.Tensor, start: int, end: int, max_frames: int) -> list[tuple[int, int]]:
+    """`[start, end)` in spans of at most `max_frames`, each cut at the quietest stretch left in
+    the middle half of what it divides (so pieces stay utterance-sized, not slivers)."""
+    if end - start <= max_frames:
+        return [(start, end)]
+    low, high = start + (end - start) // 4, end - (end - start) // 4
+    window = min(SEARCH_WINDOW_FRAMES, high - low)
+    stretches = energy[low:high].unfold(0, window, 1).mean(dim=1)  # (positions,) mean over each window
+    cut = min(max(low + int(stretches.argmin()) + window // 2, start + 1), end - 1)
+    return cut_to_length(energy, start, cut, max_frames) + cut_to_length(energy, cut, end, max_frames)

@@ -1,0 +1,207 @@
+"""Long recordings: accuracy, timestamps and scale of `Recognizer` on AN4 dev joined into minutes.
+
+    python scripts/longform.py build                          # the long-form sets, once
+    python scripts/longform.py measure runs/an4/best.pt ...   # accuracy and timestamps, per seed
+    python scripts/longform.py scale runs/an4/best.pt         # 5 and 10 minutes: RTF, peak memory
+
+`build` writes under `runs/longform/sets/`:
+
+    speakers.tsv     per dev speaker, all their utterances joined with 0.5 s of digital silence
+                     (30-55 s each); the reference is the joined text
+    starts.json      per speaker, where each utterance starts in the joined file and where its
+                     speech starts (its first frame above the energy threshold of las.segmentation)
+    minutes-5.flac   the whole dev set joined the same way (5.2 minutes), and twice over (10.4)
+    minutes-10.flac
+
+`measure` decodes each speaker's file three ways with the default decoding: its utterances one by
+one (the reference point), the joined file as `las decode` does (cut at pauses), and the joined
+file whole (`decode.segment_seconds` beyond its length), and prints the CER of each; then the
+error of the start time of each utterance's first word, against the speech onset and against the
+utterance's start (only where that word was decoded right). `scale` decodes the 5- and 10-minute files
+in fresh processes and prints real-time factor and peak resident memory.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import Levenshtein
+import soundfile
+import torch
+import typer
+
+from las import Recognizer
+from las.config import FeatureConfig
+from las.data.features import FilterbankExtractor
+from las.metrics import character_error_rate
+from las.segmentation import QUIET_SHARE, frame_energy
+
+ROOT = Path(__file__).resolve().parent.parent
+DEV = ROOT / "data" / "an4" / "dev.tsv"
+SETS = ROOT / "runs" / "longform" / "sets"
+RATE = 16000
+GAP_SECONDS = 0.5
+WHOLE_SECONDS = 100_000  # decode.segment_seconds longer than any recording: decoded in one piece
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def dev_rows() -> list[tuple[str, Path, str]]:
+    """(id, audio, text) of AN4 dev, in manifest order."""
+    rows = [line.split("\t") for line in DEV.read_text().splitlines()[1:]]
+    return [(identifier, DEV.parent / audio, text) for identifier, audio, _, text in rows]
+
+
+def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> float:
+    """Seconds to the first frame above the quiet threshold las.segmentation uses."""
+    energy = frame_energy(extractor(waveform))
+    floor, peak = torch.quantile(energy, torch.tensor([0.05, 0.95])).tolist()
+    loud = (energy >= floor + QUIET_SHARE * (peak - floor)).nonzero()
+    return float(loud[0]) * extractor.config.hop_ms / 1000 if len(loud) else 0.0
+
+
+def joined(waveforms: list[torch.Tensor]) -> tuple[torch.Tensor, list[float]]:
+    """The waveforms one after another with GAP_SECONDS of silence between, and their starts."""
+    gap = torch.zeros(round(GAP_SECONDS * RATE))
+    pieces, starts, position = [], [], 0
+    for waveform in waveforms:
+        starts.append(position / RATE)
+        pieces += [waveform, gap]
+        position += len(waveform) + len(gap)
+    return torch.cat(pieces[:-1]), starts
+
+
+@app.command()
+def build(out: Path = SETS) -> None:
+    """Write the long-form sets."""
+    out.mkdir(parents=True, exist_ok=True)
+    extractor = FilterbankExtractor(FeatureConfig())
+    audio = {
+        identifier: torch.from_numpy(soundfile.read(path, dtype="float32")[0]) for identifier, path, _ in dev_rows()
+    }
+    by_speaker: dict[str, list[tuple[str, str]]] = {}
+    for identifier, _, text in dev_rows():
+        by_speaker.setdefault(identifier.split("-")[1], []).append((identifier, text))
+    lines, starts = ["id\tpath\tduration_s\ttext"], {}
+    for speaker, utterances in by_speaker.items():
+        waveform, utterance_starts = joined([audio[identifier] for identifier, _ in utterances])
+        soundfile.write(out / f"{speaker}.flac", waveform.numpy(), RATE, subtype="PCM_16")
+        text = " ".join(text for _, text in utterances)
+        lines.append(f"{speaker}\t{speaker}.flac\t{len(waveform) / RATE:.2f}\t{text}")
+        starts[speaker] = [
+            {"id": identifier, "start": start, "speech": round(start + speech_onset(audio[identifier], extractor), 3)}
+            for (identifier, _), start in zip(utterances, utterance_starts, strict=True)
+        ]
+    (out / "speakers.tsv").write_text("\n".join(lines) + "\n")
+    (out / "starts.json").write_text(json.dumps(starts, indent=1) + "\n")
+    everything, _ = joined(list(audio.values()))
+    for minutes, waveform in ((5, everything), (10, torch.cat([everything, torch.zeros(RATE // 2), everything]))):
+        soundfile.write(out / f"minutes-{minutes}.flac", waveform.numpy(), RATE, subtype="PCM_16")
+    print(
+        f"{len(by_speaker)} speakers, {len(everything) / RATE / 60:.1f} and {2 * len(everything) / RATE / 60:.1f} min"
+    )
+
+
+def first_word_errors(result, utterances: list[dict], references: list[str]) -> tuple[list[float], list[float]]:
+    """Seconds (late: positive) from each utterance's first reference word to the start of the
+    word decoded right and aligned to it, against its speech onset and against its start."""
+    reference_words = " ".join(references).split()
+    hypothesis_words = [word.word for word in result.words]
+    aligned = {}
+    for operation, first, last, hypothesis_first, _ in Levenshtein.opcodes(reference_words, hypothesis_words):
+        if operation == "equal":
+            for offset in range(last - first):
+                aligned[first + offset] = hypothesis_first + offset
+    onset_errors, start_errors, position = [], [], 0
+    for utterance, text in zip(utterances, references, strict=True):
+        if position in aligned and aligned[position] < len(result.words):
+            decoded = result.words[aligned[position]].start
+            onset_errors.append(decoded - utterance["speech"])
+            start_errors.append(decoded - utterance["start"])
+        position += len(text.split())
+    return onset_errors, start_errors
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+@app.command()
+def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."), sets: Path = SETS) -> None:
+    """CER one by one, long-form (cut at pauses) and whole; first-word start errors."""
+    starts = json.loads((sets / "starts.json").read_text())
+    speakers = [line.split("\t") for line in (sets / "speakers.tsv").read_text().splitlines()[1:]]
+    texts = {identifier: text for identifier, _, text in dev_rows()}
+    rows = []
+    onset_errors: list[float] = []
+    start_errors: list[float] = []
+    for checkpoint in checkpoints:
+        recognizer = Recognizer.load(checkpoint, "cpu")
+        whole = Recognizer.load(checkpoint, "cpu", segment_seconds=WHOLE_SECONDS)
+        one_by_one = {result.id: result.text for result in recognizer.transcribe(DEV)}
+        references, separate, long_form, in_one_piece = [], [], [], []
+        for speaker, path, _, reference in speakers:
+            utterances = starts[speaker]
+            result = recognizer.transcribe(sets / path)
+            references.append(reference)
+            separate.append(" ".join(one_by_one[utterance["id"]] for utterance in utterances))
+            long_form.append(result.text)
+            in_one_piece.append(whole.transcribe(sets / path).text)
+            onsets, beginnings = first_word_errors(result, utterances, [texts[item["id"]] for item in utterances])
+            onset_errors += onsets
+            start_errors += beginnings
+        rows.append(
+            [100 * character_error_rate(hypotheses, references) for hypotheses in (separate, long_form, in_one_piece)]
+        )
+        print(f"{checkpoint}: one by one {rows[-1][0]:.2f}%, long-form {rows[-1][1]:.2f}%, whole {rows[-1][2]:.2f}%")
+    means = [statistics.mean(column) for column in zip(*rows, strict=True)]
+    print(f"\n{len(checkpoints)} checkpoint(s), {len(speakers)} recordings of 30-55 s, default decoding:\n")
+    print("| decoding | CER % | x one by one |\n| --- | --- | --- |")
+    for name, value in zip(
+        ("utterances one by one", "long-form, cut at pauses", "long-form, whole"), means, strict=True
+    ):
+        print(f"| {name} | {value:.2f} | {value / means[0]:.2f} |")
+    total = sum(len(starts[speaker]) for speaker, *_ in speakers) * len(checkpoints)
+    print(f"\nfirst-word start error, {len(onset_errors)} of {total} utterances whose first word was decoded right:")
+    for name, signed in (("vs speech onset", onset_errors), ("vs utterance start", start_errors)):
+        errors = [abs(error) for error in signed]
+        print(
+            f"  {name}: median {statistics.median(errors):.3f} s, 90th percentile {percentile(errors, 0.9):.3f} s, "
+            f"within 0.25 s {100 * sum(error <= 0.25 for error in errors) / len(errors):.0f}%"
+        )
+
+
+@app.command()
+def scale(checkpoint: Path, sets: Path = SETS) -> None:
+    """Real-time factor and peak memory on 5 and 10 minutes, each in a fresh process, 2 threads."""
+    for minutes in (5, 10):
+        command = [sys.executable, __file__, "one-recording", str(checkpoint), str(sets / f"minutes-{minutes}.flac")]
+        print(f"{minutes} min: {subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()}")
+
+
+@app.command(name="one-recording")
+def one_recording(checkpoint: Path, audio: Path) -> None:
+    torch.set_num_threads(2)
+    recognizer = Recognizer.load(checkpoint, "cpu")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    started = time.perf_counter()
+    result = recognizer.transcribe(audio)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    timing = recognizer.timing
+    print(
+        f"{timing.audio_seconds:.0f} s of audio, {len(result.segments)} segments, decoded in {timing.seconds:.1f} s "
+        f"(real-time factor {timing.real_time_factor:.3f}; {seconds / timing.audio_seconds:.3f} with reading and "
+        f"features); peak RSS {peak:.0f} MB ({before:.0f} MB after loading)"
+    )
+
+
+if __name__ == "__main__":
+    app()

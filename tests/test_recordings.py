@@ -1,0 +1,186 @@
+"""Recordings of any length: the Python API, cutting at pauses, word times, subtitles."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from las import Recognizer
+from las.segmentation import split_at_pauses
+from las.timing import token_spans
+
+from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
+
+RATE = 16000
+GAP_SECONDS = 0.5
+
+
+def features_with(loudness: list[tuple[int, float]]) -> torch.Tensor:
+    """Log-mel-like features `(frames, 8)`: runs of (frames, level) with a little jitter."""
+    generator = torch.Generator().manual_seed(0)
+    parts = [level + 0.1 * torch.randn(frames, 8, generator=generator) for frames, level in loudness]
+    return torch.cat(parts)
+
+
+def test_a_recording_is_cut_at_its_pauses_and_long_silence_left_out() -> None:
+    quiet, loud = -12.0, 0.0
+    features = features_with(
+        [(100, quiet), (150, loud), (60, quiet), (200, loud), (10, quiet), (120, loud), (300, quiet)]
+    )
+    spans = split_at_pauses(features, max_frames=1000)
+    # The 10-frame dip is no pause; each piece keeps up to 15 frames of the pauses around it.
+    assert spans == [(85, 265), (295, 655)]
+    assert split_at_pauses(torch.full((2000, 8), -13.8), max_frames=1000) == []  # digital silence
+
+
+def test_speech_without_a_pause_is_cut_at_its_quietest_points_into_pieces_no_longer_than_the_maximum() -> None:
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(2500, 8, generator=generator)
+    features[1190:1210] -= 3  # a dip too short to be a pause
+    spans = split_at_pauses(features, max_frames=700)
+    assert all(end - start <= 700 for start, end in spans)
+    assert all(previous[1] == following[0] for previous, following in zip(spans, spans[1:], strict=False))
+    assert spans[0][0] == 0 and spans[-1][1] == 2500
+    assert any(abs(start - 1200) <= 10 for start, _ in spans)  # one cut falls in the dip
+
+
+def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_when_ctc_cannot() -> None:
+    frames, vocabulary, blank = 12, 6, 0
+    log_probs = torch.full((frames, vocabulary), -10.0)
+    log_probs[:, blank] = 0.0
+    for frame, token in ((2, 3), (3, 3), (6, 4), (9, 3)):  # 3 held two frames, then 4, then 3 again
+        log_probs[frame] = -10.0
+        log_probs[frame, token] = 0.0
+    spans, method = token_spans([3, 4, 3], log_probs.log_softmax(dim=-1), None, blank)
+    assert (spans, method) == ([(2, 4), (6, 7), (9, 10)], "ctc")
+    attention = torch.zeros(3, 2)
+    attention[0, 0] = attention[1, 1] = attention[2, 1] = 1.0
+    # Two frames cannot hold two characters and a repeat: the attention peaks give the times.
+    spans, method = token_spans([3, 3], log_probs[:2].log_softmax(dim=-1), attention, blank)
+    assert (spans, method) == ([(0, 1), (1, 2)], "attention")
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Three real AN4 utterances joined with half a second of silence, as one recording."""
+    folder = tmp_path_factory.mktemp("recording")
+    rows = an4_rows("train", 3, longest_seconds=1.6)
+    waveforms = [soundfile.read(row[1], dtype="float32")[0] for row in rows]
+    gap = np.zeros(round(GAP_SECONDS * RATE), dtype=np.float32)
+    joined = np.concatenate([waveforms[0], gap, waveforms[1], gap, waveforms[2]])
+    soundfile.write(folder / "joined.flac", joined, RATE, subtype="PCM_16")
+    starts = np.cumsum([0] + [len(waveform) / RATE + GAP_SECONDS for waveform in waveforms[:-1]])
+    return {"path": folder / "joined.flac", "starts": starts.tolist(), "samples": joined}
+
+
+def test_the_api_gives_what_the_cli_gives(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    checkpoint, manifest = trained_run["run"] / "best.pt", trained_run["train"]
+    recognizer = Recognizer.load(checkpoint, device="cpu")
+    results = recognizer.transcribe(manifest)
+    output = tmp_path / "hypotheses.jsonl"
+    code, _, stderr = run("decode", checkpoint, manifest, "--format", "jsonl", "--out", output, "--device", "cpu")
+    assert code == 0, stderr
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [(record["id"], record["text"]) for record in records] == [(result.id, result.text) for result in results]
+    assert [record["score"] for record in records] == [round(result.score, 4) for result in results]
+    # One file gives one result; samples give what their file gives, at any sample rate.
+    path = Path(an4_rows("train", 1)[0][1])
+    from_file = recognizer.transcribe(path)
+    samples, rate = soundfile.read(path, dtype="float32")
+    assert recognizer.transcribe(samples, sample_rate=rate).text == from_file.text
+    assert [result.text for result in recognizer.transcribe([samples, path], sample_rate=rate)] == [from_file.text] * 2
+    with pytest.raises(Exception, match="needs their sample_rate"):
+        recognizer.transcribe(samples)
+
+
+def test_a_long_recording_is_decoded_in_pieces_cut_at_its_pauses(
+    trained_run: dict[str, Path], recording: dict[str, object]
+) -> None:
+    recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu", segment_seconds=2.0)
+    result = recognizer.transcribe(recording["path"])
+    # Every cut falls in a pause between the utterances, none inside one.
+    assert len(result.segments) <= 3
+    boundaries = recording["starts"][1:]
+    for segment in result.segments:
+        assert not any(
+            segment.start + 0.05 < boundary - GAP_SECONDS / 2 < segment.end - 0.05 for boundary in boundaries
+        )
+    assert result.text == " ".join(segment.text for segment in result.segments)
+    # Words lie inside their segment, in time order.
+    for segment in result.segments:
+        times = [(word.start, word.end) for word in result.words if segment.start <= word.start < segment.end]
+        assert all(segment.start <= start < end <= segment.end for start, end in times)
+    starts = [word.start for word in result.words]
+    assert starts == sorted(starts)
+    whole = Recognizer.load(trained_run["run"] / "best.pt", device="cpu").transcribe(recording["path"])
+    assert len(whole.segments) <= 1  # under decode.segment_seconds: decoded whole
+
+
+def parse_cues(text: str) -> list[tuple[float, float, str]]:
+    pattern = r"(\d\d):(\d\d):(\d\d)[,.](\d\d\d) --> (\d\d):(\d\d):(\d\d)[,.](\d\d\d)\n(.+)"
+    cues = []
+    for match in re.finditer(pattern, text):
+        numbers = [int(value) for value in match.groups()[:8]]
+        start = numbers[0] * 3600 + numbers[1] * 60 + numbers[2] + numbers[3] / 1000
+        end = numbers[4] * 3600 + numbers[5] * 60 + numbers[6] + numbers[7] / 1000
+        cues.append((start, end, match.group(9)))
+    return cues
+
+
+def test_subtitles_parse_and_their_times_increase(
+    trained_run: dict[str, Path], recording: dict[str, object], tmp_path: Path
+) -> None:
+    checkpoint = trained_run["run"] / "best.pt"
+    texts = {}
+    for subtitle_format in ("srt", "vtt"):
+        code, stdout, stderr = run(
+            "decode", checkpoint, recording["path"], "--format", subtitle_format, "--set", "decode.segment_seconds=2"
+        )
+        assert code == 0, stderr
+        cues = parse_cues(stdout)
+        assert cues and all(start < end for start, end, _ in cues)
+        assert all(first[1] <= second[0] for first, second in zip(cues, cues[1:], strict=False))
+        texts[subtitle_format] = cues
+        if subtitle_format == "srt":
+            assert stdout.startswith("1\n00:00:")
+        else:
+            assert stdout.startswith("WEBVTT\n\n")
+    assert texts["srt"] == texts["vtt"]
+    # Subtitles of several recordings: one file each, in a folder.
+    manifest = trained_run["train"]
+    assert_clear_error(*run("decode", checkpoint, manifest, "--format", "srt")[::2], "needs --out FOLDER")
+    code, _, stderr = run("decode", checkpoint, manifest, "--format", "vtt", "--out", tmp_path / "subtitles")
+    assert code == 0, stderr
+    assert len(list((tmp_path / "subtitles").glob("*.vtt"))) == 4
+
+
+def test_references_the_model_cannot_spell_are_decoded_with_a_warning(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    rows = an4_rows("train", 2, longest_seconds=1.6)
+    rows[1][3] = "ÇA VA"  # characters the model never saw: only a reference
+    manifest = write_manifest(tmp_path / "test.tsv", rows)
+    code, stdout, stderr = run("decode", trained_run["run"] / "best.pt", manifest, "--device", "cpu")
+    assert code == 0, stderr
+    assert len(stdout.splitlines()) == 3 and "cannot be matched by this model" in stderr
+
+
+def test_beam_size_is_not_silently_ignored(trained_run: dict[str, Path]) -> None:
+    checkpoint, manifest = trained_run["run"] / "best.pt", trained_run["train"]
+    code, stderr = run("decode", checkpoint, manifest, "--strategy", "greedy", "--beam-size", "4")[::2]
+    assert_clear_error(code, stderr, "--beam-size is a beam search setting; --strategy greedy would ignore it")
+
+
+def test_the_readme_example_runs(trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    example = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)
+    example = example.replace("runs/an4/best.pt", str(trained_run["run"] / "best.pt"))
+    example = example.replace("data/an4/dev.tsv", str(trained_run["train"])).replace("data/an4", str(AN4))
+    exec(compile(example, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip()
