@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +39,7 @@ import torch
 import typer
 
 from las import Recognizer
+from las.checkpoint import load_checkpoint
 from las.config import FeatureConfig
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
@@ -189,7 +192,8 @@ def scale(checkpoint: Path, sets: Path = SETS) -> None:
 @app.command(name="one-recording")
 def one_recording(checkpoint: Path, audio: Path) -> None:
     torch.set_num_threads(2)
-    recognizer = Recognizer.load(checkpoint, "cpu")
+    cache = tempfile.mkdtemp()  # features computed here, not found in a warm cache
+    recognizer = Recognizer(load_checkpoint(checkpoint), "cpu", [f"data.cache_dir={cache}"])
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     result = recognizer.transcribe(audio)
@@ -201,6 +205,7 @@ def one_recording(checkpoint: Path, audio: Path) -> None:
         f"(real-time factor {timing.real_time_factor:.3f}; {seconds / timing.audio_seconds:.3f} with reading and "
         f"features); peak RSS {peak:.0f} MB ({before:.0f} MB after loading)"
     )
+    shutil.rmtree(cache)
 
 
 if __name__ == "__main__":

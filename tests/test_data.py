@@ -10,7 +10,7 @@ from las.data import cache as cache_module
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
-from las.data.features import Normalizer
+from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary
@@ -109,6 +109,18 @@ def test_normalizer_gives_zero_mean_unit_variance() -> None:
     torch.testing.assert_close(normalized.std(0, unbiased=False), torch.ones(4), atol=1e-5, rtol=0)
     restored = Normalizer.from_dict(normalizer.to_dict())
     assert torch.equal(restored.mean, normalizer.mean)
+
+
+def test_long_recordings_are_analysed_in_blocks_giving_the_same_frames_bit_for_bit() -> None:
+    import torchaudio
+
+    config = FeatureConfig()
+    centred = torchaudio.transforms.MelSpectrogram(
+        sample_rate=16000, n_fft=400, win_length=400, hop_length=160, n_mels=config.mel_bins
+    )
+    waveform = torch.randn(160 * (2 * BLOCK_FRAMES + 123), generator=torch.Generator().manual_seed(0))
+    features = FilterbankExtractor(config)(waveform)  # three blocks
+    assert torch.equal(features, torch.log(centred(waveform) + 1e-6).T)
 
 
 def test_utterance_mean_cancels_a_fixed_channel_response() -> None:

@@ -43,24 +43,41 @@ class InMemoryFeatures(FeatureSet):
         return {item.shape[1] for item in self.items}
 
 
+BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
+
+
 class FilterbankExtractor:
-    """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`."""
+    """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`, frames centred on every hop."""
 
     def __init__(self, config: FeatureConfig) -> None:
         self.config = config
         window = round(config.sample_rate * config.window_ms / 1000)
         self.window = window  # samples: shorter audio has no frame to analyse
+        self.hop = round(config.sample_rate * config.hop_ms / 1000)
+        # Uncentred: __call__ pads the whole waveform as a centred transform would, then analyses
+        # it in blocks, which gives the same frames bit for bit in bounded memory.
         self.transform = torchaudio.transforms.MelSpectrogram(
             sample_rate=config.sample_rate,
             n_fft=window,
             win_length=window,
-            hop_length=round(config.sample_rate * config.hop_ms / 1000),
+            hop_length=self.hop,
             n_mels=config.mel_bins,
+            center=False,
         )
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
+        frames = 1 + (len(padded) - self.window) // self.hop
         with torch.no_grad():
-            power = self.transform(waveform)  # (mel_bins, frames)
+            power = torch.cat(
+                [
+                    self.transform(
+                        padded[first * self.hop : (min(frames, first + BLOCK_FRAMES) - 1) * self.hop + self.window]
+                    )
+                    for first in range(0, frames, BLOCK_FRAMES)
+                ],
+                dim=1,
+            )  # (mel_bins, frames)
         return torch.log(power + 1e-6).T.contiguous()  # (frames, mel_bins)
 
 
