@@ -149,13 +149,9 @@ class Recognizer:
         for recording, item in enumerate(features):
             spans = split_at_pauses(item, longest) if len(item) > longest else [(0, len(item))]
             pieces.extend((recording, start, end) for start, end in spans)
-        dataset = SpeechDataset(
+        dataset = self.dataset(
             [f"{ids[recording]}:{start}" for recording, start, _ in pieces],
             [features[recording][start:end] for recording, start, end in pieces],
-            [None] * len(pieces),
-            self.vocabulary,
-            with_targets=False,
-            normalizer=self.checkpoint.normalizer,
         )
         started = time.perf_counter()
         found = transcribe(
@@ -177,6 +173,13 @@ class Recognizer:
             self.result(identifier, pieces_of, nbest)
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
         ]
+
+    def dataset(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> SpeechDataset:
+        """Utterances with these features `(frames, mel_bins)`, normalised as the model was
+        trained, to batch (`SpeechDataset.collate`) and decode."""
+        return SpeechDataset(
+            ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
+        )
 
     def segment(self, hypothesis: Hypothesis, start: float, end: float) -> Segment:
         return Segment(start, end, self.vocabulary.decode(hypothesis.tokens), hypothesis.score, hypothesis)

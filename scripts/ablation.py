@@ -103,22 +103,17 @@ def best_checkpoint_alignment(run: Path) -> float:
 
     import torch
 
-    from las.checkpoint import load_checkpoint
-    from las.data.cache import FeatureCache
-    from las.data.dataset import SpeechDataset
+    from las import Recognizer
     from las.data.manifest import read_utterances
-    from las.search import GreedySearch, Rules, Symbols
     from las.train import evaluate_dev
 
-    loaded = load_checkpoint(run / "best.pt")
-    config = loaded.config
-    utterances = read_utterances(config.data.dev)
-    features = FeatureCache(config.data.cache_dir, config.features).load(utterances)
-    dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, loaded.vocabulary, False)
-    search = GreedySearch(Symbols.of(loaded.vocabulary), Rules.of(config.decode))
+    recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy")
+    config = recognizer.checkpoint.config
+    utterances, features = recognizer.utterance_features(read_utterances(config.data.dev), config.data.dev)
+    dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
     with tempfile.TemporaryDirectory() as directory:
         plot = Path(directory) / "attention.png"
-        result = evaluate_dev(loaded.build_model(), dataset, search, config, torch.device("cpu"), plot)
+        result = evaluate_dev(recognizer.model, dataset, recognizer.strategy, config, torch.device("cpu"), plot)
     return result.diagonal_share
 
 

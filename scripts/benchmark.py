@@ -43,6 +43,7 @@ from las.inference import transcribe
 from las.losses import joint_loss
 from las.model.las import LAS
 from las.model.listener import Listener
+from las.recognizer import Recognizer
 from las.search import Hypothesis, Strategy, build_strategy
 from las.text import Vocabulary
 
@@ -328,14 +329,12 @@ class Decoding:
 
     @classmethod
     def of(cls, checkpoint: Path, manifest: Path, device: str = "cpu") -> Decoding:
-        loaded = load_checkpoint(checkpoint)
-        target = resolve_device(device)
-        utterances = read_utterances(manifest)
-        features = FeatureCache(loaded.config.data.cache_dir, loaded.config.features).load(utterances)
-        dataset = SpeechDataset.from_utterances(utterances, features, loaded.normalizer, loaded.vocabulary, False)
-        audio_seconds = sum(len(item) for item in features) * loaded.config.features.hop_ms / 1000
+        recognizer = Recognizer(load_checkpoint(checkpoint), device)
+        utterances, features = recognizer.utterance_features(read_utterances(manifest), manifest)
+        dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
+        audio_seconds = sum(len(item) for item in features) * recognizer.config.features.hop_ms / 1000
         references = {utterance.id: utterance.text for utterance in utterances}
-        return cls(loaded, loaded.build_model(target), dataset, references, audio_seconds, target)
+        return cls(recognizer.checkpoint, recognizer.model, dataset, references, audio_seconds, recognizer.device)
 
     def strategy(self, assignments: list[str]) -> tuple[Config, Strategy]:
         """The decoding settings `assignments` on top of the checkpoint's, and their strategy."""

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from las import Recognizer
 from las.checkpoint import load_checkpoint
 from las.config import Config
-from las.data.cache import FeatureCache
-from las.data.dataset import SpeechDataset
 from las.data.manifest import read_utterances
 from las.inference import transcribe
 from las.model.listener import BidirectionalLSTM
@@ -35,10 +34,10 @@ def test_packed_cuda_blstm_equals_the_padded_cpu_one() -> None:
 
 
 def test_beam_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[str, Path]) -> None:
-    checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
-    utterances = read_utterances(trained_run["train"])
-    features = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features).load(utterances)
-    dataset = SpeechDataset.from_utterances(utterances, features, checkpoint.normalizer, checkpoint.vocabulary)
+    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu")
+    checkpoint, manifest = recognizer.checkpoint, trained_run["train"]
+    utterances, features = recognizer.utterance_features(read_utterances(manifest), manifest)
+    dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
     settings = checkpoint.decoding_config(["decode.strategy=beam", "decode.beam_size=4", "decode.nbest=4"]).decode
     results = {}
     for device in ("cpu", "cuda"):

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from las.checkpoint import load_checkpoint
+from las import Recognizer
 from las.config import DecodeConfig
-from las.data.cache import FeatureCache
+from las.data.dataset import Batch
 from las.data.manifest import read_utterances
 from las.search import BeamSearch, CTCGreedySearch, GreedySearch, Rules, SamplingSearch, Symbols, build_strategy
 from las.search.common import WINDOW_BACK_FRAMES, ctc_greedy_lengths
@@ -45,13 +45,19 @@ def model_and_memory(request: pytest.FixtureRequest, trained_run: dict[str, Path
         model = make_model()
         features, lengths, _, _ = batch()
         return model, features, lengths, model.listener(features, lengths), SYMBOLS
-    checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
-    model = checkpoint.build_model()
-    cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
-    features = [checkpoint.normalizer(item) for item in cache.load(read_utterances(trained_run["train"]))]
-    lengths = torch.tensor([len(item) for item in features])
-    padded = torch.nn.utils.rnn.pad_sequence(features, batch_first=True)
-    return model, padded, lengths, model.listener(padded, lengths), Symbols.of(checkpoint.vocabulary)
+    recognizer, utterances = trained_batch(trained_run)
+    model = recognizer.model
+    memory = model.listener(utterances.features, utterances.feature_lengths)
+    return model, utterances.features, utterances.feature_lengths, memory, Symbols.of(recognizer.vocabulary)
+
+
+def trained_batch(trained_run: dict[str, Path]) -> tuple[Recognizer, Batch]:
+    """The briefly trained model, and its training utterances in one batch, normalised."""
+    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu")
+    manifest = trained_run["train"]
+    utterances, features = recognizer.utterance_features(read_utterances(manifest), manifest)
+    dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
+    return recognizer, dataset.collate(list(range(len(dataset))))
 
 
 def test_beam_size_one_equals_greedy(model_and_memory) -> None:
@@ -190,17 +196,12 @@ def test_ctc_greedy_merges_repeats_and_drops_blanks() -> None:
 
 
 def test_ctc_greedy_decodes_a_trained_model(trained_run: dict[str, Path]) -> None:
-    checkpoint = load_checkpoint(trained_run["run"] / "last.pt")
-    model = checkpoint.build_model()
-    strategy = build_strategy(replace(DecodeConfig(), strategy="ctc"), checkpoint.vocabulary, model)
-    cache = FeatureCache(checkpoint.config.data.cache_dir, checkpoint.config.features)
-    features = [checkpoint.normalizer(item) for item in cache.load(read_utterances(trained_run["train"]))]
-    lengths = torch.tensor([len(item) for item in features])
-    results = strategy.search(
-        model, model.listener(torch.nn.utils.rnn.pad_sequence(features, batch_first=True), lengths)
-    )
+    recognizer, batch = trained_batch(trained_run)
+    model = recognizer.model
+    strategy = build_strategy(replace(DecodeConfig(), strategy="ctc"), recognizer.vocabulary, model)
+    results = strategy.search(model, model.listener(batch.features, batch.feature_lengths))
     assert len(results) == 4 and all(len(hypotheses) == 1 for hypotheses in results)
-    assert all(checkpoint.vocabulary.pad not in hypotheses[0].tokens for hypotheses in results)
+    assert all(recognizer.vocabulary.pad not in hypotheses[0].tokens for hypotheses in results)
 
 
 @pytest.mark.parametrize("strategy", ["greedy", "sample", "beam"])
