@@ -68,6 +68,7 @@ InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw
 AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
 Precision = Literal["fp32", "bf16"]
+WordTimes = Literal["ctc", "attention"]
 
 
 class Section:
@@ -238,6 +239,9 @@ class DecodeConfig(Section):
     # Recordings longer than this are cut at their pauses into pieces no longer (las/segmentation.py):
     # attention trained on utterances of seconds loses its place on minutes.
     segment_seconds: Annotated[float, Range(1)] = 10.0
+    # Word times from CTC forced alignment of the decoded text (attention peaks for a model without
+    # a CTC head), or from the attention peak of each character (las/timing.py).
+    word_times: WordTimes = "ctc"
     # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`;
     # with a CTC head, also by ctc_length_ratio times its greedy transcript's length (plus 5: 0 off),
     # so that attention which loops or wanders on noise cannot run on (las.search.common.Rules).

@@ -7,6 +7,7 @@ import dataclasses
 
 import torch
 
+from las.config import WordTimes
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
@@ -26,10 +27,10 @@ def transcribe(
     max_batch_frames: int,
     device: torch.device,
     description: str = "decode",
-    align: bool = False,
+    align: WordTimes | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best hypotheses for every utterance of `dataset`, in dataset order; with `align`, the best
-    one of each knows the encoder frames of its characters (`Hypothesis.spans`)."""
+    one of each knows the encoder frames of its characters (`Hypothesis.spans`), found that way."""
     was_training = model.training
     model.eval()
     sampler = BucketBatchSampler(dataset.frame_counts(), batch_size, max_batch_frames, shuffle=False)
@@ -41,21 +42,27 @@ def transcribe(
             memory = model.listener(batch.features, batch.feature_lengths)
             found = strategy.search(model, memory)
             if align:
-                found = aligned(model, memory, found)
+                found = aligned(model, memory, found, align)
             for index, hypotheses in zip(indices, found, strict=True):
                 results[index] = hypotheses
     model.train(was_training)
     return results
 
 
-def aligned(model: LAS, memory: ListenerOutput, found: list[list[Hypothesis]]) -> list[list[Hypothesis]]:
-    """`found` with the best hypothesis of each utterance aligned to its encoder frames."""
-    ctc_log_probs = model.ctc_head(memory.hidden).float().log_softmax(dim=-1) if model.ctc_head is not None else None
+def aligned(
+    model: LAS, memory: ListenerOutput, found: list[list[Hypothesis]], method: WordTimes
+) -> list[list[Hypothesis]]:
+    """`found` with the best hypothesis of each utterance aligned to its encoder frames by
+    `method`, or the other one where that is impossible (no CTC head; no attention weights)."""
+    ctc_log_probs = None
+    if model.ctc_head is not None and (method == "ctc" or any(nbest[0].attention is None for nbest in found)):
+        ctc_log_probs = model.ctc_head(memory.hidden).float().log_softmax(dim=-1)  # (batch, frames, vocabulary)
     result = []
     for row, hypotheses in enumerate(found):
         best = hypotheses[0]
         length = int(memory.lengths[row])
-        log_probs = ctc_log_probs[row, :length] if ctc_log_probs is not None else None
+        use_ctc = ctc_log_probs is not None and (method == "ctc" or best.attention is None)
+        log_probs = ctc_log_probs[row, :length] if use_ctc else None
         spans, aligned_by = token_spans(best.tokens, log_probs, best.attention, PAD_INDEX)  # blank is <pad>
         result.append([dataclasses.replace(best, spans=spans, aligned_by=aligned_by), *hypotheses[1:]])
     return result

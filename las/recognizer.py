@@ -161,7 +161,7 @@ class Recognizer:
             self.config.decode.batch_size,
             self.config.data.max_batch_frames,
             self.device,
-            align=True,
+            align=self.config.decode.word_times,
         )
         self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
         segments: list[list[Segment]] = [[] for _ in features]
@@ -207,7 +207,7 @@ class Recognizer:
             if token is None or self.vocabulary.decode([token]) == " ":
                 if current:
                     text = self.vocabulary.decode([item for item, _ in current])
-                    start, end = current[0][1][0], current[-1][1][1]
+                    start, end = min(span[0] for _, span in current), max(span[1] for _, span in current)
                     words.append(
                         Word(segment.start + start * seconds, min(segment.start + end * seconds, segment.end), text)
                     )

@@ -43,6 +43,7 @@ from las.checkpoint import load_checkpoint
 from las.config import FeatureConfig
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
+from las.recognizer import Result
 from las.segmentation import QUIET_SHARE, frame_energy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +112,7 @@ def build(out: Path = SETS) -> None:
     )
 
 
-def first_word_errors(result, utterances: list[dict], references: list[str]) -> tuple[list[float], list[float]]:
+def first_word_errors(result: Result, utterances: list[dict], references: list[str]) -> tuple[list[float], list[float]]:
     """Seconds (late: positive) from each utterance's first reference word to the start of the
     word decoded right and aligned to it, against its speech onset and against its start."""
     reference_words = " ".join(references).split()
@@ -138,46 +139,50 @@ def percentile(values: list[float], share: float) -> float:
 
 @app.command()
 def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."), sets: Path = SETS) -> None:
-    """CER one by one, long-form (cut at pauses) and whole; first-word start errors."""
+    """CER one by one, long-form (cut at pauses) and whole; first-word start errors of word times
+    from CTC alignment and from attention peaks."""
     starts = json.loads((sets / "starts.json").read_text())
     speakers = [line.split("\t") for line in (sets / "speakers.tsv").read_text().splitlines()[1:]]
     texts = {identifier: text for identifier, _, text in dev_rows()}
     rows = []
-    onset_errors: list[float] = []
-    start_errors: list[float] = []
+    errors: dict[tuple[str, str], list[float]] = {}  # (word times, against what) -> signed seconds
     for checkpoint in checkpoints:
-        recognizer = Recognizer.load(checkpoint, "cpu")
+        recognizers = {method: Recognizer.load(checkpoint, "cpu", word_times=method) for method in ("ctc", "attention")}
         whole = Recognizer.load(checkpoint, "cpu", segment_seconds=WHOLE_SECONDS)
-        one_by_one = {result.id: result.text for result in recognizer.transcribe(DEV)}
+        one_by_one = {result.id: result.text for result in recognizers["ctc"].transcribe(DEV)}
         references, separate, long_form, in_one_piece = [], [], [], []
         for speaker, path, _, reference in speakers:
             utterances = starts[speaker]
-            result = recognizer.transcribe(sets / path)
             references.append(reference)
             separate.append(" ".join(one_by_one[utterance["id"]] for utterance in utterances))
-            long_form.append(result.text)
             in_one_piece.append(whole.transcribe(sets / path).text)
-            onsets, beginnings = first_word_errors(result, utterances, [texts[item["id"]] for item in utterances])
-            onset_errors += onsets
-            start_errors += beginnings
+            for method, recognizer in recognizers.items():
+                result = recognizer.transcribe(sets / path)
+                if method == "ctc":
+                    long_form.append(result.text)
+                found = first_word_errors(result, utterances, [texts[item["id"]] for item in utterances])
+                for against, values in zip(("speech onset", "utterance start"), found, strict=True):
+                    errors.setdefault((method, against), []).extend(values)
         rows.append(
-            [100 * character_error_rate(hypotheses, references) for hypotheses in (separate, long_form, in_one_piece)]
+            [character_error_rate(hypotheses, references) for hypotheses in (separate, long_form, in_one_piece)]
         )
         print(f"{checkpoint}: one by one {rows[-1][0]:.2f}%, long-form {rows[-1][1]:.2f}%, whole {rows[-1][2]:.2f}%")
     means = [statistics.mean(column) for column in zip(*rows, strict=True)]
     print(f"\n{len(checkpoints)} checkpoint(s), {len(speakers)} recordings of 30-55 s, default decoding:\n")
     print("| decoding | CER % | x one by one |\n| --- | --- | --- |")
-    for name, value in zip(
-        ("utterances one by one", "long-form, cut at pauses", "long-form, whole"), means, strict=True
-    ):
+    names = ("utterances one by one", "long-form, cut at pauses (default)", "long-form, whole")
+    for name, value in zip(names, means, strict=True):
         print(f"| {name} | {value:.2f} | {value / means[0]:.2f} |")
     total = sum(len(starts[speaker]) for speaker, *_ in speakers) * len(checkpoints)
-    print(f"\nfirst-word start error, {len(onset_errors)} of {total} utterances whose first word was decoded right:")
-    for name, signed in (("vs speech onset", onset_errors), ("vs utterance start", start_errors)):
-        errors = [abs(error) for error in signed]
+    print(f"\nfirst-word start error (utterances whose first word was decoded right, of {total}):\n")
+    print("| word times | against | utterances | median s | 90th percentile s | within 0.25 s | median signed s |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for (method, against), signed in errors.items():
+        absolute = [abs(error) for error in signed]
+        close = 100 * sum(error <= 0.25 for error in absolute) / len(absolute)
         print(
-            f"  {name}: median {statistics.median(errors):.3f} s, 90th percentile {percentile(errors, 0.9):.3f} s, "
-            f"within 0.25 s {100 * sum(error <= 0.25 for error in errors) / len(errors):.0f}%"
+            f"| {method} | {against} | {len(signed)} | {statistics.median(absolute):.3f} | "
+            f"{percentile(absolute, 0.9):.3f} | {close:.0f}% | {statistics.median(signed):+.3f} |"
         )
 
 

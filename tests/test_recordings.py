@@ -118,6 +118,19 @@ def test_a_long_recording_is_decoded_in_pieces_cut_at_its_pauses(
         assert all(segment.start <= start < end <= segment.end for start, end in times)
     starts = [word.start for word in result.words]
     assert starts == sorted(starts)
+    assert {segment.hypothesis.aligned_by for segment in result.segments} <= {"ctc", ""}  # by the CTC head
+    by_attention = Recognizer.load(trained_run["run"] / "best.pt", "cpu", segment_seconds=2.0, word_times="attention")
+    peaks = by_attention.transcribe(recording["path"])
+    assert peaks.text == result.text and {segment.hypothesis.aligned_by for segment in peaks.segments} <= {
+        "attention",
+        "",
+    }
+    assert all(
+        segment.start <= word.start < word.end <= segment.end
+        for segment in peaks.segments
+        for word in peaks.words
+        if segment.start <= word.start < segment.end
+    )
     whole = Recognizer.load(trained_run["run"] / "best.pt", device="cpu").transcribe(recording["path"])
     assert len(whole.segments) <= 1  # under decode.segment_seconds: decoded whole
 
