@@ -16,10 +16,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torchaudio.functional
 
 from las.checkpoint import Checkpoint, load_checkpoint
-from las.data.audio import AUDIO_SUFFIXES
+from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.features import FilterbankExtractor, log_mel_features
@@ -100,6 +99,8 @@ class Recognizer:
             if isinstance(item, (np.ndarray, torch.Tensor)):
                 ids.append(f"audio{index}")
                 features.append(self.array_features(item, sample_rate))
+            elif not isinstance(item, (str, Path)):
+                raise LasError(f"cannot transcribe a {type(item).__name__}: give paths, numpy arrays or tensors")
             else:
                 utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
                 ids.extend(utterance.id for utterance in utterances)
@@ -124,19 +125,8 @@ class Recognizer:
         return utterances, features
 
     def array_features(self, samples: np.ndarray | torch.Tensor, sample_rate: int | None) -> torch.Tensor:
-        """Log-mel features of samples `(samples,)` or `(samples, channels)` at `sample_rate`."""
-        if sample_rate is None:
-            raise LasError("transcribing samples needs their sample_rate")
-        waveform = torch.as_tensor(samples).float()
-        if waveform.dim() == 2:
-            waveform = waveform.mean(dim=1)  # mix channels down, as for files
-        if waveform.dim() != 1 or not torch.isfinite(waveform).all():
-            raise LasError(
-                f"samples must be finite, of shape (samples,) or (samples, channels): got {tuple(samples.shape)}"
-            )
-        rate = self.config.features.sample_rate
-        if sample_rate != rate:
-            waveform = torchaudio.functional.resample(waveform, sample_rate, rate)
+        """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`)."""
+        waveform = samples_to_waveform(samples, sample_rate, self.config.features.sample_rate)
         return log_mel_features(FilterbankExtractor(self.config.features), waveform, "samples")
 
     def recognize(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> list[Result]:

@@ -12,6 +12,7 @@ import soundfile
 import torch
 
 from las import Recognizer
+from las.errors import LasError
 from las.segmentation import split_at_pauses
 from las.timing import token_spans
 
@@ -95,8 +96,44 @@ def test_the_api_gives_what_the_cli_gives(trained_run: dict[str, Path], tmp_path
     samples, rate = soundfile.read(path, dtype="float32")
     assert recognizer.transcribe(samples, sample_rate=rate).text == from_file.text
     assert [result.text for result in recognizer.transcribe([samples, path], sample_rate=rate)] == [from_file.text] * 2
-    with pytest.raises(Exception, match="needs their sample_rate"):
-        recognizer.transcribe(samples)
+    # As PCM integers, as torchaudio's (channels, samples), at 8 kHz: the same words, give or take.
+    pcm = np.round(samples * 32767).astype(np.int16)
+    assert recognizer.transcribe(pcm, sample_rate=rate).text == from_file.text
+    assert recognizer.transcribe(torch.from_numpy(samples)[None].repeat(2, 1), sample_rate=rate).text == from_file.text
+    assert recognizer.transcribe([], sample_rate=rate) == []
+    long_silence = recognizer.transcribe(np.zeros(30 * rate, dtype=np.float32), sample_rate=rate)
+    assert (long_silence.text, long_silence.segments, long_silence.words) == ("", [], [])
+
+
+@pytest.mark.parametrize(
+    ("samples", "sample_rate", "message"),
+    [
+        (np.zeros(16000, dtype=np.float32), None, "need their sample_rate"),
+        (np.zeros(16000, dtype=np.float32), 0, "need their sample_rate"),
+        (np.zeros(16000, dtype=np.float32), 16000.5, "need their sample_rate"),
+        (np.full(16000, np.nan, dtype=np.float32), 16000, "non-finite"),
+        (np.zeros((2, 2, 16000), dtype=np.float32), 16000, "must have shape"),
+        (np.zeros(0, dtype=np.float32), 16000, "must have shape"),
+        (np.zeros(16000, dtype=np.complex64), 16000, "must be real numbers"),
+        (np.array(["a", "b"]), 16000, "must be real numbers"),
+        (np.zeros(100, dtype=np.float32), 16000, "shorter than one"),
+        ([0.1, 0.2], 16000, "cannot transcribe a float"),
+    ],
+)
+def test_bad_samples_are_refused_clearly(
+    trained_run: dict[str, Path], samples: object, sample_rate: object, message: str
+) -> None:
+    recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu")
+    with pytest.raises(LasError, match=message):
+        recognizer.transcribe(samples, sample_rate=sample_rate)
+
+
+def test_samples_beyond_full_scale_are_decoded_with_a_warning(
+    trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    samples, rate = soundfile.read(an4_rows("train", 1)[0][1], dtype="float32")
+    Recognizer.load(trained_run["run"] / "best.pt", device="cpu").transcribe(samples * 32768, sample_rate=rate)
+    assert "beyond full scale" in capsys.readouterr().err
 
 
 def test_a_long_recording_is_decoded_in_pieces_cut_at_its_pauses(

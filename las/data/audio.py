@@ -12,6 +12,7 @@ import torch
 import torchaudio.functional
 
 from las.errors import LasError
+from las.progress import warn
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
 # A segment may end this far past the end of its file (manifests round durations); further is an error.
@@ -68,6 +69,35 @@ def load_audio(path: Path, sample_rate: int, segment: Segment | None = None) -> 
     waveform = torch.from_numpy(samples).mean(dim=1)  # (samples,): mix channels down
     if rate != sample_rate:
         waveform = torchaudio.functional.resample(waveform, rate, sample_rate)
+    return waveform
+
+
+def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | None, target_rate: int) -> torch.Tensor:
+    """Mono float waveform `(samples,)` at `target_rate` of samples given in memory: floats in
+    [-1, 1] or integer PCM (scaled to it), `(samples,)`, `(samples, channels)` or torchaudio's
+    `(channels, samples)` (the shorter side is taken for the channels)."""
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
+        raise LasError(f"samples need their sample_rate, a positive whole number of Hz: got {sample_rate!r}")
+    array = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
+    if array.dtype.kind not in "iuf":
+        raise LasError(f"samples must be real numbers (floats or integer PCM): got dtype {array.dtype}")
+    if array.ndim not in (1, 2) or array.size == 0:
+        raise LasError(f"samples must have shape (samples,) or (samples, channels): got {array.shape}")
+    if array.dtype.kind in "iu":  # PCM: full scale is the type's range
+        information = np.iinfo(array.dtype)
+        middle = (int(information.max) + int(information.min) + 1) / 2  # 0, or 128 for unsigned 8-bit
+        array = (array.astype(np.float64) - middle) / (information.max - middle + 1)
+    waveform = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    if waveform.dim() == 2:
+        channels = 1 if waveform.shape[0] >= waveform.shape[1] else 0
+        waveform = waveform.mean(dim=channels)  # mixed down, as files are
+    if not torch.isfinite(waveform).all():
+        raise LasError("samples hold non-finite values (NaN or infinity)")
+    peak = float(waveform.abs().max())
+    if peak > 1.0 + 1e-3:
+        warn(f"samples reach {peak:.3g}, beyond full scale [-1, 1]: integer PCM passed as floats? (divide by 32768)")
+    if sample_rate != target_rate:
+        waveform = torchaudio.functional.resample(waveform, int(sample_rate), target_rate)
     return waveform
 
 
