@@ -20,6 +20,7 @@ import typer
 from las import config as config_module
 from las.config import Config, load_config
 from las.errors import LasError
+from las.threads import use_threads, wait_passively
 
 app = typer.Typer(
     help="Listen, Attend and Spell: train character-level speech recognisers, decode, evaluate.",
@@ -67,12 +68,23 @@ class OutputFormat(StrEnum):
 @app.callback()
 def main_options(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            envvar="LAS_THREADS",
+            help="CPU threads (default: OMP_NUM_THREADS if set, else the cores this process may use).",
+        ),
+    ] = None,
 ) -> None:
     if version:
         from las import __version__
 
         typer.echo(__version__)
         raise typer.Exit()
+    if "--help" not in sys.argv:  # help needs no torch, whose import takes a second
+        use_threads(threads)
 
 
 def as_assignments(shorthands: dict[str, Any]) -> list[str]:
@@ -332,6 +344,7 @@ def info(
 
 
 def main() -> None:
+    wait_passively()  # before anything imports torch
     try:
         app()
     except KeyboardInterrupt:
