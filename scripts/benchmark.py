@@ -10,6 +10,8 @@
                                   # batched beam search against the per-utterance reference
     python scripts/benchmark.py runs runs/an4 runs/seed2   # dev CER of runs: best/averaged x decodings
     python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
+    python scripts/benchmark.py busy              # an AN4 epoch, idle and beside a busy process,
+                                  # with the OpenMP wait policy of before and of now
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
 """
