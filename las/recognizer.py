@@ -30,6 +30,7 @@ from las.search import Hypothesis, build_strategy
 from las.segmentation import split_at_pauses
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
+CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,18 @@ class Word:
     start: float  # seconds from the start of the recording
     end: float
     word: str
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of a recording to decode on its own: frames `start`-`end` are heard, and the words
+    of frames `own_start`-`own_end` kept."""
+
+    recording: int
+    start: int
+    end: int
+    own_start: int
+    own_end: int
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,7 @@ class Segment:
     text: str
     score: float
     hypothesis: Hypothesis  # the best one, with its attention weights and character frames
+    words: list[Word]
 
 
 @dataclass(frozen=True)
@@ -135,13 +149,13 @@ class Recognizer:
         every recording is decoded in the same length-bucketed batches."""
         hop = self.config.features.hop_ms / 1000
         longest = max(1, round(self.config.decode.segment_seconds / hop))
-        pieces = []  # (recording, start frame, end frame)
+        pieces = []
         for recording, item in enumerate(features):
             spans = split_at_pauses(item, longest) if len(item) > longest else [(0, len(item))]
-            pieces.extend((recording, start, end) for start, end in spans)
+            pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
         dataset = self.dataset(
-            [f"{ids[recording]}:{start}" for recording, start, _ in pieces],
-            [features[recording][start:end] for recording, start, end in pieces],
+            [f"{ids[piece.recording]}:{piece.start}" for piece in pieces],
+            [features[piece.recording][piece.start : piece.end] for piece in pieces],
         )
         started = time.perf_counter()
         found = transcribe(
@@ -156,9 +170,9 @@ class Recognizer:
         self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
         segments: list[list[Segment]] = [[] for _ in features]
         nbests: list[list[Hypothesis]] = [[] for _ in features]
-        for (recording, start, end), hypotheses in zip(pieces, found, strict=True):
-            segments[recording].append(self.segment(hypotheses[0], start * hop, end * hop))
-            nbests[recording] = hypotheses
+        for piece, hypotheses in zip(pieces, found, strict=True):
+            segments[piece.recording].append(self.segment(piece, hypotheses[0], hop))
+            nbests[piece.recording] = hypotheses
         return [
             self.result(identifier, pieces_of, nbest)
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
@@ -171,37 +185,52 @@ class Recognizer:
             ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
         )
 
-    def segment(self, hypothesis: Hypothesis, start: float, end: float) -> Segment:
-        return Segment(start, end, self.vocabulary.decode(hypothesis.tokens), hypothesis.score, hypothesis)
+    def segment(self, piece: Piece, hypothesis: Hypothesis, hop: float) -> Segment:
+        """The part of `piece` it owns: where the piece was heard with context around a cut in
+        speech, only the words centred in its own part (the neighbour has the others)."""
+        start, end = piece.own_start * hop, piece.own_end * hop
+        words = [
+            word
+            for word in self.words(hypothesis, piece.start * hop, piece.end * hop)
+            if start <= (word.start + word.end) / 2 < end
+        ]
+        with_context = (piece.start, piece.end) != (piece.own_start, piece.own_end)
+        text = " ".join(word.word for word in words) if with_context else self.vocabulary.decode(hypothesis.tokens)
+        return Segment(start, end, text, hypothesis.score, hypothesis, words)
 
     def result(self, identifier: str, segments: list[Segment], nbest: list[Hypothesis]) -> Result:
         """A recording's result from its segments; its n-best list only when it was not split."""
         spoken = [segment for segment in segments if segment.text]
+        text = " ".join(segment.text for segment in spoken)
         listed = [(self.vocabulary.decode(item.tokens), item.score) for item in nbest] if len(segments) == 1 else []
-        return Result(
-            identifier,
-            " ".join(segment.text for segment in spoken),
-            sum(segment.score for segment in segments),
-            spoken,
-            [word for segment in spoken for word in self.words(segment)],
-            listed or [(" ".join(segment.text for segment in spoken), sum(item.score for item in segments))],
-        )
+        score = sum(segment.score for segment in segments)
+        words = [word for segment in spoken for word in segment.words]
+        return Result(identifier, text, score, spoken, words, listed or [(text, score)])
 
-    def words(self, segment: Segment) -> list[Word]:
-        """Word times from the frames of their characters (`Hypothesis.spans`)."""
-        hypothesis = segment.hypothesis
-        spans = hypothesis.spans or []
+    def words(self, hypothesis: Hypothesis, start: float, end: float) -> list[Word]:
+        """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
+        recording from `start` to `end` seconds."""
         seconds = self.config.features.hop_ms / 1000 * 2**self.config.model.pyramid_layers  # per encoder frame
         words, current = [], []
-        for token, span in [*zip(hypothesis.tokens, spans, strict=True), (None, None)]:
+        for token, span in [*zip(hypothesis.tokens, hypothesis.spans or [], strict=True), (None, None)]:
             if token is None or self.vocabulary.decode([token]) == " ":
                 if current:
                     text = self.vocabulary.decode([item for item, _ in current])
-                    start, end = min(span[0] for _, span in current), max(span[1] for _, span in current)
-                    words.append(
-                        Word(segment.start + start * seconds, min(segment.start + end * seconds, segment.end), text)
-                    )
+                    first, last = min(span[0] for _, span in current), max(span[1] for _, span in current)
+                    words.append(Word(start + first * seconds, min(start + last * seconds, end), text))
                 current = []
             else:
                 current.append((token, span))
         return words
+
+
+def with_context(recording: int, spans: list[tuple[int, int]], frames: int, context: int) -> list[Piece]:
+    """Pieces for the `spans` of a recording of `frames`: each heard with `context` frames more
+    on a side where its neighbour follows without a pause (a cut in speech)."""
+    pieces = []
+    for index, (start, end) in enumerate(spans):
+        cut_before = index > 0 and spans[index - 1][1] == start
+        cut_after = index + 1 < len(spans) and spans[index + 1][0] == end
+        heard = (max(0, start - context) if cut_before else start, min(frames, end + context) if cut_after else end)
+        pieces.append(Piece(recording, *heard, start, end))
+    return pieces

@@ -13,6 +13,7 @@ import torch
 
 from las import Recognizer
 from las.errors import LasError
+from las.recognizer import with_context
 from las.segmentation import split_at_pauses
 from las.timing import token_spans
 
@@ -170,6 +171,28 @@ def test_a_long_recording_is_decoded_in_pieces_cut_at_its_pauses(
     )
     whole = Recognizer.load(trained_run["run"] / "best.pt", device="cpu").transcribe(recording["path"])
     assert len(whole.segments) <= 1  # under decode.segment_seconds: decoded whole
+
+
+def test_pieces_cut_in_speech_are_heard_with_context_and_keep_their_own_words(
+    trained_run: dict[str, Path], recording: dict[str, object]
+) -> None:
+    spans = [(0, 100), (100, 200), (230, 300)]  # a cut in speech at 100, a pause from 200 to 230
+    pieces = with_context(0, spans, 300, context=50)
+    assert [(piece.start, piece.end, piece.own_start, piece.own_end) for piece in pieces] == [
+        (0, 150, 0, 100),
+        (50, 200, 100, 200),
+        (230, 300, 230, 300),
+    ]
+    # Cut into pieces of 1 s at most, mostly in speech: no word kept twice, none outside its piece.
+    recognizer = Recognizer.load(trained_run["run"] / "best.pt", "cpu", segment_seconds=1.0)
+    samples = recording["samples"][: 3 * RATE]
+    result = recognizer.transcribe(samples, sample_rate=RATE)
+    assert len(result.segments) >= 3
+    middles = [(word.start + word.end) / 2 for word in result.words]
+    assert middles == sorted(middles)
+    for segment in result.segments:
+        assert all(segment.start <= (word.start + word.end) / 2 < segment.end for word in segment.words)
+        assert segment.text == " ".join(word.word for word in segment.words)
 
 
 def parse_cues(text: str) -> list[tuple[float, float, str]]:
