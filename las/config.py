@@ -226,6 +226,12 @@ class TrainConfig(Section):
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.
     checkpoint_minutes: Annotated[float, Range(0)] = 10.0
+    # TensorBoard event files in RUN/tensorboard (`tensorboard --logdir runs` compares runs).
+    tensorboard: bool = True
+    wandb_project: str = ""  # also log to this Weights & Biases project (needs `pip install wandb`)
+    # Losses, learning rate, gradient norm, frames/s every this many steps (and, when stderr is not
+    # a terminal, a progress line: logs of batch jobs show signs of life between epochs).
+    log_every: Count = 50
     out: PathText = "runs/an4"
 
 

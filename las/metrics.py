@@ -38,6 +38,13 @@ def character_error_rate(hypotheses: Sequence[str], references: Sequence[str]) -
     return 100.0 * distance / max(1, sum(len(r) for r in references))
 
 
+def word_error_rate(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Total word edit distance over total reference words, in percent."""
+    pairs = list(zip(hypotheses, references, strict=True))
+    errors = sum(Levenshtein.distance(hypothesis.split(), reference.split()) for hypothesis, reference in pairs)
+    return 100.0 * errors / max(1, sum(len(reference.split()) for _, reference in pairs))
+
+
 def align(hypothesis: str, reference: str) -> tuple[str, str, str]:
     """Reference and hypothesis laid out column by column, `*` filling gaps, with a third line
     marking each column S (substitution), D (deletion) or I (insertion)."""

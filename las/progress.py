@@ -19,4 +19,9 @@ def progress_bar(items: Iterable[Item], description: str, unit: str, enabled: bo
 
 def warn(message: str) -> None:
     """A warning line on stderr that does not break a progress bar."""
-    tqdm.write(f"warning: {message}", file=sys.stderr)
+    say(f"warning: {message}")
+
+
+def say(message: str) -> None:
+    """A plain line on stderr that does not break a progress bar."""
+    tqdm.write(message, file=sys.stderr)

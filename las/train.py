@@ -30,9 +30,10 @@ from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
 from las.losses import joint_loss
-from las.metrics import character_error_rate
+from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
-from las.plots import plot_hypothesis
+from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
+from las.plots import hypothesis_figure, plot_hypothesis
 from las.pretrain import load_speller
 from las.progress import progress_bar, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
@@ -173,6 +174,8 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
             config = checkpoint.config.replace(assignments or [])
         elif (out / "last.pt").exists():
             raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
+        if config.train.wandb_project:
+            wandb_module(config.train.wandb_project)  # before any work
         torch.manual_seed(config.train.seed)
         corpus = load_corpus(
             config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
@@ -226,6 +229,7 @@ class Trainer:
             ),
         )
         self.search = GreedySearch(Symbols.of(self.vocabulary), Rules.of(config.decode))
+        self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
@@ -291,6 +295,8 @@ class Trainer:
                 raise LasError(
                     f"interrupted twice: stopped at once without saving; --resume continues from {self.out / 'last.pt'}"
                 ) from None
+            finally:
+                self.monitor.close(self.progress.best_cer)  # a stopped run's curves so far stay readable
         if self.distributed.is_main:
             self.write_average()
 
@@ -319,6 +325,7 @@ class Trainer:
         self.network.train()
         self.sampler.set_epoch(progress.epoch)
         batches = self.global_batches()[progress.batch_in_epoch :]
+        epoch_batches = progress.batch_in_epoch + len(batches)
         forcing = teacher_forcing_rate(
             progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
         )
@@ -342,13 +349,23 @@ class Trainer:
                     ]
                 )
                 self.optimizer.zero_grad(set_to_none=True)
+                norm = math.nan
                 if math.isfinite(total):
                     (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
-                if math.isfinite(total) and clip_gradients(self.model, settings.gradient_clip):
+                    norm = clip_gradients(self.model, settings.gradient_clip)
+                if math.isfinite(norm):
+                    learning_rate = self.scheduler.get_last_lr()[0]
                     self.optimizer.step()
                     self.scheduler.step()
-                    progress.record(total, dict(zip(parts, values, strict=True)), int(frames))
+                    named_parts = dict(zip(parts, values, strict=True))
+                    progress.record(total, named_parts, int(frames))
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
+                    self.monitor.step(
+                        StepValues(
+                            progress.step, progress.epoch + 1, progress.batch_in_epoch, epoch_batches, total,
+                            named_parts, learning_rate, forcing, norm, int(frames),
+                        )
+                    )  # fmt: skip
                 else:
                     self.skip_bad_batch()
                 if stop:
@@ -442,6 +459,7 @@ class Trainer:
             "train_loss": progress.loss_sum / batches,
             **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
             "dev_cer": dev_cer,
+            "dev_wer": dev.wer,
             # How diagonal the attention of the first dev utterance (the plotted one) is.
             "dev_alignment_monotonic": alignment.monotonic if alignment else None,
             "dev_alignment_coverage": alignment.coverage if alignment else None,
@@ -467,10 +485,20 @@ class Trainer:
         self.save(self.out / "last.pt")
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
+        self.report_epoch(record, dev)
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
         )
+
+    def report_epoch(self, record: dict[str, Any], dev: DevResult) -> None:
+        """The epoch's figures, the first dev attention map and a few dev transcripts to the monitor."""
+        dataset = self.corpus.dev
+        figure = None
+        if self.monitor.wants_figures and dev.first is not None:
+            figure = hypothesis_figure(dataset.ids[0], dev.first, self.vocabulary)
+        examples = list(zip(dataset.ids, dataset.texts, dev.texts, strict=False))[:EXAMPLES]
+        self.monitor.epoch(record, figure, examples)
 
     def keep_snapshot(self, dev_cer: float, epoch: int) -> list[Snapshot]:
         """Save this epoch's weights if they are among the `train.average_best` best; returns the
@@ -506,9 +534,9 @@ class Trainer:
         )
 
 
-def clip_gradients(model: LAS, limit: float) -> bool:
-    """Clip the gradient norm to `limit`; False (nothing to step on) when the norm is not finite."""
-    return bool(torch.isfinite(torch.nn.utils.clip_grad_norm_(model.parameters(), limit)))
+def clip_gradients(model: LAS, limit: float) -> float:
+    """Clip the gradient norm to `limit`; the norm before clipping (not finite: nothing to step on)."""
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
 
 
 def evaluate_dev(
@@ -540,7 +568,9 @@ def evaluate_dev(
     everything = sorted(item for part in distributed.gather(decoded) for item in part)  # (index, text, diagonal)
     texts = [text for _, text, _ in everything]
     diagonal_share = sum(straight for _, _, straight in everything) / len(dataset)
-    return DevResult(character_error_rate(texts, dataset.texts), alignment, diagonal_share)
+    cer = character_error_rate(texts, dataset.texts)
+    first = best[0] if distributed.is_main else None
+    return DevResult(cer, word_error_rate(texts, dataset.texts), alignment, diagonal_share, texts, first)
 
 
 def diagonal(hypothesis: Hypothesis) -> bool:
@@ -550,8 +580,11 @@ def diagonal(hypothesis: Hypothesis) -> bool:
 @dataclass(frozen=True)
 class DevResult:
     cer: float
+    wer: float
     alignment: Alignment | None  # of the first dev utterance; None off rank 0 and for CTC decoding
     diagonal_share: float  # of all dev utterances
+    texts: list[str]  # decoded, in dev order
+    first: Hypothesis | None  # of the first dev utterance, on rank 0
 
 
 def capture_rng() -> dict[str, Any]:

@@ -1,0 +1,174 @@
+"""What a training run reports while it runs, besides `metrics.jsonl`: TensorBoard event files
+(`train.tensorboard`), Weights & Biases (`train.wandb_project`), and for batch jobs — stderr not
+a terminal, where progress bars are off — a plain progress line every `train.log_every` steps.
+Only rank 0 of a distributed run reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from las.config import Config
+from las.errors import LasError
+from las.progress import say
+
+EXAMPLES = 4  # dev transcripts shown beside their references each epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class StepValues:
+    """One optimizer step, as logged."""
+
+    step: int
+    epoch: int  # counted from 1
+    batch: int  # in the epoch, from 1
+    batches: int  # in the epoch
+    loss: float
+    parts: dict[str, float]  # attention_loss and ctc_loss
+    learning_rate: float
+    teacher_forcing: float
+    gradient_norm: float
+    frames: int  # input frames of the global batch
+
+
+class Monitor:
+    def __init__(self, config: Config, out: Path, total_steps: int, enabled: bool = True) -> None:
+        settings = config.train
+        self.config = config
+        self.every = settings.log_every
+        self.total_steps = total_steps
+        self.enabled = enabled
+        self.lines = enabled and not sys.stderr.isatty()  # a terminal has the progress bar
+        self.started = time.monotonic()
+        self.first_step: int | None = None
+        self.window_frames, self.window_started = 0, time.monotonic()
+        self.writer = None
+        self.wandb = None
+        if not enabled:
+            return
+        if settings.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(out / "tensorboard"))
+            self.writer.add_text("config", "```\n" + json.dumps(config.to_dict(), indent=1) + "\n```")
+        if settings.wandb_project:
+            self.wandb = start_wandb(settings.wandb_project, out, config)
+
+    @property
+    def wants_figures(self) -> bool:
+        return self.writer is not None or self.wandb is not None
+
+    def step(self, values: StepValues) -> None:
+        """Every `log_every` steps: scalars to TensorBoard and W&B, a line to a non-terminal stderr."""
+        if not self.enabled:
+            return
+        if self.first_step is None:
+            self.first_step = values.step - 1
+        self.window_frames += values.frames
+        if values.step % self.every:
+            return
+        now = time.monotonic()
+        frames_per_second = self.window_frames / max(now - self.window_started, 1e-9)
+        self.window_frames, self.window_started = 0, now
+        scalars = {
+            "train/loss": values.loss,
+            **{f"train/{name}": value for name, value in values.parts.items()},
+            "train/learning_rate": values.learning_rate,
+            "train/teacher_forcing": values.teacher_forcing,
+            "train/gradient_norm": values.gradient_norm,
+            "train/frames_per_second": frames_per_second,
+        }
+        self.scalars(scalars, values.step)
+        if self.lines:
+            elapsed = now - self.started
+            done = values.step - self.first_step
+            remaining = elapsed / max(done, 1) * (self.total_steps - values.step)
+            say(
+                f"epoch {values.epoch} batch {values.batch}/{values.batches}  step {values.step}/{self.total_steps}  "
+                f"loss {values.loss:.3f}  lr {values.learning_rate:.2e}  {frames_per_second:,.0f} frames/s  "
+                f"elapsed {duration(elapsed)}  ETA {duration(remaining)}"
+            )
+
+    def epoch(self, record: dict[str, Any], figure: Any, examples: list[tuple[str, str, str]]) -> None:
+        """After an epoch's dev pass: its figures, the attention map `figure` (matplotlib, or None)
+        and `(id, reference, hypothesis)` examples."""
+        if not self.enabled:
+            return
+        step = record["step"]
+        dev = {f"dev/{name}": record[f"dev_{name}"] for name in ("cer", "wer", "diagonal_share")}
+        self.scalars({**dev, "train/epoch_loss": record["train_loss"]}, step)
+        lines = "\n".join(
+            f"| {identifier} | {reference} | {hypothesis} |" for identifier, reference, hypothesis in examples
+        )
+        table = "| id | reference | hypothesis |\n| --- | --- | --- |\n" + lines
+        if self.writer is not None:
+            if figure is not None:
+                self.writer.add_figure("dev/attention", figure, step)
+            self.writer.add_text("dev/transcripts", table, step)
+            self.writer.flush()
+        if self.wandb is not None:
+            columns = ["id", "reference", "hypothesis"]
+            logged: dict[str, Any] = {
+                "dev/transcripts": self.wandb.Table(columns=columns, data=list(map(list, examples)))
+            }
+            if figure is not None:
+                logged["dev/attention"] = self.wandb.Image(figure)
+            self.wandb.log(logged, step=step)
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(name, value, step)
+        if self.wandb is not None:
+            self.wandb.log(values, step=step)
+
+    def close(self, best_cer: float) -> None:
+        """The run's settings beside its best dev CER (TensorBoard's HPARAMS view), and flushes."""
+        if self.writer is not None:
+            self.writer.add_hparams(flat_settings(self.config), {"hparam/best_dev_cer": best_cer}, run_name=".")
+            self.writer.close()
+        if self.wandb is not None:
+            self.wandb.summary["best_dev_cer"] = best_cer
+            self.wandb.finish()
+
+
+def wandb_module(project: str) -> Any:
+    """The wandb package, which `train.wandb_project` needs; checked before any work."""
+    try:
+        import wandb
+    except ImportError:
+        raise LasError(f"train.wandb_project={project} needs the wandb package: pip install wandb") from None
+    return wandb
+
+
+def start_wandb(project: str, out: Path, config: Config) -> Any:
+    wandb = wandb_module(project)
+    wandb.init(project=project, name=out.name, dir=str(out), config=dataclasses.asdict(config), resume="allow")
+    return wandb
+
+
+def flat_settings(config: Config) -> dict[str, float | int | str | bool]:
+    """`section.key` -> value for every setting (nested sections too), as hparams take them."""
+    flat: dict[str, float | int | str | bool] = {}
+
+    def add(prefix: str, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict):
+                add(f"{prefix}{key}.", value)
+            else:
+                flat[f"{prefix}{key}"] = value if isinstance(value, (float, int, str, bool)) else str(value)
+
+    add("", dataclasses.asdict(config))
+    return flat
+
+
+def duration(seconds: float) -> str:
+    """`1h02m`, `3m05s` or `42s`."""
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -1,0 +1,92 @@
+"""Watching a run: TensorBoard event files, Weights & Biases, progress lines for batch jobs."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from las.config import Config
+from las.monitor import duration
+from las.train import train
+
+from .conftest import assert_clear_error, run
+
+
+def with_training(config: Config, **settings: object) -> Config:
+    return replace(config, train=replace(config.train, **settings))
+
+
+def test_tensorboard_holds_the_losses_dev_figures_attention_transcripts_and_settings(tiny_config: Config) -> None:
+    out = train(with_training(tiny_config, epochs=2, log_every=1))
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"images": 0, "scalars": 0, "tensors": 0})
+    events.Reload()
+    tags = events.Tags()
+    steps_per_epoch = 1  # four utterances, batches of four
+    for name in ("loss", "attention_loss", "ctc_loss", "learning_rate", "teacher_forcing", "gradient_norm"):
+        assert [event.step for event in events.Scalars(f"train/{name}")] == [1, 2], name
+    assert all(event.value > 0 for event in events.Scalars("train/frames_per_second"))
+    for name in ("cer", "wer", "diagonal_share"):
+        assert [event.step for event in events.Scalars(f"dev/{name}")] == [steps_per_epoch, 2 * steps_per_epoch]
+    assert [event.step for event in events.Images("dev/attention")] == [1, 2]
+    transcripts = [tag for tag in tags["tensors"] if tag.startswith("dev/transcripts")]
+    text = events.Tensors(transcripts[0])[-1].tensor_proto.string_val[0].decode()
+    assert text.startswith("| id | reference | hypothesis |") and len(text.splitlines()) == 2 + 2  # 2 dev utterances
+    assert any(tag.startswith("config") for tag in tags["tensors"])
+    assert events.Scalars("hparam/best_dev_cer")[-1].value >= 0  # with the run's settings (HPARAMS)
+    assert "_hparams_/experiment" in str(events.summary_metadata)
+
+
+def test_no_event_files_when_tensorboard_is_off(tiny_config: Config) -> None:
+    out = train(with_training(tiny_config, epochs=1, tensorboard=False))
+    assert not (out / "tensorboard").exists()
+
+
+def test_batch_job_logs_show_progress_between_epochs(tiny_config: Config, tmp_path: Path) -> None:
+    settings = ["--set", "train.log_every=1", "--set", f"data.cache_dir={tmp_path / 'cache'}"]
+    train_manifest = tiny_config.data.train
+    code, stdout, stderr = run(
+        "train", "--train", train_manifest, "--dev", tiny_config.data.dev, "--out", tmp_path / "job", "--epochs", "2",
+        *[item for assignment in _tiny() for item in ("--set", assignment)], *settings,
+    )  # fmt: skip
+    assert code == 0, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("epoch ") and " step " in line]
+    assert [line.split()[5] for line in lines] == ["1/2", "2/2"]  # step/total, stderr not a terminal
+    assert all(" loss " in line and " lr " in line and "frames/s" in line and " ETA " in line for line in lines)
+
+
+def _tiny() -> list[str]:
+    from .conftest import TINY
+
+    return [*TINY, "data.batch_size=4"]
+
+
+def test_weights_and_biases_when_asked(tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: dict[str, list] = {"init": [], "log": [], "finish": []}
+    fake = types.SimpleNamespace(
+        init=lambda **options: calls["init"].append(options),
+        log=lambda values, step: calls["log"].append((step, values)),
+        finish=lambda: calls["finish"].append(True),
+        summary={},
+        Table=lambda columns, data: ("table", columns, data),
+        Image=lambda figure: ("image", figure),
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    train(with_training(tiny_config, epochs=2, log_every=1, wandb_project="las-test", tensorboard=False))
+    assert calls["init"][0]["project"] == "las-test" and calls["finish"] == [True]
+    logged = {name for _, values in calls["log"] for name in values}
+    assert {"train/loss", "train/learning_rate", "dev/cer", "dev/wer", "dev/transcripts", "dev/attention"} <= logged
+    assert fake.summary["best_dev_cer"] >= 0
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    code, _, stderr = run(
+        "train", "--train", tiny_config.data.train, "--out", tmp_path / "no-wandb", "--set", "train.wandb_project=x"
+    )
+    assert_clear_error(code, stderr, "train.wandb_project=x needs the wandb package: pip install wandb")
+
+
+def test_durations_read_well() -> None:
+    assert [duration(seconds) for seconds in (42, 185, 3725)] == ["42s", "3m05s", "1h02m"]
