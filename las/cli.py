@@ -343,6 +343,21 @@ def info(
     typer.echo(json.dumps(loaded.config.to_dict(), indent=2))
 
 
+@app.command()
+@reports_errors
+def plot(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run directories of las train.")],
+    out: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("runs.png"),
+) -> None:
+    """Training loss and dev CER of runs side by side, against epochs and against minutes."""
+    from las.files import check_writable
+    from las.plots import plot_runs
+
+    check_writable(out, "--out")
+    plot_runs(runs, out)
+    typer.echo(f"wrote {out}")
+
+
 def main() -> None:
     wait_passively()  # before anything imports torch
     try:

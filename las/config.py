@@ -362,3 +362,15 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
         return kind(value)
     except (TypeError, ValueError):
         raise LasError(f"config key {key!r}: expected {kind.__name__}, got {value!r}") from None
+
+
+def flat_settings(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"train": {"augment": {"noise": 0.4}}}` -> `{"train.augment.noise": 0.4}`: a config as
+    `--set` keys name its settings."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

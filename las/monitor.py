@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from las.config import Config
+from las.config import Config, flat_settings
 from las.errors import LasError
 from las.progress import say
 
@@ -129,7 +129,11 @@ class Monitor:
     def close(self, best_cer: float) -> None:
         """The run's settings beside its best dev CER (TensorBoard's HPARAMS view), and flushes."""
         if self.writer is not None:
-            self.writer.add_hparams(flat_settings(self.config), {"hparam/best_dev_cer": best_cer}, run_name=".")
+            settings = {
+                key: value if isinstance(value, (float, int, str, bool)) else str(value)
+                for key, value in flat_settings(self.config.to_dict()).items()
+            }
+            self.writer.add_hparams(settings, {"hparam/best_dev_cer": best_cer}, run_name=".")
             self.writer.close()
         if self.wandb is not None:
             self.wandb.summary["best_dev_cer"] = best_cer
@@ -149,21 +153,6 @@ def start_wandb(project: str, out: Path, config: Config) -> Any:
     wandb = wandb_module(project)
     wandb.init(project=project, name=out.name, dir=str(out), config=dataclasses.asdict(config), resume="allow")
     return wandb
-
-
-def flat_settings(config: Config) -> dict[str, float | int | str | bool]:
-    """`section.key` -> value for every setting (nested sections too), as hparams take them."""
-    flat: dict[str, float | int | str | bool] = {}
-
-    def add(prefix: str, values: dict[str, Any]) -> None:
-        for key, value in values.items():
-            if isinstance(value, dict):
-                add(f"{prefix}{key}.", value)
-            else:
-                flat[f"{prefix}{key}"] = value if isinstance(value, (float, int, str, bool)) else str(value)
-
-    add("", dataclasses.asdict(config))
-    return flat
 
 
 def duration(seconds: float) -> str:

@@ -1,7 +1,9 @@
-"""Attention heat-maps: output characters against encoder frames, one PNG per call."""
+"""Figures: attention heat-maps (output characters against encoder frames), and training curves
+of runs side by side (`las plot`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from las.config import flat_settings  # noqa: E402
+from las.errors import LasError  # noqa: E402
+from las.files import write_atomically  # noqa: E402
 from las.search.common import Hypothesis  # noqa: E402
 from las.text import EOS, Vocabulary  # noqa: E402
 
@@ -36,8 +41,9 @@ def attention_figure(weights: torch.Tensor, labels: Sequence[str], title: str) -
 
 
 def save(figure: Figure, path: str | Path) -> None:
+    """As a PNG, written atomically: a reader never sees half a figure."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=80)
+    write_atomically(path, lambda file: figure.savefig(file, dpi=80, format="png"))
     plt.close(figure)
 
 
@@ -53,3 +59,74 @@ def plot_hypothesis(identifier: str, hypothesis: Hypothesis, vocabulary: Vocabul
     figure = hypothesis_figure(identifier, hypothesis, vocabulary)
     if figure is not None:
         save(figure, path)
+
+
+def plot_runs(runs: Sequence[Path], path: str | Path) -> None:
+    """Training loss and dev CER of `runs` against epochs and against wall-clock minutes, one line
+    per run, labelled by its directory and the settings in which the runs differ."""
+    records = [read_metrics(run) for run in runs]
+    labels = run_labels(runs)
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
+    for run_records, label in zip(records, labels, strict=True):
+        epochs = [record["epoch"] for record in run_records]
+        minutes = [record["elapsed_seconds"] / 60 for record in run_records]
+        for row, key in enumerate(("train_loss", "dev_cer")):
+            values = [record[key] for record in run_records]
+            axes[row][0].plot(epochs, values, label=label)
+            axes[row][1].plot(minutes, values, label=label)
+    for column, unit in enumerate(("epoch", "training minutes (dev passes included)")):
+        axes[0][column].set_ylabel("training loss")
+        axes[1][column].set_ylabel("dev CER % (greedy)")
+        axes[1][column].set_xlabel(unit)
+        for row in range(2):
+            axes[row][column].grid(alpha=0.3)
+    axes[1][0].set_ylim(0, min(100, max(max(record["dev_cer"] for record in run) for run in records) * 1.05))
+    axes[0][0].legend(fontsize=8)
+    figure.tight_layout()
+    save(figure, path)
+
+
+def read_metrics(run: Path) -> list[dict]:
+    """The epochs of `run/metrics.jsonl`; a missing or damaged file is one clear error."""
+    path = run / "metrics.jsonl"
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise LasError(f"{run}: no metrics.jsonl; is it a run directory of las train?") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LasError(f"cannot read {path}: {error}") from None
+    if not records or not all(
+        {"epoch", "train_loss", "dev_cer", "elapsed_seconds"} <= record.keys() for record in records
+    ):
+        raise LasError(f"{path}: no epochs with train_loss, dev_cer and elapsed_seconds")
+    return records
+
+
+# Settings that say where a run is or how it reports, not what it learns.
+UNLABELLED = {
+    "train.out",
+    "data.train",
+    "data.dev",
+    "data.cache_dir",
+    "data.workers",
+    "train.device",
+    "train.log_every",
+}
+
+
+def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
+    """Each run's directory name and up to `most` settings in which the runs differ."""
+    settings = []
+    for run in runs:
+        try:
+            settings.append(flat_settings(json.loads((run / "config.json").read_text())))
+        except (OSError, json.JSONDecodeError):
+            settings.append({})
+    keys = sorted({key for values in settings for key in values})
+    differing = [
+        key for key in keys if key not in UNLABELLED and len({json.dumps(values.get(key)) for values in settings}) > 1
+    ]
+    return [
+        run.name + (" (" + ", ".join(f"{key}={values.get(key)}" for key in differing[:most]) + ")" if differing else "")
+        for run, values in zip(runs, settings, strict=True)
+    ]

@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from las.config import Config
 from las.monitor import duration
+from las.plots import run_labels
 from las.train import train
 
 from .conftest import assert_clear_error, run
@@ -90,3 +91,16 @@ def test_weights_and_biases_when_asked(tiny_config: Config, tmp_path: Path, monk
 
 def test_durations_read_well() -> None:
     assert [duration(seconds) for seconds in (42, 185, 3725)] == ["42s", "3m05s", "1h02m"]
+
+
+def test_las_plot_compares_runs(tiny_config: Config, tmp_path: Path) -> None:
+    runs = [
+        train(with_training(tiny_config, epochs=2, tensorboard=False, learning_rate=rate, out=str(tmp_path / name)))
+        for rate, name in ((5e-3, "fast"), (1e-3, "slow"))
+    ]
+    figure = tmp_path / "figures" / "runs.png"
+    code, _, stderr = run("plot", *runs, "--out", figure)
+    assert code == 0, stderr
+    assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 20_000
+    assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
+    assert_clear_error(*run("plot", tmp_path, "--out", figure)[::2], "no metrics.jsonl")
