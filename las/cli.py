@@ -157,6 +157,12 @@ def pretrain(
     train_manifest: Annotated[
         str | None, typer.Option("--train", help=with_default("Transcripts to learn from.", DEFAULTS.data.train))
     ] = None,
+    text: Annotated[
+        Path | None,
+        typer.Option(
+            "--text", help="Also learn from this text, one sentence per line (spelled with the manifest's characters)."
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Where the speller goes.")] = Path("runs/speller.pt"),
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Passes over the transcripts.")] = 20,
     assignments: Annotated[list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE.")] = None,
@@ -165,14 +171,18 @@ def pretrain(
     training from it with `las train --set train.speller_init=FILE`."""
     from las.data.manifest import read_utterances
     from las.files import check_writable
-    from las.pretrain import pretrain_speller
+    from las.pretrain import pretrain_speller, read_text_corpus
+    from las.text import Vocabulary
 
     check_writable(out, "--out")
     overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
     settings = load_config(config, overrides)
     utterances = read_utterances(settings.data.train, input_format=settings.data.input_format)
     texts = [utterance.text for utterance in utterances]
-    losses = pretrain_speller(settings, texts, out, epochs)
+    vocabulary = Vocabulary.from_texts(texts)  # as las train makes it from the same manifest
+    if text is not None:
+        texts += read_text_corpus(text, vocabulary)
+    losses = pretrain_speller(settings, texts, out, epochs, vocabulary=vocabulary)
     typer.echo(f"language-model loss {losses[0]:.3f} -> {losses[-1]:.3f}; speller saved to {out}")
 
 

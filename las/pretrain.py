@@ -1,6 +1,7 @@
 """`las pretrain`: the speller trained alone as a character language model on the training
-transcripts, its attention context held at zero (CMU 11-785 HW4 recitation). `las train
---set train.speller_init=FILE` then starts joint training from these weights."""
+transcripts, and on text without audio (`--text`), its attention context held at zero (CMU
+11-785 HW4 recitation). `las train --set train.speller_init=FILE` then starts joint training
+from these weights; `las decode --lm FILE` fuses it into beam search."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from las.losses import attention_loss
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import Speller
-from las.progress import progress_bar
+from las.progress import progress_bar, warn
 from las.text import Vocabulary
 
 FORMAT = "las-speller"
@@ -36,11 +37,42 @@ def silent_memory(batch: int, key_dim: int, value_dim: int, device: torch.device
     )
 
 
+def read_text_corpus(path: str | Path, vocabulary: Vocabulary) -> list[str]:
+    """The sentences of a text file, one per line, that `vocabulary` can spell; the others are
+    left out with one warning (a language model for a model must share its characters)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
+    except FileNotFoundError:
+        raise LasError(f"--text: file not found: {path}") from None
+    except UnicodeDecodeError as error:
+        raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except OSError as error:
+        raise LasError(f"cannot read {path}: {error.strerror or error}") from None
+    sentences = [" ".join(line.split()) for line in lines if line.strip()]
+    kept = [sentence for sentence in sentences if not vocabulary.unknown_characters(sentence)]
+    if len(kept) < len(sentences):
+        example = next(sentence for sentence in sentences if vocabulary.unknown_characters(sentence))
+        unknown = "".join(sorted(vocabulary.unknown_characters(example)))
+        warn(
+            f"{path}: left out {len(sentences) - len(kept)} of {len(sentences)} lines with characters the model's "
+            f"vocabulary lacks (first: {example[:60]!r}, {unknown!r})"
+        )
+    if not kept:
+        raise LasError(f"{path}: no line to learn from")
+    return kept
+
+
 def pretrain_speller(
-    config: Config, texts: list[str], out: str | Path, epochs: int, batch_size: int = 64
+    config: Config,
+    texts: list[str],
+    out: str | Path,
+    epochs: int,
+    batch_size: int = 64,
+    vocabulary: Vocabulary | None = None,
 ) -> list[float]:
-    """Train the speller of `config.model` on `texts`; save it to `out`; return the mean loss per epoch."""
-    vocabulary = Vocabulary.from_texts(texts)
+    """Train the speller of `config.model` on `texts` with `vocabulary` (default: the texts'
+    characters); save it to `out`; return the mean loss per epoch."""
+    vocabulary = vocabulary or Vocabulary.from_texts(texts)
     torch.manual_seed(config.train.seed)
     speller = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).speller
     optimizer = torch.optim.Adam(speller.parameters(), lr=config.train.learning_rate)

@@ -59,6 +59,38 @@ def test_pretrain_command(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> 
     assert "language-model loss" in result.stdout and (tmp_path / "sp.pt").is_file()
 
 
+def test_pretrain_learns_from_text_without_audio(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> None:
+    train, _ = tiny_manifests
+    texts = [line.split("\t")[3] for line in train.read_text().splitlines()[1:]]
+    vocabulary = Vocabulary.from_texts(texts)
+    spellable = " ".join(sorted(set("".join(texts)) - {" "}))  # every character the model knows
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"\ufeff{spellable}\n\n  {texts[0]}  \nnot spellable: ü\n", encoding="utf-8")
+    overrides = [item for assignment in TINY for item in ("--set", assignment)]
+    arguments = [
+        "pretrain",
+        "--train",
+        train,
+        "--text",
+        corpus,
+        "--out",
+        tmp_path / "lm.pt",
+        "--epochs",
+        "2",
+        *overrides,
+    ]
+    result = CliRunner().invoke(app, [str(argument) for argument in arguments])
+    assert result.exit_code == 0, result.stderr
+    assert "left out 1 of 3 lines" in result.stderr
+    language_model = load_language_model(tmp_path / "lm.pt", vocabulary)  # the model's vocabulary: fusable
+    assert language_model.embedding.num_embeddings == len(vocabulary)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    for bad, message in ((tmp_path / "latin1.txt", "not UTF-8"), (tmp_path / "absent.txt", "file not found")):
+        arguments[4] = bad
+        result = CliRunner().invoke(app, [str(argument) for argument in arguments])
+        assert result.exit_code == 1 and message in result.stderr
+
+
 def sequence_log_likelihood(
     speller: torch.nn.Module, memory: ListenerOutput, tokens: list[int], vocabulary: Vocabulary
 ) -> float:
