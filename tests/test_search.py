@@ -166,6 +166,10 @@ def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood() -> None:
     totals = torch.zeros(2)
     for step in range(3):
         increments, forward = scorer.score(state)
+        # Starting the frame loop at the prefix's length skips only impossible frames: exactly the same.
+        from_the_first_frame = scorer.score(state._replace(length=0))
+        assert state.length == step
+        assert torch.equal(increments, from_the_first_frame[0]) and torch.equal(forward, from_the_first_frame[1])
         tokens = torch.tensor([sequence[step] if step < len(sequence) else 5 for sequence in sequences])
         totals += increments[torch.arange(2), tokens]
         state = CTCPrefixScorer.select_extensions(forward, increments, state, torch.arange(2), tokens)

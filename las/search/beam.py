@@ -53,7 +53,9 @@ class Rows:
         """Only `rows`: the beams of utterances still searching, so that finished ones cost nothing."""
         ctc_state = self.ctc_state
         if ctc_state is not None:
-            ctc_state = PrefixState(ctc_state.forward[:, :, rows], ctc_state.score[rows], ctc_state.last[rows])
+            ctc_state = ctc_state._replace(
+                forward=ctc_state.forward[:, :, rows], score=ctc_state.score[rows], last=ctc_state.last[rows]
+            )
         return Rows(
             self.memory.select(rows),
             self.speller.select(rows),

@@ -18,6 +18,7 @@ class PrefixState(NamedTuple):
     forward: torch.Tensor  # (frames, 2, rows): log prob of `g` ending at frame t in a character (0) or blank (1)
     score: torch.Tensor  # (rows,) log prefix probability of `g`
     last: torch.Tensor  # (rows,) last character of `g`, -1 while `g` is empty
+    length: int = 0  # characters in `g`, the same for every row (they advance in step)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class CTCPrefixScorer:
         empty = (state.last < 0)[:, None]
         forward[0, 0] = torch.where(empty, x[0], float("-inf"))
         prefix = forward[0, 0].clone()
-        for t in range(1, frames):
+        # `g + c` cannot end before frame len(g): the frames before it stay impossible (-inf),
+        # so the loop starts there and a step costs the frames left, not all of them.
+        for t in range(max(1, state.length), frames):
             forward[t, 0] = torch.logaddexp(forward[t - 1, 0], phi[t - 1]) + x[t]
             forward[t, 1] = torch.logaddexp(forward[t - 1, 0], forward[t - 1, 1]) + x[t, :, self.blank, None]
             prefix = torch.logaddexp(prefix, phi[t - 1] + x[t])
@@ -80,4 +83,5 @@ class CTCPrefixScorer:
             forward[:, :, origin, tokens],
             state.score[origin] + increments[origin, tokens],
             tokens,
+            state.length + 1,
         )
