@@ -50,7 +50,8 @@ def decode(
     if plot_attention:
         make_directory(directory, "--plot-dir")
     utterances, features = recognizer.utterance_features(utterances, input_path)
-    results = recognizer.recognize([utterance.id for utterance in utterances], features)
+    identifiers = [utterance.id for utterance in utterances]
+    results = recognizer.recognize(identifiers, features, [utterance.features is None for utterance in utterances])
     write_output(results, output_format, out, subtitles_per_file)
     for result in results[:plot_attention]:
         for number, segment in enumerate(result.segments):

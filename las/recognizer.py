@@ -27,7 +27,7 @@ from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.search import Hypothesis, build_strategy
-from las.segmentation import split_at_pauses
+from las.segmentation import has_speech, split_at_pauses
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
 CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
@@ -109,17 +109,20 @@ class Recognizer:
         items = [audio] if isinstance(audio, (str, Path, np.ndarray, torch.Tensor)) else list(audio)
         ids: list[str] = []
         features: list[torch.Tensor] = []
+        from_audio: list[bool] = []
         for index, item in enumerate(items):
             if isinstance(item, (np.ndarray, torch.Tensor)):
                 ids.append(f"audio{index}")
                 features.append(self.array_features(item, sample_rate))
+                from_audio.append(True)
             elif not isinstance(item, (str, Path)):
                 raise LasError(f"cannot transcribe a {type(item).__name__}: give paths, numpy arrays or tensors")
             else:
                 utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
                 ids.extend(utterance.id for utterance in utterances)
                 features.extend(found)
-        results = self.recognize(ids, features)
+                from_audio.extend(utterance.features is None for utterance in utterances)
+        results = self.recognize(ids, features, from_audio)
         one = isinstance(audio, (np.ndarray, torch.Tensor))
         one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)
         return results[0] if one else results
@@ -143,15 +146,24 @@ class Recognizer:
         waveform = samples_to_waveform(samples, sample_rate, self.config.features.sample_rate)
         return log_mel_features(FilterbankExtractor(self.config.features), waveform, "samples")
 
-    def recognize(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> list[Result]:
+    def recognize(
+        self, ids: Sequence[str], features: Sequence[torch.Tensor], from_audio: Sequence[bool] | None = None
+    ) -> list[Result]:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, and every piece of
-        every recording is decoded in the same length-bucketed batches."""
+        every recording is decoded in the same length-bucketed batches. A recording whose log-mel
+        features come `from_audio` (all, by default) and hold no speech — silence, steady noise —
+        gives no text, rather than what the decoder makes of noise; precomputed features of
+        unknown scale are always decoded."""
         hop = self.config.features.hop_ms / 1000
         longest = max(1, round(self.config.decode.segment_seconds / hop))
         pieces = []
         for recording, item in enumerate(features):
-            spans = split_at_pauses(item, longest) if len(item) > longest else [(0, len(item))]
+            audio = from_audio is None or from_audio[recording]
+            if len(item) > longest:
+                spans = split_at_pauses(item, longest)
+            else:
+                spans = [(0, len(item))] if not audio or has_speech(item) else []
             pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
         dataset = self.dataset(
             [f"{ids[piece.recording]}:{piece.start}" for piece in pieces],

@@ -13,6 +13,9 @@ MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause
 SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
 QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
 SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
+# Speech rises and falls: its frame energies span 7-12 nats (5th to 95th percentile) in AN4, still
+# 2.4 in white noise at 5 dB SNR; steady noise or silence spans a few tenths (docs/BENCHMARKS.md).
+SPEECH_CONTRAST = 1.0
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -20,15 +23,28 @@ def frame_energy(features: torch.Tensor) -> torch.Tensor:
     return features.float().logsumexp(dim=1)
 
 
+def energy_range(energy: torch.Tensor) -> tuple[float, float]:
+    """The floor and peak of frame energies `(frames,)`: their 5th and 95th percentiles."""
+    floor, peak = torch.quantile(energy.float(), torch.tensor([0.05, 0.95])).tolist()
+    return floor, peak
+
+
+def has_speech(features: torch.Tensor) -> bool:
+    """Whether the energy of `features` `(frames, mel_bins)` rises and falls as speech does;
+    silence and steady noise do not."""
+    floor, peak = energy_range(frame_energy(features))
+    return peak - floor >= SPEECH_CONTRAST
+
+
 def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
     """`[start, end)` frame spans of the speech in `features` `(frames, mel_bins)`, in order: cut at
     every pause, long silence left out, and no span longer than `max_frames` (a stretch without a
-    pause is cut at its quietest point). Empty for a recording that is all silence."""
+    pause is cut at its quietest point). Empty for a recording without speech (`has_speech`)."""
     energy = frame_energy(features)  # (frames,)
-    floor, peak = torch.quantile(energy, torch.tensor([0.05, 0.95])).tolist()
+    floor, peak = energy_range(energy)
+    if peak - floor < SPEECH_CONTRAST:
+        return []
     quiet = energy < floor + QUIET_SHARE * (peak - floor)
-    if peak - floor < 1e-3:  # no contrast at all: digital silence, or a constant tone
-        quiet = torch.ones_like(quiet)
     spans = []
     for start, end in loud_regions(quiet):
         spans.extend(cut_to_length(energy, start, end, max_frames))

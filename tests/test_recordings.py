@@ -14,7 +14,7 @@ import torch
 from las import Recognizer
 from las.errors import LasError
 from las.recognizer import with_context
-from las.segmentation import split_at_pauses
+from las.segmentation import has_speech, split_at_pauses
 from las.timing import token_spans
 
 from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
@@ -50,6 +50,24 @@ def test_speech_without_a_pause_is_cut_at_its_quietest_points_into_pieces_no_lon
     assert all(previous[1] == following[0] for previous, following in zip(spans, spans[1:], strict=False))
     assert spans[0][0] == 0 and spans[-1][1] == 2500
     assert any(abs(start - 1200) <= 10 for start, _ in spans)  # one cut falls in the dip
+
+
+def test_steady_noise_and_silence_hold_no_speech_but_speech_in_noise_does(trained_run: dict[str, Path]) -> None:
+    from las.config import FeatureConfig
+    from las.data.channels import add_noise, white_noise
+    from las.data.features import FilterbankExtractor
+
+    extractor = FilterbankExtractor(FeatureConfig())
+    generator = torch.Generator().manual_seed(0)
+    speech = torch.from_numpy(soundfile.read(an4_rows("train", 1)[0][1], dtype="float32")[0])
+    noisy = add_noise(speech, white_noise(len(speech), generator), snr_db=5)
+    assert has_speech(extractor(speech)) and has_speech(extractor(noisy))
+    recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu")
+    for seconds in (3, 12):  # decoded whole, and cut at pauses
+        noise = 0.05 * white_noise(seconds * RATE, generator)
+        for nothing in (noise, torch.zeros(seconds * RATE), 0.3 * torch.sin(torch.arange(seconds * RATE) * 0.1)):
+            assert not has_speech(extractor(nothing))
+            assert recognizer.transcribe(nothing.numpy(), sample_rate=RATE).text == ""
 
 
 def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_when_ctc_cannot() -> None:
