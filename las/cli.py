@@ -126,7 +126,13 @@ def train(
     ] = None,
     precision: Annotated[
         Precision | None,
-        typer.Option("--precision", help=with_default("bf16: mixed precision (for GPUs).", DEFAULTS.train.precision)),
+        typer.Option(
+            "--precision",
+            help=with_default(
+                "Mixed precision: bf16 (Ampere+), fp16 (older GPUs), auto (the best this device runs).",
+                DEFAULTS.train.precision,
+            ),
+        ),
     ] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""

@@ -67,7 +67,8 @@ Device = Literal["auto", "cpu", "cuda"]
 InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
 AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
-Precision = Literal["fp32", "bf16"]
+# auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.device.resolve_precision).
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
 WordTimes = Literal["ctc", "attention"]
 
 
@@ -221,7 +222,9 @@ class TrainConfig(Section):
     max_bad_batches: NonNegative = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
     device: Device = "auto"
-    precision: Precision = "fp32"  # bf16: autocast, LSTMs and matmuls in bfloat16, losses in float32
+    # bf16/fp16: autocast, LSTMs and matmuls in half precision, losses in float32; fp16 with a
+    # gradient scaler (saved in checkpoints) for GPUs without bfloat16 (T4, P100).
+    precision: Precision = "fp32"
     compile: bool = False  # torch.compile the speller step, which runs once per output character
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.

@@ -24,7 +24,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
-from las.device import autocast
+from las.device import autocast, resolve_precision
 from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
@@ -207,6 +207,9 @@ class Trainer:
         self.out = out
         self.distributed = distributed
         self.device = distributed.start(config.train.device)
+        self.precision = resolve_precision(self.device, config.train.precision)
+        # fp16 gradients underflow unscaled; the scaler is a no-op in every other precision.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.vocabulary = corpus.train.vocabulary
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
@@ -250,6 +253,7 @@ class Trainer:
         try:
             self.optimizer.load_state_dict(checkpoint.training_state["optimizer"])
             self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
+            self.scaler.load_state_dict(checkpoint.training_state.get("scaler", {}))
             self.progress = Progress(**checkpoint.training_state["progress"])
             restore_rng(self.progress.rng)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
@@ -265,6 +269,7 @@ class Trainer:
         state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "progress": vars(self.progress),
         }
         save_checkpoint(path, self.config, self.vocabulary, self.corpus.normalizer, self.model, state)
@@ -351,11 +356,13 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 norm = math.nan
                 if math.isfinite(total):
-                    (loss * distributed.world_size).backward()  # DDP averages gradients over ranks
+                    self.scaler.scale(loss * distributed.world_size).backward()  # DDP averages over ranks
+                    self.scaler.unscale_(self.optimizer)  # clip the true gradients
                     norm = clip_gradients(self.model, settings.gradient_clip)
                 if math.isfinite(norm):
                     learning_rate = self.scheduler.get_last_lr()[0]
-                    self.optimizer.step()
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
                     self.scheduler.step()
                     named_parts = dict(zip(parts, values, strict=True))
                     progress.record(total, named_parts, int(frames))
@@ -366,6 +373,9 @@ class Trainer:
                             named_parts, learning_rate, forcing, norm, int(frames),
                         )
                     )  # fmt: skip
+                elif self.scaler.is_enabled() and math.isfinite(total):
+                    self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one, same batch lost
+                    progress.batch_in_epoch += 1
                 else:
                     self.skip_bad_batch()
                 if stop:
@@ -391,7 +401,7 @@ class Trainer:
                 settings.time_masks,
                 settings.time_mask_width,
             )
-        with autocast(self.device, settings.precision):
+        with autocast(self.device, self.precision):
             output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
             return joint_loss(
                 output,

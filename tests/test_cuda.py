@@ -49,7 +49,7 @@ def test_beam_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[st
         assert [h.score for h in cuda] == pytest.approx([h.score for h in cpu], abs=1e-3)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
 def test_training_on_cuda(tiny_config: Config, precision: str) -> None:
     config = replace(tiny_config, train=replace(tiny_config.train, device="cuda", epochs=3, precision=precision))
     config = replace(config, data=replace(config.data, workers=2))

@@ -10,6 +10,7 @@ import torch
 from las import train as train_module
 from las.checkpoint import load_checkpoint
 from las.config import AugmentConfig, Config
+from las.device import bf16_supported, resolve_precision
 from las.errors import LasError
 from las.train import learning_rate_scale, teacher_forcing_rate, train
 
@@ -144,13 +145,47 @@ def test_schedules() -> None:
     assert teacher_forcing_rate(50, 0.8, 10) == pytest.approx(0.8)
 
 
-def test_bf16_autocast_trains(tiny_config: Config) -> None:
-    run = train(with_training(tiny_config, epochs=2, precision="bf16"))
-    records = metrics(run)
+def test_bf16_trains_where_it_runs_and_is_one_clear_error_where_it_cannot(tiny_config: Config) -> None:
+    config = with_training(tiny_config, epochs=2, precision="bf16")
+    if not bf16_supported(torch.device("cpu")):  # oneDNN has no bfloat16 LSTM without AVX512-BF16/AMX
+        with pytest.raises(LasError, match="--precision bf16: bfloat16 LSTMs do not run on this CPU"):
+            train(config)
+        return
+    records = metrics(train(config))
     assert all(torch.isfinite(torch.tensor(record["train_loss"])) for record in records)
     assert records[1]["train_loss"] < records[0]["train_loss"]
-    with pytest.raises(LasError, match="'train.precision': 'fp16' is not one of fp32, bf16"):
-        with_training(tiny_config, out=str(run) + "_other", precision="fp16")
+
+
+def test_precision_on_a_cpu(tiny_config: Config) -> None:
+    cpu = torch.device("cpu")
+    assert resolve_precision(cpu, "auto") == "fp32"
+    assert resolve_precision(cpu, "fp32") == "fp32"
+    with pytest.raises(LasError, match="--precision fp16 needs a CUDA device"):
+        train(with_training(tiny_config, precision="fp16"))
+    with pytest.raises(LasError, match="'train.precision': 'fp8' is not one of fp32, bf16, fp16, auto"):
+        with_training(tiny_config, precision="fp8")
+
+
+def test_the_gradient_scaler_round_trips_through_a_checkpoint(
+    tiny_config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An enabled scaler on the CPU stands in for fp16 on a GPU (tests/test_cuda.py trains that):
+    # its scale and growth tracker must come back on --resume, or an fp16 run resumes differently.
+    scalers: list[torch.amp.GradScaler] = []
+
+    def enabled_scaler(device: str, enabled: bool = True) -> torch.amp.GradScaler:
+        scalers.append(real_scaler("cpu", init_scale=2.0**12, growth_interval=1))
+        return scalers[-1]
+
+    real_scaler = torch.amp.GradScaler
+    monkeypatch.setattr(torch.amp, "GradScaler", enabled_scaler)
+    run = train(with_training(tiny_config, epochs=1))
+    saved = load_checkpoint(run / "last.pt").training_state["scaler"]
+    assert saved["scale"] == scalers[0].get_scale() and saved["_growth_tracker"] == scalers[0]._get_growth_tracker()
+    assert saved["scale"] > 2.0**12  # doubled after every step with finite gradients
+    train(with_training(tiny_config, epochs=1), resume=True, assignments=["train.epochs=2"])
+    resumed = load_checkpoint(run / "last.pt").training_state["scaler"]
+    assert resumed["scale"] == saved["scale"] ** 2 / 2.0**12  # grew on from the saved scale, not from 2**12
 
 
 def test_compiled_speller_step_trains_like_the_eager_one(
