@@ -12,6 +12,7 @@
     python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
     python scripts/benchmark.py busy              # an AN4 epoch, idle and beside a busy process,
                                   # with the OpenMP wait policy of before and of now
+    python scripts/benchmark.py logging           # an AN4 epoch with and without TensorBoard
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import resource
 import statistics
@@ -441,6 +443,103 @@ def runs(directories: list[Path], manifest: Path = Path("data/an4/dev.tsv")) -> 
         columns = [[cer for cer in column if not math.isnan(cer)] for column in zip(*table, strict=True)]
         means = " | ".join(f"{statistics.mean(column):.2f} ({len(column)})" if column else "" for column in columns)
         print(f"| mean (runs) | | {means} | |")
+
+
+def subset_manifest(source: Path, count: int, target: Path) -> Path:
+    """The first `count` utterances of a TSV manifest, paths made absolute so the copy reads them."""
+    header, *rows = source.read_text().splitlines()
+    lines = [header]
+    for row in rows[:count]:
+        fields = row.split("\t")
+        fields[1] = str((source.parent / fields[1]).resolve())
+        lines.append("\t".join(fields))
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+@dataclass
+class EpochTimer:
+    """Seconds per epoch of the real `las train` (its metrics.jsonl) on an AN4 subset, so that a
+    benchmark compares what users run, start-up and data loading included."""
+
+    folder: Path
+    utterances: int
+    epochs: int
+    threads: int
+
+    def seconds(self, name: str, assignments: list[str], environment: dict[str, str]) -> list[float]:
+        folder = self.folder / "manifests"
+        folder.mkdir(exist_ok=True)
+        # Dev: 20 of the training utterances, within the vocabulary of any subset.
+        train = subset_manifest(Path("data/an4/train.tsv"), self.utterances, folder / "train.tsv")
+        dev = subset_manifest(Path("data/an4/train.tsv"), 20, folder / "dev.tsv")
+        out = self.folder / f"{name}-{time.monotonic_ns()}"
+        settings = [f"--set={assignment}" for assignment in assignments]
+        command = [sys.executable, "-m", "las", "--threads", str(self.threads), "train", "--train", str(train)]
+        command += ["--dev", str(dev), "--out", str(out), "--epochs", str(self.epochs), *settings]
+        finished = subprocess.run(command, env=environment, capture_output=True, text=True)
+        if finished.returncode:
+            raise SystemExit(f"las train failed ({name}): {finished.stderr.strip()}")
+        lines = (out / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["seconds"] for line in lines]
+
+
+def epoch_table(timer: EpochTimer, variants: dict[str, tuple[list[str], dict[str, str], bool]], rounds: int) -> dict:
+    """Median seconds per epoch of each variant (assignments, environment, beside a busy process),
+    the variants interleaved in `rounds` paired rounds; the first epoch of each run is left out
+    (feature cache and worker start-up)."""
+    epochs: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, (assignments, environment, busy) in variants.items():
+            spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+            try:
+                epochs[name] += timer.seconds(name.replace(" ", "-"), assignments, environment)[1:]
+            finally:
+                if spinner:
+                    spinner.kill()
+                    spinner.wait()
+    return {name: statistics.median(values) for name, values in epochs.items()}
+
+
+@app.command()
+def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: int = 2) -> None:
+    """AN4 epochs of `las train` on `threads` threads, on an idle machine and beside one process
+    that keeps a core busy, with OpenMP's default wait policy (spinning: las before --threads) and
+    the passive one las now sets."""
+    before = dict(os.environ, OMP_WAIT_POLICY="")  # an invalid value: libgomp keeps its default
+    now = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
+    variants = {
+        "idle, default wait (before)": ([], before, False),
+        "idle, passive wait (now)": ([], now, False),
+        "busy, default wait (before)": ([], before, True),
+        "busy, passive wait (now)": ([], now, True),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
+    print(f"{utterances} AN4 utterances, {threads} threads, median s/epoch over {rounds} paired rounds:\n")
+    print("| variant | s/epoch | x idle (same wait policy) |\n| --- | --- | --- |")
+    for name, seconds in medians.items():
+        idle = medians[name.replace("busy", "idle")]
+        print(f"| {name} | {seconds:.2f} | {seconds / idle:.2f} |")
+    idle_ratio = medians["idle, passive wait (now)"] / medians["idle, default wait (before)"]
+    print(f"\nidle: passive / default = {idle_ratio:.2f}")
+
+
+@app.command()
+def logging(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: int = 2) -> None:
+    """AN4 epochs of `las train` with TensorBoard (its default: scalars every 50 steps, the
+    attention images, transcripts and hparams every epoch) and without."""
+    variants = {
+        "tensorboard": (["train.tensorboard=true"], dict(os.environ), False),
+        "no tensorboard": (["train.tensorboard=false"], dict(os.environ), False),
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
+    print(f"{utterances} AN4 utterances, {threads} threads, median s/epoch over {rounds} paired rounds:\n")
+    print("| variant | s/epoch |\n| --- | --- |")
+    for name, seconds in medians.items():
+        print(f"| {name} | {seconds:.2f} |")
+    print(f"\nTensorBoard costs {medians['tensorboard'] / medians['no tensorboard'] - 1:+.1%} of an epoch")
 
 
 @app.command(name="eval-speed")
