@@ -61,6 +61,9 @@ def test_bad_header_and_unknown_input(tmp_path: Path) -> None:
         read_utterances(path)
     with pytest.raises(LasError, match="input not found"):
         read_utterances(tmp_path / "absent.tsv")
+    for empty in ("", "  "):  # not the current directory, whatever it holds
+        with pytest.raises(LasError, match="input path is empty"):
+            read_utterances(empty)
 
 
 def test_unreadable_and_empty_audio_are_named(tmp_path: Path) -> None:

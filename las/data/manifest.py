@@ -36,6 +36,8 @@ def read_utterances(
     folder of per-utterance `.npy` files), a folder of audio files, or one audio file; or what
     `input_format` names. Every reader yields the same records, checked the same way; unusable
     ones are an error, or with `skip_bad` left out with a warning."""
+    if not str(path).strip():  # Path("") is the current directory: never what was meant
+        raise LasError("input path is empty")
     path = Path(path)
     if not path.exists():
         raise LasError(f"input not found: {path}")
