@@ -33,7 +33,7 @@ from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
-from las.plots import hypothesis_figure, plot_hypothesis
+from las.plots import plot_hypothesis
 from las.pretrain import load_speller
 from las.progress import progress_bar, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
@@ -495,20 +495,18 @@ class Trainer:
         self.save(self.out / "last.pt")
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
-        self.report_epoch(record, dev)
+        self.report_epoch(record, dev, plot)
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
         )
 
-    def report_epoch(self, record: dict[str, Any], dev: DevResult) -> None:
-        """The epoch's figures, the first dev attention map and a few dev transcripts to the monitor."""
+    def report_epoch(self, record: dict[str, Any], dev: DevResult, plot: Path) -> None:
+        """The epoch's figures, the first dev attention map (`plot`, where dev decoding drew one) and
+        a few dev transcripts to the monitor."""
         dataset = self.corpus.dev
-        figure = None
-        if self.monitor.wants_figures and dev.first is not None:
-            figure = hypothesis_figure(dataset.ids[0], dev.first, self.vocabulary)
         examples = list(zip(dataset.ids, dataset.texts, dev.texts, strict=False))[:EXAMPLES]
-        self.monitor.epoch(record, figure, examples)
+        self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
 
     def keep_snapshot(self, dev_cer: float, epoch: int) -> list[Snapshot]:
         """Save this epoch's weights if they are among the `train.average_best` best; returns the
@@ -579,8 +577,7 @@ def evaluate_dev(
     texts = [text for _, text, _ in everything]
     diagonal_share = sum(straight for _, _, straight in everything) / len(dataset)
     cer = character_error_rate(texts, dataset.texts)
-    first = best[0] if distributed.is_main else None
-    return DevResult(cer, word_error_rate(texts, dataset.texts), alignment, diagonal_share, texts, first)
+    return DevResult(cer, word_error_rate(texts, dataset.texts), alignment, diagonal_share, texts)
 
 
 def diagonal(hypothesis: Hypothesis) -> bool:
@@ -594,7 +591,6 @@ class DevResult:
     alignment: Alignment | None  # of the first dev utterance; None off rank 0 and for CTC decoding
     diagonal_share: float  # of all dev utterances
     texts: list[str]  # decoded, in dev order
-    first: Hypothesis | None  # of the first dev utterance, on rank 0
 
 
 def capture_rng() -> dict[str, Any]:
