@@ -3,6 +3,7 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
 
     python scripts/robustness.py build                      # the evaluation sets, once
     python scripts/robustness.py measure runs/an4/averaged.pt runs/an4-2/averaged.pt ...
+    python scripts/robustness.py contrast                   # the margin of las's no-speech rule
 
 `build` writes under `runs/robustness/sets/` one TSV manifest per condition (FLAC beside it):
 
@@ -29,9 +30,12 @@ import soundfile
 import torch
 import typer
 
+from las.config import FeatureConfig
+from las.data.audio import load_audio
 from las.data.channels import add_noise, babble, telephone, white_noise
-from las.data.features import change_speed
+from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 from las.decode import decode
+from las.segmentation import SPEECH_CONTRAST, energy_range, frame_energy
 from las.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -157,6 +161,26 @@ def measure(
         )
     for identifier in sorted(set(overruns) - set(names)):
         print(f"| {identifier} (no speech) | | | | | {overruns[identifier]} characters at most |")
+
+
+@app.command()
+def contrast(sets: Path = SETS) -> None:
+    """Per condition, the spread of frame energies (95th - 5th percentile, in nats) by which
+    `las.segmentation.has_speech` tells speech from silence and steady noise: recordings under
+    SPEECH_CONTRAST are not decoded at all, so no speech should fall there."""
+    extractor = FilterbankExtractor(FeatureConfig())
+    sources = {"clean": DEV.parent / "audio"} | {path.name: path for path in sorted(sets.iterdir()) if path.is_dir()}
+    print(f"| condition | recordings | min | 5th percentile | median | under {SPEECH_CONTRAST} (not decoded) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, folder in sources.items():
+        spans = []
+        for path in sorted(folder.glob("*.flac")):
+            energy = frame_energy(log_mel_features(extractor, load_audio(path, RATE), str(path)))
+            floor, peak = energy_range(energy)
+            spans.append(peak - floor)
+        low = sorted(spans)[len(spans) // 20]
+        under = sum(span < SPEECH_CONTRAST for span in spans)
+        print(f"| {name} | {len(spans)} | {min(spans):.2f} | {low:.2f} | {statistics.median(spans):.2f} | {under} |")
 
 
 if __name__ == "__main__":
