@@ -6,8 +6,14 @@
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
 #   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
+#   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
+#   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
+#
+# `seeds` returns at once: its runs outlive the call while the machine stays warm (poll
+# runs/NAME-s*/metrics.jsonl from the next calls). Each run has its own feature cache, so that
+# three writers never share one index.
 set -euo pipefail
-phase=${1:?check, train or decode}
+phase=${1:?check, train, decode, seeds or robustness}
 out=${2:-gpu-results}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -32,5 +38,18 @@ train)
 decode)
     python3 scripts/benchmark.py strategies runs/gpu/best.pt data/an4/dev.tsv --device cuda \
         | tee "$out/strategies.md"
+    ;;
+seeds)
+    name=${3:?run name}
+    shift 3
+    [ -f runs/robustness/sets/telephone.tsv ] || python3 scripts/robustness.py build > "$out/build.txt"
+    for seed in 1 2 3; do
+        setsid nohup python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda --seed "$seed" \
+            --set data.cache_dir="runs/cache-$name-s$seed" "$@" > "runs/$name-s$seed.log" 2>&1 < /dev/null &
+    done
+    ;;
+robustness)
+    name=${3:?run name}
+    python3 scripts/robustness.py measure --device cuda runs/"$name"-s{1,2,3}/averaged.pt | tee "$out/$name.md"
     ;;
 esac

@@ -17,10 +17,13 @@ and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random ch
 the CER per condition (mean over the checkpoints, i.e. seeds, with the spread), its ratio to the
 clean CER, and for greedy decoding the longest hypothesis against 1.5 x its reference + 5
 characters, the bound a runaway transcript breaks; for non-speech, the longest text decoded.
+Each checkpoint's results are kept beside it (CHECKPOINT.robustness.json): seeds measured by
+separate processes, side by side, are then tabled together at once.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -35,6 +38,7 @@ from las.data.audio import load_audio
 from las.data.channels import add_noise, babble, telephone, white_noise
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 from las.decode import decode
+from las.files import write_text_atomically
 from las.segmentation import SPEECH_CONTRAST, energy_range, frame_energy
 from las.transcripts import read_transcripts
 
@@ -43,6 +47,8 @@ DEV = ROOT / "data" / "an4" / "dev.tsv"
 RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
+CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
+CONDITIONS += ["speed-0.9", "speed-1.1"]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -102,10 +108,10 @@ def build(out: Path = SETS, seed: int = 0) -> None:
     print("nonspeech: white-10s, silence-10s")
 
 
-def transcribe(checkpoint: Path, source: Path, settings: list[str]) -> dict[str, str]:
+def transcribe(checkpoint: Path, source: Path, settings: list[str], device: str = "cpu") -> dict[str, str]:
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / "hypotheses.csv"
-        decode(checkpoint, source, output, "csv", settings, "cpu")
+        decode(checkpoint, source, output, "csv", settings, device)
         return read_transcripts(output)
 
 
@@ -126,40 +132,59 @@ def summary(values: list[float]) -> str:
     return f"{mean:.1f}" + (f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else "")
 
 
+def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
+    """One checkpoint's CER per decoding and condition, and its greedy overruns (and the longest
+    text decoded from each recording without speech). Kept beside the checkpoint in
+    CHECKPOINT.robustness.json, keyed by the settings and the checkpoint's time, so that seeds
+    measured by separate processes are tabled together at once."""
+    record = checkpoint.with_suffix(".robustness.json")
+    key = f"{checkpoint.stat().st_mtime_ns} {' '.join(settings)}"
+    saved = json.loads(record.read_text()) if record.exists() else {}
+    if key in saved:
+        return saved[key]
+    references = read_transcripts(DEV)
+    rates: dict[str, dict[str, float]] = {}
+    overruns: dict[str, int] = {}
+    for decoding, decoding_settings in DECODINGS.items():
+        for name in CONDITIONS:
+            source = DEV if name == "clean" else sets / f"{name}.tsv"
+            hypotheses = transcribe(checkpoint, source, decoding_settings + settings, device)
+            rates.setdefault(decoding, {})[name] = character_error_rate(hypotheses, references)
+            if decoding == "greedy":
+                overruns[name] = overrun(hypotheses, references)
+    nonspeech = transcribe(checkpoint, sets / "nonspeech", DECODINGS["greedy"] + settings, device)
+    overruns.update({identifier: len(text) for identifier, text in nonspeech.items()})
+    saved[key] = {"rates": rates, "overruns": overruns}
+    write_text_atomically(record, json.dumps(saved, indent=1))
+    return saved[key]
+
+
 @app.command()
 def measure(
     checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
     sets: Path = SETS,
     settings: list[str] = typer.Option([], "--set", help="decode.* settings for every decoding."),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
 ) -> None:
     """CER per condition and decoding, over the checkpoints (seeds)."""
-    names = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-    names += ["speed-0.9", "speed-1.1"]
-    sources = {name: DEV if name == "clean" else sets / f"{name}.tsv" for name in names}
-    references = read_transcripts(DEV)
-    rates: dict[tuple[str, str], list[float]] = {}
-    overruns: dict[str, int] = {}
-    for checkpoint in checkpoints:
-        for decoding, decoding_settings in DECODINGS.items():
-            for name, source in sources.items():
-                hypotheses = transcribe(checkpoint, source, decoding_settings + settings)
-                rates.setdefault((decoding, name), []).append(character_error_rate(hypotheses, references))
-                if decoding == "greedy":
-                    overruns[name] = max(overruns.get(name, -(10**9)), overrun(hypotheses, references))
-        nonspeech = transcribe(checkpoint, sets / "nonspeech", DECODINGS["greedy"] + settings)
-        for identifier, text in nonspeech.items():
-            overruns[identifier] = max(overruns.get(identifier, 0), len(text))
+    results = [measure_checkpoint(checkpoint, sets, settings, device) for checkpoint in checkpoints]
+    rates = {
+        (decoding, name): [result["rates"][decoding][name] for result in results]
+        for decoding in DECODINGS
+        for name in CONDITIONS
+    }
+    overruns = {name: max(result["overruns"][name] for result in results) for name in results[0]["overruns"]}
     print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x clean: ratio of means\n")
     print("| condition | greedy CER | x clean | beam CER | x clean | greedy: longest vs 1.5 ref + 5 |")
     print("| --- | --- | --- | --- | --- | --- |")
     clean = {decoding: statistics.mean(rates[(decoding, "clean")]) for decoding in DECODINGS}
-    for name in names:
+    for name in CONDITIONS:
         greedy, beam = rates[("greedy", name)], rates[("beam", name)]
         print(
             f"| {name} | {summary(greedy)} | {statistics.mean(greedy) / clean['greedy']:.2f} | {summary(beam)} | "
             f"{statistics.mean(beam) / clean['beam']:.2f} | {overruns[name]:+d} |"
         )
-    for identifier in sorted(set(overruns) - set(names)):
+    for identifier in sorted(set(overruns) - set(CONDITIONS)):
         print(f"| {identifier} (no speech) | | | | | {overruns[identifier]} characters at most |")
 
 
