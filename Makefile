@@ -19,7 +19,7 @@ install: $(BIN)/las
 demo: install
 	@if [ -f $(RUN)/last.pt ]; then echo "$(RUN) exists: resuming it (rm -r $(RUN) to start over)"; \
 		$(BIN)/las train --resume; else $(BIN)/las train; fi
-	$(BIN)/las decode $(RUN)/best.pt data/an4/dev.tsv --out $(RUN)/dev.csv
+	$(BIN)/las decode $(RUN)/best.pt data/an4/dev.tsv --strategy greedy --out $(RUN)/dev.csv
 	$(BIN)/las eval $(RUN)/dev.csv data/an4/dev.tsv
 	$(BIN)/las decode $(RUN)/best.pt data/an4/dev.tsv --strategy beam --beam-size 8 --out $(RUN)/dev_beam.csv
 	$(BIN)/las eval $(RUN)/dev_beam.csv data/an4/dev.tsv
