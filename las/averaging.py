@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from las.progress import warn
+
 Snapshot = tuple[float, int]  # (dev CER, epoch)
 
 
@@ -19,6 +21,19 @@ def rank_snapshots(kept: list[Snapshot], candidate: Snapshot, count: int) -> tup
     """The `count` best of `kept` plus `candidate` (lowest CER; of equals, the later epoch), and the rest."""
     ranked = sorted([*kept, candidate], key=lambda snapshot: (snapshot[0], -snapshot[1]))
     return ranked[:count], ranked[count:]
+
+
+def load_snapshots(out: Path, epochs: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+    """The weights of those `epochs` whose snapshot can be read, by epoch; a snapshot deleted,
+    damaged, or left behind when a run was copied is named in a warning and left out."""
+    states = {}
+    for epoch in epochs:
+        path = snapshot_path(out, epoch)
+        try:
+            states[epoch] = torch.load(path, weights_only=True)
+        except Exception as error:  # torch.load fails on missing, foreign or damaged files in many ways
+            warn(f"{path}: cannot be read ({type(error).__name__}); averaged without it")
+    return states
 
 
 def average_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

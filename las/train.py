@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from las.alignment import Alignment
-from las.averaging import Snapshot, average_states, rank_snapshots, snapshot_path
+from las.averaging import Snapshot, average_states, load_snapshots, rank_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config
 from las.data.augment import Source, WaveformAugmentation, spec_augment
@@ -525,15 +525,14 @@ class Trainer:
     def write_average(self) -> None:
         """`averaged.pt`: the mean weights of the kept snapshots, with its dev CER beside the best
         single epoch's (`averaged.json`)."""
-        snapshots = self.progress.snapshots
-        if len(snapshots) < 2:
+        states = load_snapshots(self.out, [epoch for _, epoch in self.progress.snapshots])
+        if len(states) < 2:
             return
-        states = [torch.load(snapshot_path(self.out, epoch), weights_only=True) for _, epoch in snapshots]
-        self.model.load_state_dict(average_states(states))
+        self.model.load_state_dict(average_states(list(states.values())))
         plot = self.out / "averaged_attention.png"
         dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
         save_checkpoint(self.out / "averaged.pt", self.config, self.vocabulary, self.corpus.normalizer, self.model, {})
-        epochs = sorted(epoch for _, epoch in snapshots)
+        epochs = sorted(states)
         summary = {"epochs": epochs, "dev_cer": dev.cer, "best_epoch_dev_cer": self.progress.best_cer}
         write_text_atomically(self.out / "averaged.json", json.dumps(summary) + "\n")
         tqdm.write(

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.averaging import average_states, rank_snapshots
+from las.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
 from las.checkpoint import load_checkpoint
 
 
@@ -25,6 +25,22 @@ def test_average_is_the_element_wise_mean_of_floats() -> None:
     assert averaged["count"].item() == 3  # integers are not averaged
     with pytest.raises(ValueError):
         average_states([])
+
+
+def test_snapshots_missing_or_damaged_are_left_out_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run copied without its snapshots/ folder, or one whose snapshot broke, still averages the rest.
+    for epoch in (3, 5, 8):
+        snapshot_path(tmp_path, epoch).parent.mkdir(exist_ok=True)
+        torch.save({"weight": torch.full((2,), float(epoch))}, snapshot_path(tmp_path, epoch))
+    snapshot_path(tmp_path, 5).write_bytes(b"not a checkpoint")
+    states = load_snapshots(tmp_path, [3, 5, 8, 13])
+    assert sorted(states) == [3, 8]
+    assert torch.equal(average_states(list(states.values()))["weight"], torch.tensor([5.5, 5.5]))
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 2 and all("averaged without it" in line for line in warnings)
+    assert "epoch_005.pt" in warnings[0] and "epoch_013.pt" in warnings[1]
 
 
 def test_training_keeps_the_best_epochs_and_writes_their_average(trained_run: dict[str, Path]) -> None:
