@@ -8,7 +8,7 @@ import math
 import os
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from tqdm import tqdm
 from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, load_snapshots, rank_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from las.config import Config
+from las.config import Config, TrainConfig
 from las.data.augment import Source, WaveformAugmentation, spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
@@ -100,6 +100,7 @@ class Corpus:
     train: SpeechDataset
     dev: SpeechDataset
     normalizer: Normalizer
+    config: Config  # the settings trained with: without audio-only effects on precomputed features
 
 
 def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Normalizer | None) -> Corpus:
@@ -111,6 +112,8 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     vocabulary = vocabulary or Vocabulary.from_texts(utterance.text for utterance in train_utterances)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
+    if any(utterance.audio is None for utterance in train_utterances):
+        config = without_audio_effects(config)
     cache = FeatureCache(data.cache_dir, config.features, data.workers)
     change = config.train.speed_perturbation
     speeds = [1 - change, 1 + change] if change else []
@@ -123,9 +126,6 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     normalizer = normalizer or Normalizer.fit(train_features, config.features.utterance_mean)
     augment = config.train.augment
-    for needs_audio, setting in ((change, "train.speed_perturbation"), (augment.enabled, "train.augment")):
-        if needs_audio and any(utterance.audio is None for utterance in train_utterances):
-            raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
     perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     augmentation = None
     if augment.enabled:
@@ -137,7 +137,27 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)
     dev_set = SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False)
-    return Corpus(train_set, dev_set, normalizer)
+    return Corpus(train_set, dev_set, normalizer, config)
+
+
+def without_audio_effects(config: Config) -> Config:
+    """Speed perturbation and waveform augmentation need audio. For precomputed features the
+    defaults' are turned off, with a warning; settings a user chose are refused."""
+    train, defaults = config.train, TrainConfig()
+    effects = {  # setting: (active, chosen)
+        "train.speed_perturbation": (
+            train.speed_perturbation > 0,
+            train.speed_perturbation != defaults.speed_perturbation,
+        ),
+        "train.augment": (train.augment.enabled, train.augment != defaults.augment),
+    }
+    for setting, (active, chosen) in effects.items():
+        if active and chosen:
+            raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
+    if train.speed_perturbation or train.augment.enabled:
+        warn(f"{config.data.train}: precomputed features: no speed perturbation or waveform augmentation (need audio)")
+    off = replace(train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0)
+    return replace(config, train=replace(train, speed_perturbation=0.0, augment=off))
 
 
 def ctc_frames_needed(tokens: list[int]) -> int:
@@ -181,7 +201,7 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
             config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
         )
         try:
-            Trainer(config, corpus, out, checkpoint, distributed).run()
+            Trainer(corpus.config, corpus, out, checkpoint, distributed).run()
         finally:
             distributed.stop()
     return out

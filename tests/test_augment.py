@@ -66,7 +66,8 @@ def test_a_room_response_decays_by_60_db_in_rt60() -> None:
 
 
 def augmentation(**probabilities: float) -> WaveformAugmentation:
-    config = AugmentConfig(**probabilities)
+    """Only the effects named: the others off, whatever the defaults."""
+    config = AugmentConfig(**{"reverberation": 0.0, "noise": 0.0, "telephone": 0.0, "gain_db": 0.0, **probabilities})
     return WaveformAugmentation.of(config, FeatureConfig(), [Source(AUDIO)] * 3, seed=0)
 
 
@@ -86,8 +87,10 @@ def test_augmentation_settings_are_checked() -> None:
     from las.config import load_config
     from las.errors import LasError
 
-    assert load_config(None, ["train.augment.noise=0.5"]).train.augment.enabled
+    assert load_config(None, []).train.augment.enabled  # the default
+    off = ["train.augment.noise=0", "train.augment.telephone=0", "train.augment.reverberation=0"]
+    assert not load_config(None, off + ["train.augment.gain_db=0"]).train.augment.enabled
     with pytest.raises(LasError, match="'train.augment.noise': expected a number >= 0 and <= 1"):
         load_config(None, ["train.augment.noise=2"])
-    with pytest.raises(LasError, match="snr_low': 30.0 is above snr_high=25.0"):
-        load_config(None, ["train.augment.snr_low=30"])
+    with pytest.raises(LasError, match="snr_low': 40.0 is above snr_high=30.0"):
+        load_config(None, ["train.augment.snr_low=40"])

@@ -185,9 +185,9 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
 
 @pytest.mark.parametrize(
     ("setting", "name"),
-    [("train.speed_perturbation=0.1", "train.speed_perturbation"), ("train.augment.noise=0.5", "train.augment")],
+    [("train.speed_perturbation=0.2", "train.speed_perturbation"), ("train.augment.noise=0.2", "train.augment")],
 )
-def test_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
+def test_chosen_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
     from las.config import load_config
     from las.train import load_corpus
 
@@ -195,6 +195,20 @@ def test_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, sett
     config = load_config(None, [f"data.train={split}", f"data.dev={split}", setting])
     with pytest.raises(LasError, match=f"{name} needs audio"):
         load_corpus(config, None, None)
+
+
+def test_default_waveform_effects_are_off_for_precomputed_features(
+    hw4_features: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from las.config import load_config
+    from las.train import load_corpus
+
+    split = hw4_features / "train.npy"
+    config = load_config(None, [f"data.train={split}", f"data.dev={split}", "data.workers=0"])
+    assert config.train.speed_perturbation and config.train.augment.enabled  # the defaults
+    trained = load_corpus(config, None, None).config
+    assert not trained.train.speed_perturbation and not trained.train.augment.enabled
+    assert "precomputed features: no speed perturbation or waveform augmentation" in capsys.readouterr().err
 
 
 def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Path) -> None:
