@@ -29,6 +29,13 @@ def energy_range(energy: torch.Tensor) -> tuple[float, float]:
     return floor, peak
 
 
+def quiet_frames(energy: torch.Tensor) -> torch.Tensor:
+    """`(frames,)` True where a frame energy `(frames,)` is under QUIET_SHARE of the way from the
+    recording's floor to its peak."""
+    floor, peak = energy_range(energy)
+    return energy < floor + QUIET_SHARE * (peak - floor)
+
+
 def has_speech(features: torch.Tensor) -> bool:
     """Whether the energy of `features` `(frames, mel_bins)` rises and falls as speech does;
     silence and steady noise do not."""
@@ -44,7 +51,7 @@ def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, 
     floor, peak = energy_range(energy)
     if peak - floor < SPEECH_CONTRAST:
         return []
-    quiet = energy < floor + QUIET_SHARE * (peak - floor)
+    quiet = quiet_frames(energy)
     spans = []
     for start, end in loud_regions(quiet):
         spans.extend(cut_to_length(energy, start, end, max_frames))

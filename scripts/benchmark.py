@@ -13,6 +13,7 @@
     python scripts/benchmark.py busy              # an AN4 epoch, idle and beside a busy process,
                                   # with the OpenMP wait policy of before and of now
     python scripts/benchmark.py logging           # an AN4 epoch with and without TensorBoard
+    python scripts/benchmark.py recipe            # an AN4 epoch of the default recipe and the previous one
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
 """
@@ -502,27 +503,26 @@ def epoch_table(timer: EpochTimer, variants: dict[str, tuple[list[str], dict[str
 
 
 @app.command()
-def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: int = 2) -> None:
+def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: int = 2, spin_counts: str = "") -> None:
     """AN4 epochs of `las train` on `threads` threads, on an idle machine and beside one process
-    that keeps a core busy, with OpenMP's default wait policy (spinning: las before --threads) and
-    the passive one las now sets."""
-    before = dict(os.environ, OMP_WAIT_POLICY="")  # an invalid value: libgomp keeps its default
-    now = {key: value for key, value in os.environ.items() if key != "OMP_WAIT_POLICY"}
-    variants = {
-        "idle, default wait (before)": ([], before, False),
-        "idle, passive wait (now)": ([], now, False),
-        "busy, default wait (before)": ([], before, True),
-        "busy, passive wait (now)": ([], now, True),
+    that keeps a core busy, with OpenMP's default wait policy (spinning: las before --threads),
+    the passive one las now sets, and libgomp's default policy with each of `spin_counts`
+    (e.g. "10000,30000": spin that long, then sleep)."""
+    environment = {key: value for key, value in os.environ.items() if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    waits = {
+        "default wait (before)": dict(environment, OMP_WAIT_POLICY=""),  # invalid: libgomp keeps its default
+        "passive wait (now)": environment,
     }
-    with tempfile.TemporaryDirectory() as folder:
-        medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
-    print(f"{utterances} AN4 utterances, {threads} threads, median s/epoch over {rounds} paired rounds:\n")
-    print("| variant | s/epoch | x idle (same wait policy) |\n| --- | --- | --- |")
-    for name, seconds in medians.items():
-        idle = medians[name.replace("busy", "idle")]
-        print(f"| {name} | {seconds:.2f} | {seconds / idle:.2f} |")
-    idle_ratio = medians["idle, passive wait (now)"] / medians["idle, default wait (before)"]
-    print(f"\nidle: passive / default = {idle_ratio:.2f}")
+    for count in filter(None, spin_counts.split(",")):
+        waits[f"spin {count}"] = dict(environment, OMP_WAIT_POLICY="", GOMP_SPINCOUNT=count)
+    loads = ("idle", "busy")
+    variants = {f"{load}, {wait}": ([], env, load == "busy") for load in loads for wait, env in waits.items()}
+    medians = timed_epochs(variants, utterances, epochs, rounds, threads)
+    print("\n| wait | busy / idle | idle / idle with the default wait |\n| --- | --- | --- |")
+    before = medians["idle, default wait (before)"]
+    for wait in waits:
+        idle = medians[f"idle, {wait}"]
+        print(f"| {wait} | {medians[f'busy, {wait}'] / idle:.2f} | {idle / before:.2f} |")
 
 
 @app.command()
@@ -533,13 +533,39 @@ def logging(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: in
         "tensorboard": (["train.tensorboard=true"], dict(os.environ), False),
         "no tensorboard": (["train.tensorboard=false"], dict(os.environ), False),
     }
+    medians = timed_epochs(variants, utterances, epochs, rounds, threads)
+    print(f"\nTensorBoard costs {medians['tensorboard'] / medians['no tensorboard'] - 1:+.1%} of an epoch")
+
+
+@app.command()
+def recipe(utterances: int = 848, epochs: int = 3, rounds: int = 2, threads: int = 2) -> None:
+    """AN4 epochs of the default recipe (speed perturbation, waveform augmentation from the first
+    epoch, per-utterance normalisation) against the previous default without them."""
+    previous = [
+        "train.speed_perturbation=0",
+        "train.augment.noise=0",
+        "train.augment.telephone=0",
+        "train.augment.reverberation=0",
+        "train.augment.gain_db=0",
+        "features.utterance_mean=false",
+    ]
+    variants = {
+        "default (augmented)": (["train.augment.start_epoch=0"], dict(os.environ), False),
+        "previous default": (previous, dict(os.environ), False),
+    }
+    medians = timed_epochs(variants, utterances, epochs, rounds, threads)
+    print(f"\nthe default's epoch takes {medians['default (augmented)'] / medians['previous default']:.2f}x as long")
+
+
+def timed_epochs(variants: dict, utterances: int, epochs: int, rounds: int, threads: int) -> dict[str, float]:
+    """Median seconds per epoch of each variant (see `epoch_table`), printed as a table."""
     with tempfile.TemporaryDirectory() as folder:
         medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
     print(f"{utterances} AN4 utterances, {threads} threads, median s/epoch over {rounds} paired rounds:\n")
     print("| variant | s/epoch |\n| --- | --- |")
     for name, seconds in medians.items():
         print(f"| {name} | {seconds:.2f} |")
-    print(f"\nTensorBoard costs {medians['tensorboard'] / medians['no tensorboard'] - 1:+.1%} of an epoch")
+    return medians
 
 
 @app.command(name="eval-speed")

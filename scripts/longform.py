@@ -44,7 +44,7 @@ from las.config import FeatureConfig
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
 from las.recognizer import Result
-from las.segmentation import QUIET_SHARE, frame_energy
+from las.segmentation import frame_energy, quiet_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
@@ -64,9 +64,7 @@ def dev_rows() -> list[tuple[str, Path, str]]:
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> float:
     """Seconds to the first frame above the quiet threshold las.segmentation uses."""
-    energy = frame_energy(extractor(waveform))
-    floor, peak = torch.quantile(energy, torch.tensor([0.05, 0.95])).tolist()
-    loud = (energy >= floor + QUIET_SHARE * (peak - floor)).nonzero()
+    loud = (~quiet_frames(frame_energy(extractor(waveform)))).nonzero()
     return float(loud[0]) * extractor.config.hop_ms / 1000 if len(loud) else 0.0
 
 
