@@ -10,7 +10,7 @@ from las.data import cache as cache_module
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
-from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer
+from las.data.features import BLOCK_FRAMES, QUIET_PEAK, FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary
@@ -123,7 +123,27 @@ def test_long_recordings_are_analysed_in_blocks_giving_the_same_frames_bit_for_b
     )
     waveform = torch.randn(160 * (2 * BLOCK_FRAMES + 123), generator=torch.Generator().manual_seed(0))
     features = FilterbankExtractor(config)(waveform)  # three blocks
-    assert torch.equal(features, torch.log(centred(waveform) + 1e-6).T)
+    without_offset = waveform - waveform.mean(dtype=torch.float64).float()
+    assert torch.equal(features, torch.log(centred(without_offset) + 1e-6).T)
+
+
+def test_a_dc_offset_on_the_samples_changes_no_feature() -> None:
+    """A biased sound card adds a constant to every sample: as loud as speech in the lowest bins,
+    it made real speech look like steady noise (no text) before it was removed."""
+    speech = torch.from_numpy(soundfile.read(AN4 / "audio" / "an10-fjmd-b.flac", dtype="float32")[0])
+    extractor = FilterbankExtractor(FeatureConfig())
+    assert torch.allclose(extractor(0.5 * speech + 0.4), extractor(0.5 * speech), atol=1e-3)
+
+
+def test_recordings_quieter_than_any_training_audio_are_analysed_at_its_level() -> None:
+    """Log power's floor would swallow speech 40-60 dB down (no text at all at -60 dB); below
+    QUIET_PEAK the level no longer matters, above it nothing changes."""
+    speech = torch.from_numpy(soundfile.read(AN4 / "audio" / "an10-fjmd-b.flac", dtype="float32")[0])
+    extractor = FilterbankExtractor(FeatureConfig())
+    quiet = speech * (QUIET_PEAK / speech.abs().max())
+    assert torch.allclose(extractor(quiet * 1e-2), extractor(quiet), atol=1e-3)
+    assert torch.allclose(extractor(quiet * 1e-3), extractor(quiet), atol=1e-3)
+    assert not torch.allclose(extractor(speech), extractor(quiet), atol=1.0)  # louder: its own level
 
 
 def test_utterance_mean_cancels_a_fixed_channel_response() -> None:

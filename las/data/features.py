@@ -12,7 +12,7 @@ import torchaudio
 from las.config import FeatureConfig
 from las.errors import LasError
 
-FEATURE_VERSION = 2  # bump when the extraction code or the cache's index changes what it holds
+FEATURE_VERSION = 3  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -43,11 +43,15 @@ class InMemoryFeatures(FeatureSet):
         return {item.shape[1] for item in self.items}
 
 
+# The quietest AN4 recording peaks at -29 dBFS (the median at -12): recordings that peak lower
+# are brought up to -30 dBFS before analysis.
+QUIET_PEAK = 10 ** (-30 / 20)
 BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
 
 
 class FilterbankExtractor:
-    """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`, frames centred on every hop."""
+    """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`, frames centred on every hop,
+    after removing the waveform's DC offset and raising a very quiet one (QUIET_PEAK)."""
 
     def __init__(self, config: FeatureConfig) -> None:
         self.config = config
@@ -66,6 +70,14 @@ class FilterbankExtractor:
         )
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        # A constant offset on the samples (a microphone's or sound card's DC bias) leaks into the
+        # lowest bins of every frame and swamps them; it carries nothing, so it goes first.
+        waveform = waveform - waveform.mean(dtype=torch.float64).to(waveform.dtype)
+        # Log power has an absolute floor (1e-6), under which a quiet recording's speech vanishes:
+        # one quieter than any training audio is raised to that level first.
+        peak = float(waveform.abs().max()) if len(waveform) else 0.0
+        if 0 < peak < QUIET_PEAK:
+            waveform = waveform * (QUIET_PEAK / peak)
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
         frames = 1 + (len(padded) - self.window) // self.hop
         with torch.no_grad():
