@@ -7,6 +7,7 @@ import errno
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -420,6 +421,16 @@ def test_ids_that_would_break_outputs_are_refused(tmp_path: Path) -> None:
     row = an4_rows("train", 1)[0]
     with pytest.raises(LasError, match="id 'two words' has whitespace or control characters"):
         read_utterances(write_manifest(tmp_path / "spaces.tsv", [["two words", *row[1:]]]))
+
+
+def test_file_names_with_spaces_give_ids_without(tmp_path: Path) -> None:
+    """A manifest's ids are the user's to fix; a file's name is not an id the user chose."""
+    row = an4_rows("train", 1)[0]
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    shutil.copy(row[1], folder / "Meeting 3\tnotes.flac")
+    assert [utterance.id for utterance in read_utterances(folder, require_text=False)] == ["Meeting_3_notes"]
+    assert read_utterances(folder / "Meeting 3\tnotes.flac", require_text=False)[0].id == "Meeting_3_notes"
 
 
 def test_attention_plots_stay_in_their_folder_whatever_the_id(trained_run: dict[str, Path], tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ def _jsonl_records(path: Path) -> Records:
                     raise LasError(f"{where}: 'offset' needs a 'duration' (the segment's length in seconds)")
                 segment = _segment(record["offset"], record["duration"], where)
             text = record.get("text")
-            identifier = str(record.get("id") or (audio.stem if segment is None else f"{audio.stem}_{segment}"))
+            identifier = str(record.get("id") or file_id(audio) + ("" if segment is None else f"_{segment}"))
             yield where, Utterance(identifier, audio, None if text is None else str(text).strip(), segment=segment)
 
 
@@ -253,16 +253,22 @@ def _librispeech_records(directory: Path) -> Records:
             yield f"{transcripts}:{line}", Utterance(identifier, transcripts.parent / f"{identifier}.flac", text)
 
 
+def file_id(path: Path) -> str:
+    """An utterance id from a file's name without its suffix: whitespace and control characters
+    (which ids may not hold) become underscores, so "Meeting 3.flac" is `Meeting_3`."""
+    return "".join("_" if character.isspace() or not character.isprintable() else character for character in path.stem)
+
+
 def _audio_records(path: Path) -> Records:
     """One audio file, or every audio file under a folder; ids are file names without suffix."""
     if not path.is_dir():
-        yield str(path), Utterance(path.stem, path)
+        yield str(path), Utterance(file_id(path), path)
         return
     files = sorted(item for item in path.rglob("*") if item.suffix.lower() in AUDIO_SUFFIXES)
     if not files:
         raise LasError(f"{path}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
     for file in files:
-        yield str(file), Utterance(file.stem, file)
+        yield str(file), Utterance(file_id(file), file)
 
 
 def _feature_array_records(path: Path) -> Records:
@@ -304,7 +310,7 @@ def _feature_folder_records(directory: Path) -> Records:
             if not (transcripts / file.name).is_file():
                 raise LasError(f"{file}: no transcript {transcripts / file.name}")
             text = _transcript_text(load_array(transcripts / file.name))
-        yield str(file), Utterance(file.stem, None, text, _feature_matrix(load_array(file), str(file)))
+        yield str(file), Utterance(file_id(file), None, text, _feature_matrix(load_array(file), str(file)))
 
 
 def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
