@@ -43,6 +43,8 @@ def test_reads_an_audio_file_and_a_folder(tmp_path: Path) -> None:
         ("y\t{audio}\t1.0\t  ", r"train.tsv:3: empty transcript for 'y'"),
         ("z\tmissing.flac\t1.0\tHELLO", r"train.tsv:3: audio file not found: .*missing.flac"),
         ("w\t{audio}\tlong\tHELLO", r"train.tsv:3: duration_s 'long' is not a number"),
+        ("v\t{audio}\tnan\tHELLO", r"train.tsv:3: duration_s 'nan' is not a length in seconds"),
+        ("u\t{audio}\t-1\tHELLO", r"train.tsv:3: duration_s '-1' is not a length in seconds"),
     ],
 )
 def test_malformed_manifest_lines_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:

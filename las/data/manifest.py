@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,9 +163,11 @@ def _tsv_records(path: Path) -> Records:
     """`id  path  duration_s  text` with a header line; audio paths are relative to the manifest."""
     for line, (identifier, audio, duration, text) in manifest_rows(path):
         try:
-            float(duration)
+            seconds = float(duration)
         except ValueError:
             raise LasError(f"{path}:{line}: duration_s {duration!r} is not a number") from None
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise LasError(f"{path}:{line}: duration_s {duration!r} is not a length in seconds (finite, >= 0)")
         yield f"{path}:{line}", Utterance(identifier, path.parent / audio, text.strip())
 
 
