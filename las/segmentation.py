@@ -12,6 +12,7 @@ PAUSE_FRAMES = 30  # 0.3 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
 SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
 QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
+LOUDEST_FRAMES = 30  # 0.3 s: a word, longer than a click
 SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
 # Speech rises and falls: its frame energies span 7-12 nats (5th to 95th percentile) in AN4, still
 # 2.4 in white noise at 5 dB SNR; steady noise or silence spans a few tenths (docs/BENCHMARKS.md).
@@ -24,9 +25,14 @@ def frame_energy(features: torch.Tensor) -> torch.Tensor:
 
 
 def energy_range(energy: torch.Tensor) -> tuple[float, float]:
-    """The floor and peak of frame energies `(frames,)`: their 5th and 95th percentiles."""
-    floor, peak = torch.quantile(energy.float(), torch.tensor([0.05, 0.95])).tolist()
-    return floor, peak
+    """The floor and peak of frame energies `(frames,)`: their 5th and 95th percentiles; the peak
+    at least the level that half of the loudest LOUDEST_FRAMES in a row reach, for a recording
+    that is mostly silence (two minutes of it and one word: its 95th percentile is silence too).
+    The median, not the mean: a click lasts a few frames."""
+    energy = energy.float()
+    floor, peak = torch.quantile(energy, torch.tensor([0.05, 0.95])).tolist()
+    loudest = energy.unfold(0, min(LOUDEST_FRAMES, len(energy)), 1).median(dim=1).values.max()
+    return floor, max(peak, float(loudest))
 
 
 def quiet_frames(energy: torch.Tensor) -> torch.Tensor:

@@ -70,6 +70,22 @@ def test_steady_noise_and_silence_hold_no_speech_but_speech_in_noise_does(traine
             assert recognizer.transcribe(nothing.numpy(), sample_rate=RATE).text == ""
 
 
+def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
+    from las.config import FeatureConfig
+    from las.data.features import FilterbankExtractor
+
+    extractor = FilterbankExtractor(FeatureConfig())
+    speech = torch.from_numpy(soundfile.read(an4_rows("train", 1)[0][1], dtype="float32")[0])
+    silence = torch.zeros(120 * RATE)
+    features = extractor(torch.cat([silence, speech]))  # speech: 1% of the frames
+    assert has_speech(features)
+    spans = split_at_pauses(features, max_frames=1000)
+    assert len(spans) == 1 and spans[0][0] >= len(silence) // 160 - 20  # the word, not the silence
+    click = silence.clone()
+    click[60 * RATE : 60 * RATE + 80] = 0.9  # 5 ms
+    assert not has_speech(extractor(click))
+
+
 def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_when_ctc_cannot() -> None:
     frames, vocabulary, blank = 12, 6, 0
     log_probs = torch.full((frames, vocabulary), -10.0)
