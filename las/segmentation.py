@@ -35,10 +35,9 @@ def energy_range(energy: torch.Tensor) -> tuple[float, float]:
     return floor, max(peak, float(loudest))
 
 
-def quiet_frames(energy: torch.Tensor) -> torch.Tensor:
+def quiet_frames(energy: torch.Tensor, floor: float, peak: float) -> torch.Tensor:
     """`(frames,)` True where a frame energy `(frames,)` is under QUIET_SHARE of the way from the
-    recording's floor to its peak."""
-    floor, peak = energy_range(energy)
+    recording's floor to its peak (`energy_range`)."""
     return energy < floor + QUIET_SHARE * (peak - floor)
 
 
@@ -57,7 +56,7 @@ def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, 
     floor, peak = energy_range(energy)
     if peak - floor < SPEECH_CONTRAST:
         return []
-    quiet = quiet_frames(energy)
+    quiet = quiet_frames(energy, floor, peak)
     spans = []
     for start, end in loud_regions(quiet):
         spans.extend(cut_to_length(energy, start, end, max_frames))

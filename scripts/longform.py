@@ -44,7 +44,7 @@ from las.config import FeatureConfig
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
 from las.recognizer import Result
-from las.segmentation import frame_energy, quiet_frames
+from las.segmentation import energy_range, frame_energy, quiet_frames
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
@@ -64,7 +64,8 @@ def dev_rows() -> list[tuple[str, Path, str]]:
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> float:
     """Seconds to the first frame above the quiet threshold las.segmentation uses."""
-    loud = (~quiet_frames(frame_energy(extractor(waveform)))).nonzero()
+    energy = frame_energy(extractor(waveform))
+    loud = (~quiet_frames(energy, *energy_range(energy))).nonzero()
     return float(loud[0]) * extractor.config.hop_ms / 1000 if len(loud) else 0.0
 
 
