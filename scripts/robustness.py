@@ -23,6 +23,7 @@ separate processes, side by side, are then tabled together at once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import tempfile
@@ -132,13 +133,21 @@ def summary(values: list[float]) -> str:
     return f"{mean:.1f}" + (f" ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else "")
 
 
+def code_digest() -> str:
+    """A digest of las's source: results kept from other code (features, decoding) are not reused."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "las").rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
     """One checkpoint's CER per decoding and condition, and its greedy overruns (and the longest
     text decoded from each recording without speech). Kept beside the checkpoint in
-    CHECKPOINT.robustness.json, keyed by the settings and the checkpoint's time, so that seeds
+    CHECKPOINT.robustness.json, keyed by the settings, the checkpoint's time and las's code, so that seeds
     measured by separate processes are tabled together at once."""
     record = checkpoint.with_suffix(".robustness.json")
-    key = f"{checkpoint.stat().st_mtime_ns} {' '.join(settings)}"
+    key = f"{checkpoint.stat().st_mtime_ns} {code_digest()} {' '.join(settings)}"
     saved = json.loads(record.read_text()) if record.exists() else {}
     if key in saved:
         return saved[key]
