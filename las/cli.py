@@ -7,13 +7,14 @@ defaults are shown from `las.config`, the one place where defaults are defined.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import typing
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 
@@ -54,7 +55,6 @@ def choices(name: str, literal: Any) -> type[StrEnum]:
 Device = choices("Device", config_module.Device)
 InputFormat = choices("InputFormat", config_module.InputFormat)
 Precision = choices("Precision", config_module.Precision)
-StrategyName = choices("StrategyName", config_module.StrategyName)
 
 
 class OutputFormat(StrEnum):
@@ -87,13 +87,55 @@ def main_options(
         use_threads(threads)
 
 
+def config_options(section: type[config_module.Section]) -> Callable[[Function], Function]:
+    """Give the command an option for every field of `section` that declares a `Flag`, with
+    the field's default, choices and help: the command receives the ones given as `shorthands`,
+    `{"decode.beam_size": 4}`, to apply as `--set` assignments. One declaration per setting."""
+    defaults = section()
+    hints = config_module.field_hints(section)
+
+    def option(name: str, flag: config_module.Flag) -> inspect.Parameter:
+        kind = typing.get_args(hints[name])[0]  # the field's type without its rules
+        while typing.get_origin(kind) is Annotated:
+            kind = typing.get_args(kind)[0]
+        if typing.get_origin(kind) is Literal:
+            kind = choices(flag.option.strip("-").title().replace("-", ""), kind)
+        help_text = with_default(flag.help, getattr(defaults, name))
+        annotation = Annotated[kind | None, typer.Option(flag.option, help=help_text, show_default=False)]
+        return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+
+    flags = {
+        name: next(rule for rule in hint.__metadata__ if isinstance(rule, config_module.Flag))
+        for name, hint in hints.items()
+        if typing.get_origin(hint) is Annotated
+        and any(isinstance(rule, config_module.Flag) for rule in hint.__metadata__)
+    }
+    options = [option(name, flag) for name, flag in flags.items()]
+
+    def decorate(function: Function) -> Function:
+        signature = inspect.signature(function, eval_str=True)
+        parameters = [item for item in signature.parameters.values() if item.name != "shorthands"] + options
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name) for name in flags}
+            shorthands = {f"{section.name}.{name}": str(value) for name, value in given.items() if value is not None}
+            return function(*args, shorthands=shorthands, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {item.name: item.annotation for item in parameters}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 def as_assignments(shorthands: dict[str, Any]) -> list[str]:
     """`--set` strings for the shorthand options the user gave."""
     return [f"{key}={value}" for key, value in shorthands.items() if value is not None]
 
 
 def with_default(text: str, value: Any) -> str:
-    return f"{text} (default: {value})"
+    return f"{text} (default: {value if value != '' else 'none'})"
 
 
 @app.command()
@@ -194,6 +236,7 @@ def pretrain(
 
 @app.command()
 @reports_errors
+@config_options(config_module.DecodeConfig)
 def decode(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
     input_path: Annotated[
@@ -213,60 +256,6 @@ def decode(
             help="csv (id,label), kaldi text, jsonl (scores, n-best, segment and word times), or srt/vtt subtitles.",
         ),
     ] = OutputFormat.csv,
-    strategy: Annotated[
-        StrategyName | None, typer.Option("--strategy", help=with_default("Search strategy.", DEFAULTS.decode.strategy))
-    ] = None,
-    beam_size: Annotated[
-        int | None, typer.Option("--beam-size", min=1, help=with_default("Beam width.", DEFAULTS.decode.beam_size))
-    ] = None,
-    samples: Annotated[
-        int | None,
-        typer.Option(
-            "--samples", min=1, help=with_default("Random search: paths per utterance.", DEFAULTS.decode.samples)
-        ),
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature",
-            min=1e-6,
-            help=with_default("Random search: softmax temperature.", DEFAULTS.decode.temperature),
-        ),
-    ] = None,
-    length_penalty: Annotated[
-        float | None,
-        typer.Option(
-            "--length-penalty", help=with_default("Score bonus per character.", DEFAULTS.decode.length_penalty)
-        ),
-    ] = None,
-    nbest: Annotated[
-        int | None,
-        typer.Option(
-            "--nbest", min=1, help=with_default("Hypotheses kept per utterance (JSONL).", DEFAULTS.decode.nbest)
-        ),
-    ] = None,
-    ctc_weight: Annotated[
-        float | None,
-        typer.Option(
-            "--ctc-weight",
-            min=0.0,
-            max=1.0,
-            help=with_default("Beam search: CTC prefix score weight.", DEFAULTS.decode.ctc_weight),
-        ),
-    ] = None,
-    language_model: Annotated[
-        str | None, typer.Option("--lm", help="Beam search: character LM (from las pretrain) for shallow fusion.")
-    ] = None,
-    lm_weight: Annotated[
-        float | None,
-        typer.Option(
-            "--lm-weight", min=0.0, help=with_default("Beam search: LM fusion weight.", DEFAULTS.decode.lm_weight)
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", min=1, help=with_default("Utterances per batch.", DEFAULTS.decode.batch_size)),
-    ] = None,
     assignments: Annotated[
         list[str] | None, typer.Option("--set", help="Override a decode setting, e.g. decode.length_normalize=true.")
     ] = None,
@@ -277,24 +266,15 @@ def decode(
         Path | None, typer.Option("--plot-dir", help="Where heat-maps go (default: next to --out).")
     ] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to decode.")] = Device.auto,
+    *,
+    shorthands: dict[str, Any],
 ) -> None:
     """Transcribe INPUT with a trained model into a submission/transcript file."""
     from las.decode import decode as run_decoding
 
-    if beam_size is not None and strategy is not None and strategy.value != "beam":
-        raise LasError(f"--beam-size is a beam search setting; --strategy {strategy.value} would ignore it")
-    shorthands = {
-        "decode.strategy": strategy.value if strategy else None,
-        "decode.beam_size": beam_size,
-        "decode.samples": samples,
-        "decode.temperature": temperature,
-        "decode.length_penalty": length_penalty,
-        "decode.nbest": nbest,
-        "decode.ctc_weight": ctc_weight,
-        "decode.lm": language_model,
-        "decode.lm_weight": lm_weight,
-        "decode.batch_size": batch_size,
-    }
+    strategy = shorthands.get("decode.strategy")
+    if "decode.beam_size" in shorthands and strategy not in (None, "beam"):
+        raise LasError(f"--beam-size is a beam search setting; --strategy {strategy} would ignore it")
     overrides = as_assignments(shorthands) + list(assignments or [])
     recordings, timing = run_decoding(
         checkpoint,

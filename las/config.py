@@ -88,12 +88,22 @@ def field_hints(kind: type) -> dict[str, Any]:
 
 def check_value(value: Any, hint: Any, key: str) -> None:
     """Refuse a value outside the field's choices or range (types are settled by `_coerce`)."""
-    if typing.get_origin(hint) is Literal and value not in typing.get_args(hint):
-        choices = ", ".join(map(str, typing.get_args(hint)))
+    rules = hint.__metadata__ if typing.get_origin(hint) is Annotated else ()
+    kind = typing.get_args(hint)[0] if rules else hint
+    if typing.get_origin(kind) is Literal and value not in typing.get_args(kind):
+        choices = ", ".join(map(str, typing.get_args(kind)))
         raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
-    if typing.get_origin(hint) is Annotated:
-        for rule in hint.__metadata__:
+    for rule in rules:
+        if isinstance(rule, (Range, NonEmpty)):
             rule.check(value, key)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A field that `las decode` also takes as a command-line option (`--set` takes them all)."""
+
+    option: str  # e.g. "--beam-size"
+    help: str
 
 
 @dataclass(frozen=True)
@@ -243,11 +253,14 @@ class TrainConfig(Section):
 
 @dataclass(frozen=True)
 class DecodeConfig(Section):
+    """How `las decode` searches; its `Flag`s are the command's options, and every search
+    strategy takes its settings from the fields of the same names (las.search.build_strategy)."""
+
     name: ClassVar[str] = "decode"
     # Beam search joined with the CTC head's prefix score is the most accurate (docs/BENCHMARKS.md);
     # greedy is the fast choice; ctc: CTC greedy, needs a CTC head.
-    strategy: StrategyName = "beam"
-    batch_size: Count = 32
+    strategy: Annotated[StrategyName, Flag("--strategy", "Search strategy.")] = "beam"
+    batch_size: Annotated[Count, Flag("--batch-size", "Utterances per batch.")] = 32
     # Recordings longer than this are cut at their pauses into pieces no longer (las/segmentation.py):
     # attention trained on utterances of seconds loses its place on minutes.
     segment_seconds: Annotated[float, Range(1)] = 10.0
@@ -262,23 +275,28 @@ class DecodeConfig(Section):
     min_length_ratio: Annotated[float, Range(0)] = 0.0
     # Attention only from 2 frames behind its last peak to this many ahead, in every strategy (0: off).
     attention_window: NonNegative = 0
-    beam_size: Count = 8
-    nbest: Count = 1
+    beam_size: Annotated[Count, Flag("--beam-size", "Beam width.")] = 8
+    nbest: Annotated[Count, Flag("--nbest", "Hypotheses kept per utterance (JSONL).")] = 1
     # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus
     # length_penalty per character. Scores themselves stay log-likelihoods.
     length_normalize: bool = True
-    length_penalty: float = 0.0
+    length_penalty: Annotated[float, Flag("--length-penalty", "Score bonus per character.")] = 0.0
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: Annotated[float, Range(0)] = 0.0
-    # Joint CTC prefix score in beam search; 0 for models without a CTC head unless set explicitly.
-    # 0.5 beat 0.3 and 0.7 on all four AN4 checkpoints measured (docs/BENCHMARKS.md).
-    ctc_weight: Fraction = 0.5
-    # Shallow fusion in beam search: + lm_weight * log p_LM(next character), with the character LM
-    # written by `las pretrain` (same vocabulary).
-    lm: str = ""
-    lm_weight: Annotated[float, Range(0)] = 0.0
-    samples: Count = 32  # random search: paths drawn per utterance
-    temperature: Positive = 1.0
+    # Every strategy but ctc scores (1 - ctc_weight) * speller + ctc_weight * CTC prefix score;
+    # 0 for models without a CTC head unless set explicitly. 0.5 beat 0.3 and 0.7 on all four
+    # AN4 checkpoints measured (docs/BENCHMARKS.md).
+    ctc_weight: Annotated[Fraction, Flag("--ctc-weight", "Weight of the CTC prefix score.")] = 0.5
+    # The CTC prefix score skips the frames where the prefix so far is this many nats less likely
+    # than at its likeliest (las/search/ctc_prefix.py): a step costs a window, not the recording.
+    # 0 scores over every frame.
+    ctc_window_nats: Annotated[float, Range(0)] = 0.0
+    # Shallow fusion: + lm_weight * log p_LM(next character), with the character LM written by
+    # `las pretrain` (same vocabulary).
+    lm: Annotated[str, Flag("--lm", "Character LM (from las pretrain) for shallow fusion.")] = ""
+    lm_weight: Annotated[float, Range(0), Flag("--lm-weight", "LM fusion weight.")] = 0.0
+    samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
+    temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
     seed: int = 0
 
 

@@ -32,9 +32,9 @@ from las.inference import transcribe
 from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
+from las.model.pretrained import load_speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.plots import plot_hypothesis
-from las.pretrain import load_speller
 from las.progress import progress_bar, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
@@ -207,6 +207,23 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
     return out
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one training step did, summed over ranks."""
+
+    loss: float
+    parts: dict[str, float]  # the attention and CTC losses
+    frames: int
+    gradient_norm: float  # before clipping; not finite: the step was skipped
+    learning_rate: float
+    stop: bool  # a rank was asked to stop
+    save: bool  # last.pt is due
+
+    @property
+    def updated(self) -> bool:
+        return math.isfinite(self.gradient_norm)
+
+
 class Trainer:
     """One run: the model, its optimizer and schedules, the data, and where training stands.
 
@@ -360,51 +377,60 @@ class Trainer:
         started = time.perf_counter()
         try:
             for indices in bar:
-                batch = next(loader).to(self.device)
-                loss, parts = self.batch_loss(batch, indices, forcing, augment)
-                # One reduction gives every rank the global batch's loss, its parts and frame count,
-                # and whether any rank was asked to stop or to save: all act on them together.
-                total, frames, stop, save, *values = distributed.sum(
-                    [
-                        loss.item(),
-                        float(batch.feature_lengths.sum()),
-                        float(self.stop_requests.requested),
-                        float(distributed.is_main and self.checkpoint_due()),
-                        *parts.values(),
-                    ]
-                )
-                self.optimizer.zero_grad(set_to_none=True)
-                norm = math.nan
-                if math.isfinite(total):
-                    self.scaler.scale(loss * distributed.world_size).backward()  # DDP averages over ranks
-                    self.scaler.unscale_(self.optimizer)  # clip the true gradients
-                    norm = clip_gradients(self.model, settings.gradient_clip)
-                if math.isfinite(norm):
-                    learning_rate = self.scheduler.get_last_lr()[0]
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                    self.scheduler.step()
-                    named_parts = dict(zip(parts, values, strict=True))
-                    progress.record(total, named_parts, int(frames))
+                step = self.step(next(loader).to(self.device), indices, forcing, augment)
+                if step.updated:
+                    progress.record(step.loss, step.parts, step.frames)
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
                     self.monitor.step(
                         StepValues(
-                            progress.step, progress.epoch + 1, progress.batch_in_epoch, epoch_batches, total,
-                            named_parts, learning_rate, forcing, norm, int(frames),
+                            progress.step, progress.epoch + 1, progress.batch_in_epoch, epoch_batches, step.loss,
+                            step.parts, step.learning_rate, forcing, step.gradient_norm, step.frames,
                         )
                     )  # fmt: skip
-                elif self.scaler.is_enabled() and math.isfinite(total):
-                    self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one, same batch lost
-                    progress.batch_in_epoch += 1
+                elif self.scaler.is_enabled() and math.isfinite(step.loss):
+                    progress.batch_in_epoch += 1  # fp16 gradients overflowed: a smaller scale, this batch lost
                 else:
                     self.skip_bad_batch()
-                if stop:
+                if step.stop:
                     return True
-                if save and distributed.is_main:
+                if step.save and distributed.is_main:
                     self.save(self.out / "last.pt")
         finally:
             progress.train_seconds += time.perf_counter() - started
         return False
+
+    def step(self, batch: Batch, indices: list[int], forcing: float, augment: bool) -> Step:
+        """One optimisation step on the global batch `indices`, of which this rank holds `batch`:
+        the loss, gradients clipped to `train.gradient_clip`, and the update with the learning
+        rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
+        distributed = self.distributed
+        loss, parts = self.batch_loss(batch, indices, forcing, augment)
+        # One reduction gives every rank the global batch's loss, its parts and frame count,
+        # and whether any rank was asked to stop or to save: all act on them together.
+        total, frames, stop, save, *values = distributed.sum(
+            [
+                loss.item(),
+                float(batch.feature_lengths.sum()),
+                float(self.stop_requests.requested),
+                float(distributed.is_main and self.checkpoint_due()),
+                *parts.values(),
+            ]
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        norm = learning_rate = math.nan
+        if math.isfinite(total):
+            self.scaler.scale(loss * distributed.world_size).backward()  # DDP averages over ranks
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
+            norm = clip_gradients(self.model, self.config.train.gradient_clip)
+        if math.isfinite(norm):
+            learning_rate = self.scheduler.get_last_lr()[0]
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+        elif self.scaler.is_enabled() and math.isfinite(total):
+            self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
+        named_parts = dict(zip(parts, values, strict=True))
+        return Step(total, named_parts, int(frames), norm, learning_rate, bool(stop), bool(save))
 
     def batch_loss(
         self, batch: Batch, indices: list[int], forcing: float, augment: bool

@@ -39,20 +39,20 @@ import typer
 from las.checkpoint import Checkpoint, load_checkpoint
 from las.config import Config
 from las.data.cache import FeatureCache
-from las.data.dataset import BucketBatchSampler, SpeechDataset
+from las.data.dataset import SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
-from las.device import autocast, resolve_device
+from las.device import resolve_device
 from las.evaluate import Report, score
 from las.inference import transcribe
-from las.losses import joint_loss
 from las.model.las import LAS
 from las.model.listener import Listener
 from las.recognizer import Recognizer
 from las.search import Hypothesis, Strategy, build_strategy
-from las.text import Vocabulary
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+RATE = 16000
+DEV_MANIFEST = Path(__file__).resolve().parent.parent / "data" / "an4" / "dev.tsv"
 
 
 @app.command()
@@ -105,54 +105,51 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
 def throughput(
     utterances: int = 256,
     repeats: int = 3,
-    manifest: str = "data/an4/train.tsv",
+    manifest: Path = Path("data/an4/train.tsv"),
     device: str = "auto",
     precisions: str = "fp32",
     workers: int = Config().data.workers,
 ) -> None:
-    """Training steps (forward, backward, update) of the default model over the same utterances,
-    interleaved: length-bucketed batches read by `workers` DataLoader processes as `las train`
-    does (padded BLSTMs on a CPU, packed on CUDA), random (unbucketed) padded batches, and
-    bucketed batches on the other BLSTM path; each at every precision in `precisions` (e.g.
-    "fp32,bf16" on a GPU). Data loading share = time the step waited for its batch."""
+    """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
+    batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
+    utterances, interleaved: length-bucketed batches as `las train` makes them (padded BLSTMs on
+    a CPU, packed on CUDA), random (unbucketed) padded batches, and bucketed batches on the other
+    BLSTM path; each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
+    share = time the step waited for its batch."""
+    from las.train import Trainer, load_corpus
 
-    config = Config()
     target = resolve_device(device)
     cuda = target.type == "cuda"
-    chosen = read_utterances(manifest)[:utterances]
-    features = FeatureCache(config.data.cache_dir, config.features, workers).load(chosen)
-    vocabulary = Vocabulary.from_texts(u.text for u in chosen)
-    dataset = SpeechDataset.from_utterances(chosen, features, Normalizer.fit(features), vocabulary)
+    with tempfile.TemporaryDirectory() as folder:
+        head = subset_manifest(manifest, utterances, Path(folder) / manifest.name)
+        config = Config().replace(
+            [f"data.train={head}", f"data.dev={head}", f"data.workers={workers}", f"train.out={folder}/run"]
+            + [f"train.device={target.type}", "train.tensorboard=false"]
+        )
+        corpus = load_corpus(config, None, None)
+        trainers = {}
+        for precision in precisions.split(","):
+            torch.manual_seed(0)  # the same initial model for every precision
+            settings = corpus.config.replace([f"train.precision={precision}"])
+            trainers[precision] = Trainer(settings, corpus, Path(folder), None)
+    dataset = corpus.train
     lengths = dataset.frame_counts()
-    bucketed = BucketBatchSampler(lengths, config.data.batch_size, config.data.max_batch_frames, seed=0).batches()
+    bucketed = next(iter(trainers.values())).global_batches()
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0)).tolist()
     size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
     unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
-    torch.manual_seed(0)
-    model = LAS.build(config.model, config.features.mel_bins, len(vocabulary)).to(target)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    layers = [model.listener.input_layer, *model.listener.pyramid]
 
     def epoch(batches: list[list[int]], packed: bool, precision: str) -> tuple[float, float]:
         """Seconds waiting for batches, and in training steps."""
-        for layer in layers:
+        trainer = trainers[precision]
+        for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
             layer.packed = packed
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_sampler=batches, collate_fn=dataset.batch, num_workers=workers, pin_memory=cuda
-        )
         loading = stepping = 0.0
         started = time.perf_counter()
-        for batch in loader:
+        for indices, batch in zip(batches, trainer.loader(batches), strict=True):
             batch = batch.to(target)
             loaded = time.perf_counter()
-            with autocast(target, precision):
-                output = model(batch.features, batch.feature_lengths, batch.targets_in)
-                loss, _ = joint_loss(
-                    output, batch.targets_in, batch.targets_out, batch.target_lengths, config.model.ctc_weight, 0.1
-                )
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            trainer.step(batch, indices, forcing=1.0, augment=False)
             if cuda:
                 torch.cuda.synchronize()
             loading += loaded - started
@@ -170,7 +167,7 @@ def throughput(
         }
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     peaks: dict[str, int] = {}
-    epoch(bucketed[:2], cuda, "fp32")  # warm-up
+    epoch(bucketed[:2], cuda, precisions.split(",")[0])  # warm-up
     for _ in range(repeats):
         for name, variant in variants.items():
             if cuda:
@@ -180,7 +177,7 @@ def throughput(
     frames = sum(lengths)
     where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(
-        f"{len(dataset)} AN4 utterances ({frames} frames), default model, batches of up to "
+        f"{len(dataset)} AN4 utterances ({frames} frames), default model, las train's steps, batches of up to "
         f"{config.data.batch_size}, {workers} loader workers, torch {torch.__version__}, {where}, "
         f"median of {repeats} interleaved passes:\n"
     )
@@ -297,14 +294,16 @@ def decode(checkpoint: Path, manifest: Path, device: str = "cpu") -> None:
     )
 
 
+SAMPLE = ["decode.strategy=sample", "decode.samples=32", "decode.ctc_weight=0"]
 STRATEGIES: dict[str, list[str]] = {
-    "greedy": ["decode.strategy=greedy"],
+    "greedy, attention only": ["decode.strategy=greedy", "decode.ctc_weight=0"],
+    "greedy, CTC 0.5": ["decode.strategy=greedy", "decode.ctc_weight=0.5"],
     "CTC greedy (listener + CTC head only)": ["decode.strategy=ctc"],
-    "random search, 32 samples, T=1": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=1.0"],
-    "random search, 32 samples, T=0.6": ["decode.strategy=sample", "decode.samples=32", "decode.temperature=0.6"],
+    "random search, 32 samples, T=1": [*SAMPLE, "decode.temperature=1.0"],
+    "random search, 32 samples, T=0.6": [*SAMPLE, "decode.temperature=0.6"],
+    "random search, 32 samples, T=0.6, CTC 0.5": [*SAMPLE, "decode.temperature=0.6", "decode.ctc_weight=0.5"],
     "random search, 32 samples, T=0.6, not normalised": [
-        "decode.strategy=sample",
-        "decode.samples=32",
+        *SAMPLE,
         "decode.temperature=0.6",
         "decode.length_normalize=false",
     ],
@@ -411,8 +410,65 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
     )
 
 
+@app.command(name="ctc-window")
+def ctc_window(
+    checkpoint: Path, seconds: str = "10,30,60", nats: float = 30.0, repeats: int = 3, beam_size: int = 8
+) -> None:
+    """Beam search + CTC on AN4 dev utterances joined into recordings of `seconds`, each decoded
+    whole (no segmentation): decoding seconds per second of audio with the CTC prefix score over
+    every frame and over its window (`decode.ctc_window_nats`), interleaved; and whether the
+    transcripts differ. Then the same on AN4 dev, utterance by utterance (n-best lists)."""
+    from longform import dev_rows, joined
+
+    from las.data.audio import load_audio
+
+    settings = {"beam_size": beam_size, "ctc_weight": 0.5, "nbest": 8, "segment_seconds": 100_000}
+    variants = {
+        "every frame": Recognizer.load(checkpoint, "cpu", ctc_window_nats=0, **settings),
+        f"window {nats:g} nats": Recognizer.load(checkpoint, "cpu", ctc_window_nats=nats, **settings),
+    }
+    waveforms = [load_audio(audio, RATE) for _, audio, _ in dev_rows()]
+    print(
+        f"{checkpoint}, beam {beam_size} + CTC 0.5, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"median of {repeats} interleaved runs\n"
+    )
+    print("| recording | " + " | ".join(f"{name}: s per audio s" for name in variants) + " | speed-up | same text |")
+    print("| --- | " + " | ".join("---" for _ in variants) + " | --- | --- |")
+    for target in [float(item) for item in seconds.split(",")]:
+        chosen, length = [], 0.0
+        for waveform in waveforms:  # utterances in order until the recording is `target` long
+            if length >= target:
+                break
+            chosen.append(waveform)
+            length += len(waveform) / RATE + 0.5
+        recording, _ = joined(chosen)
+        audio_seconds = len(recording) / RATE
+        timings: dict[str, list[float]] = {name: [] for name in variants}
+        texts = {}
+        for _ in range(repeats):
+            for name, recognizer in variants.items():
+                texts[name] = recognizer.transcribe(recording, sample_rate=RATE).text
+                timings[name].append(recognizer.timing.seconds / audio_seconds)
+        medians = [statistics.median(timings[name]) for name in variants]
+        print(
+            f"| {audio_seconds:.0f} s ({len(chosen)} utterances) | "
+            + " | ".join(f"{value:.4f}" for value in medians)
+            + f" | {medians[0] / medians[1]:.2f}x | {len(set(texts.values())) == 1} |"
+        )
+    results = {name: recognizer.transcribe(DEV_MANIFEST) for name, recognizer in variants.items()}
+    same = sum(same_nbest(a.nbest, b.nbest) for a, b in zip(*results.values(), strict=True))
+    print(f"\nAN4 dev, 8-best lists identical (scores within 1e-4) for {same}/{len(results['every frame'])} utterances")
+
+
+def same_nbest(first: list[tuple[str, float]], second: list[tuple[str, float]]) -> bool:
+    """The same texts in the same order, scores within 1e-4."""
+    return [text for text, _ in first] == [text for text, _ in second] and all(
+        abs(a - b) <= 1e-4 for (_, a), (_, b) in zip(first, second, strict=True)
+    )
+
+
 RUN_DECODINGS: dict[str, list[str]] = {  # the columns of `runs`, from the strategies above
-    "greedy": STRATEGIES["greedy"],
+    "greedy": STRATEGIES["greedy, attention only"],
     "beam 8": STRATEGIES["beam 8, attention only"],
     "beam 8 + CTC 0.3": STRATEGIES["beam 8, CTC 0.3"],
     "beam 8 + CTC 0.5": STRATEGIES["beam 8, CTC 0.5"],

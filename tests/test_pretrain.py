@@ -11,7 +11,8 @@ from las.cli import app
 from las.config import Config
 from las.errors import LasError
 from las.model.listener import ListenerOutput
-from las.pretrain import load_language_model, pretrain_speller, silent_memory
+from las.model.pretrained import load_language_model, silent_memory
+from las.pretrain import pretrain_speller
 from las.search import build_strategy
 from las.text import Vocabulary
 from las.train import Trainer, load_corpus

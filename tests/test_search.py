@@ -1,5 +1,6 @@
 """Decoding strategies: beam 1 is greedy, batching changes nothing, scores are log-likelihoods."""
 
+import typing
 from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -8,14 +9,27 @@ import pytest
 import torch
 
 from las import Recognizer
-from las.config import DecodeConfig
+from las.config import DecodeConfig, StrategyName, load_config
 from las.data.dataset import Batch
 from las.data.manifest import read_utterances
-from las.search import BeamSearch, CTCGreedySearch, GreedySearch, Rules, SamplingSearch, Symbols, build_strategy
-from las.search.common import WINDOW_BACK_FRAMES, ctc_greedy_lengths
+from las.model.las import LAS
+from las.model.speller import Speller
+from las.search import (
+    STRATEGIES,
+    BeamSearch,
+    CTCGreedySearch,
+    GreedySearch,
+    Rules,
+    SamplingSearch,
+    Scoring,
+    Symbols,
+    build_strategy,
+)
+from las.search.common import WINDOW_BACK_FRAMES, Heard, ctc_greedy_lengths
 from las.search.ctc_prefix import CTCPrefixScorer
 from scripts.reference_beam import reference_beam_search
 
+from .conftest import TINY
 from .test_model import VOCABULARY, batch, make_model, teacher_forced_log_likelihood
 
 SYMBOLS = Symbols.of(VOCABULARY)
@@ -25,15 +39,29 @@ RULES = Rules(length_normalize=False)
 
 
 def with_rules(settings: dict, changes: dict) -> dict:
-    """`settings` with `changes`, those that name a rule applied to the rules."""
-    names = {item.name for item in fields(Rules)}
-    rules = replace(settings["rules"], **{key: value for key, value in changes.items() if key in names})
-    return {**settings, **{key: value for key, value in changes.items() if key not in names}, "rules": rules}
+    """`settings` with `changes`, those that name a rule or a scorer applied to the rules or the scoring."""
+    parts = {"rules": {item.name for item in fields(Rules)}, "scoring": {item.name for item in fields(Scoring)}}
+    made = {
+        part: replace(settings.get(part, Scoring()), **{k: v for k, v in changes.items() if k in names})
+        for part, names in parts.items()
+    }
+    others = {key: value for key, value in changes.items() if not any(key in names for names in parts.values())}
+    return {**settings, **others, **made}
 
 
 def beam(symbols: Symbols, **changes: object) -> BeamSearch:
-    settings = dict(symbols=symbols, rules=RULES, beam_size=4, nbest=4, ctc_weight=0.0)
-    return BeamSearch(**with_rules(settings, changes))
+    return BeamSearch(**with_rules(dict(symbols=symbols, rules=RULES, beam_size=4, nbest=4), changes))
+
+
+def greedy(symbols: Symbols, **changes: object) -> GreedySearch:
+    return GreedySearch(**with_rules(dict(symbols=symbols, rules=RULES), changes))
+
+
+def language_model(model: LAS) -> Speller:
+    """A character LM for `model`'s vocabulary: any speller, heard through one silent frame."""
+    torch.manual_seed(2)
+    config = load_config(None, TINY + ["model.speller_hidden=32"])
+    return LAS.build(config.model, input_size=10, vocabulary_size=model.speller.output.out_features).speller.eval()
 
 
 @pytest.fixture(scope="module", params=["untrained", "trained"])
@@ -60,11 +88,17 @@ def trained_batch(trained_run: dict[str, Path]) -> tuple[Recognizer, Batch]:
     return recognizer, dataset.collate(list(range(len(dataset))))
 
 
-def test_beam_size_one_equals_greedy(model_and_memory) -> None:
+@pytest.mark.parametrize("scorers", ["speller", "ctc", "lm", "ctc+lm"])
+def test_beam_size_one_equals_greedy_with_every_scorer(model_and_memory, scorers: str) -> None:
     model, _, _, memory, symbols = model_and_memory
-    greedy = GreedySearch(symbols, RULES).search(model, memory)
-    beamed = beam(symbols, beam_size=1, nbest=1).search(model, memory)
-    for greedy_hypotheses, beam_hypotheses in zip(greedy, beamed, strict=True):
+    joined = {
+        "ctc_weight": 0.4 if "ctc" in scorers else 0.0,
+        "language_model": language_model(model) if "lm" in scorers else None,
+        "lm_weight": 0.5 if "lm" in scorers else 0.0,
+    }
+    greedy_found = greedy(symbols, **joined).search(model, memory)
+    beamed = beam(symbols, beam_size=1, nbest=1, **joined).search(model, memory)
+    for greedy_hypotheses, beam_hypotheses in zip(greedy_found, beamed, strict=True):
         assert beam_hypotheses[0].tokens == greedy_hypotheses[0].tokens
         assert beam_hypotheses[0].score == pytest.approx(greedy_hypotheses[0].score, abs=1e-4)
 
@@ -77,12 +111,15 @@ def test_beam_size_one_equals_greedy(model_and_memory) -> None:
         {"length_penalty": 0.5, "min_length_ratio": 0.2},
         {"eos_threshold": 1.5},
         {"ctc_weight": 0.3},
+        {"ctc_weight": 0.3, "lm_weight": 0.4},
         {"attention_window": 3},
         {"ctc_length_ratio": 0.5},
     ],
 )
 def test_batched_beam_search_equals_the_per_utterance_reference(model_and_memory, changes: dict) -> None:
     model, _, _, memory, symbols = model_and_memory
+    if changes.get("lm_weight"):
+        changes = {**changes, "language_model": language_model(model)}
     search = beam(symbols, **changes)
     batched = search.search(model, memory)
     for row in range(memory.values.shape[0]):
@@ -152,38 +189,85 @@ def test_build_strategy_from_config() -> None:
     assert isinstance(build_strategy(replace(DecodeConfig(), strategy="greedy"), VOCABULARY, model), GreedySearch)
     assert isinstance(build_strategy(replace(DecodeConfig(), strategy="sample"), VOCABULARY, model), SamplingSearch)
     strategy = build_strategy(replace(DecodeConfig(), strategy="beam", beam_size=3, ctc_weight=0.3), VOCABULARY, model)
-    assert isinstance(strategy, BeamSearch) and strategy.beam_size == 3 and strategy.ctc_weight == 0.3
+    assert isinstance(strategy, BeamSearch) and strategy.beam_size == 3 and strategy.scoring.ctc_weight == 0.3
+    sample = build_strategy(replace(DecodeConfig(), strategy="sample", samples=5, ctc_weight=0.2), VOCABULARY, model)
+    assert sample.samples == 5 and sample.scoring.ctc_weight == 0.2  # every strategy joins the same scorers
 
 
-def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood() -> None:
+def test_the_strategy_registry_and_the_config_name_the_same_strategies() -> None:
+    assert set(typing.get_args(StrategyName)) == set(STRATEGIES)
+
+
+def ctc_log_likelihood(log_probs: torch.Tensor, sequence: list[int], frames: int) -> float:
+    """log P_ctc(sequence | log_probs[:frames]) from torch's CTC loss (blank 0)."""
+    return -torch.nn.functional.ctc_loss(
+        log_probs[:frames, None],  # (frames, 1, vocabulary)
+        torch.tensor([sequence]),
+        torch.tensor([frames]),
+        torch.tensor([len(sequence)]),
+        reduction="sum",
+    ).item()
+
+
+def prefix_score_totals(scorer: CTCPrefixScorer, sequences: list[list[int]], check_start: bool = False) -> torch.Tensor:
+    """Per row, the sum of the prefix score increments along its sequence and then <eos>."""
+    state = scorer.initial_state()
+    rows = len(sequences)
+    totals = torch.zeros(rows)
+    ended = torch.zeros(rows, dtype=torch.bool)
+    for step in range(max(map(len, sequences)) + 1):
+        increments, extensions = scorer.score(state)
+        if check_start:  # starting the frame loop at the prefix's length skips only impossible frames
+            assert state.length == step
+            again, _ = scorer.score(state._replace(length=0))
+            assert torch.equal(increments, again)
+        tokens = torch.tensor([sequence[step] if step < len(sequence) else scorer.eos for sequence in sequences])
+        totals += increments[torch.arange(rows), tokens].masked_fill(ended, 0.0)
+        ended |= tokens == scorer.eos
+        state = scorer.select_extensions(extensions, increments, state, torch.arange(rows), tokens)
+    return totals
+
+
+@pytest.mark.parametrize("window_nats", [0.0, 30.0])
+def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood(window_nats: float) -> None:
     """Increments along a sequence, <eos> included, sum to log P_ctc(sequence | audio)."""
     torch.manual_seed(0)
     log_probs = torch.randn(2, 9, 6).log_softmax(-1)  # (rows, frames, vocabulary); blank 0, <eos> 5
     lengths = torch.tensor([9, 6])
     sequences = [[1, 1, 3], [2, 4]]  # a repeated character needs a blank between: the hard case
-    scorer = CTCPrefixScorer.from_log_probs(log_probs, lengths, blank=0, eos=5)
-    state = scorer.initial_state()
-    totals = torch.zeros(2)
-    for step in range(3):
-        increments, forward = scorer.score(state)
-        # Starting the frame loop at the prefix's length skips only impossible frames: exactly the same.
-        from_the_first_frame = scorer.score(state._replace(length=0))
-        assert state.length == step
-        assert torch.equal(increments, from_the_first_frame[0]) and torch.equal(forward, from_the_first_frame[1])
-        tokens = torch.tensor([sequence[step] if step < len(sequence) else 5 for sequence in sequences])
-        totals += increments[torch.arange(2), tokens]
-        state = CTCPrefixScorer.select_extensions(forward, increments, state, torch.arange(2), tokens)
-    increments, _ = scorer.score(state)
-    totals[0] += increments[0, 5]  # the first sequence is one longer: its <eos> comes now
+    scorer = CTCPrefixScorer.from_log_probs(log_probs, lengths, blank=0, eos=5, window_nats=window_nats)
+    totals = prefix_score_totals(scorer, sequences, check_start=window_nats == 0)
     for row, sequence in enumerate(sequences):
-        expected = -torch.nn.functional.ctc_loss(
-            log_probs[row, : lengths[row], None],  # (frames, 1, vocabulary)
-            torch.tensor([sequence]),
-            lengths[row : row + 1],
-            torch.tensor([len(sequence)]),
-            reduction="sum",
-        )
-        assert totals[row].item() == pytest.approx(expected.item(), abs=1e-4)
+        expected = ctc_log_likelihood(log_probs[row], sequence, int(lengths[row]))
+        assert totals[row].item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -> None:
+    """On a long, confident CTC output (as a trained head gives), each step scores a few frames
+    around where the prefix was said, and the scores equal those over every frame."""
+    torch.manual_seed(3)
+    frames, vocabulary = 600, 8  # blank 0, <eos> 7
+    sequence = torch.randint(1, 7, (90,)).tolist()
+    logits = torch.randn(frames, vocabulary)
+    logits[:, 0] += 6.0  # mostly blanks ...
+    emitted = torch.linspace(5, frames - 10, len(sequence)).long()
+    logits[emitted, torch.tensor(sequence)] += 12.0  # ... and each character at its frame
+    log_probs = logits.log_softmax(-1)[None]
+    lengths = torch.tensor([frames])
+    windowed = CTCPrefixScorer.from_log_probs(log_probs, lengths, 0, 7, window_nats=30.0)
+    state = windowed.initial_state()
+    windows = []
+    for token in sequence:
+        increments, extensions = windowed.score(state)
+        windows.append((extensions.low, extensions.forward.shape[0]))
+        state = windowed.select_extensions(extensions, increments, state, torch.tensor([0]), torch.tensor([token]))
+    lows, widths = zip(*windows, strict=True)
+    assert list(lows) == sorted(lows) and lows[-1] > frames * 0.8  # the window follows the prefix ...
+    assert max(widths) < frames / 6  # ... and does not grow with it
+    everywhere = CTCPrefixScorer.from_log_probs(log_probs, lengths, 0, 7)
+    exact = prefix_score_totals(everywhere, [sequence])
+    assert prefix_score_totals(windowed, [sequence]).item() == pytest.approx(exact.item(), abs=1e-3)
+    assert exact.item() == pytest.approx(ctc_log_likelihood(log_probs[0], sequence, frames), abs=1e-2)
 
 
 def test_ctc_greedy_merges_repeats_and_drops_blanks() -> None:
@@ -214,12 +298,13 @@ def test_every_strategy_ends_by_the_ctc_heads_length(model_and_memory, strategy:
     with <eos>), whatever the attention does — the untrained model runs to that limit."""
     model, _, _, memory, symbols = model_and_memory
     rules = Rules(ctc_length_ratio=1.0)
+    heard = Heard.of(model, memory)
     search = {
         "greedy": GreedySearch(symbols, rules),
         "sample": sampling(symbols, ctc_length_ratio=1.0),
         "beam": beam(symbols, ctc_length_ratio=1.0),
     }[strategy]
-    limits = rules.max_lengths(model, memory)
+    limits = rules.limits(heard).longest
     assert (limits <= (memory.lengths * 1.5).ceil().long() + 5).all()
     for hypotheses, limit in zip(search.search(model, memory), limits.tolist(), strict=True):
         assert all(len(hypothesis.tokens) + 1 <= limit for hypothesis in hypotheses)
@@ -249,7 +334,8 @@ def test_greedy_and_sampling_obey_the_end_of_sentence_rules(model_and_memory) ->
     model, _, _, memory, symbols = model_and_memory
     rules = Rules(min_length_ratio=0.3, ctc_length_ratio=0.0)
     # At least the minimum, unless the length limit came first.
-    least = torch.minimum(rules.min_lengths(memory), rules.max_lengths(model, memory) - 1).tolist()
+    limits = rules.limits(Heard.of(model, memory))
+    least = torch.minimum(limits.shortest, limits.longest - 1).tolist()
     for search in (GreedySearch(symbols, rules), sampling(symbols, min_length_ratio=0.3, ctc_length_ratio=0.0)):
         for hypotheses, minimum in zip(search.search(model, memory), least, strict=True):
             assert all(len(hypothesis.tokens) >= minimum for hypothesis in hypotheses)

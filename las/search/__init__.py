@@ -2,69 +2,70 @@
 
 The loop that drives a strategy (training's dev pass, `las decode`) never knows which one runs.
 Every strategy works on a whole batch of utterances at once — beam search on utterances x beams
-in one tensor batch per step — on CPU and CUDA alike.
+in one tensor batch per step — on CPU and CUDA alike, and every one but CTC greedy scores with
+the same scorers (las.search.scorers) under the same rules (las.search.common.Rules).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 
 from las.config import DecodeConfig
 from las.errors import LasError
 from las.model.las import LAS
+from las.model.pretrained import load_language_model
 from las.model.speller import Speller
-from las.pretrain import load_language_model
 from las.search.beam import BeamSearch
 from las.search.common import Hypothesis, Rules, Strategy, Symbols
 from las.search.ctc_greedy import CTCGreedySearch
 from las.search.paths import GreedySearch, SamplingSearch
+from las.search.scorers import Scoring
 from las.text import Vocabulary
 
 __all__ = [
+    "STRATEGIES",
     "BeamSearch",
     "CTCGreedySearch",
     "GreedySearch",
     "Hypothesis",
     "Rules",
     "SamplingSearch",
+    "Scoring",
     "Strategy",
     "Symbols",
     "build_strategy",
 ]
 
+# decode.strategy names (las.config.StrategyName lists the same, for the CLI without torch).
+STRATEGIES: dict[str, type[Strategy]] = {
+    "greedy": GreedySearch,
+    "sample": SamplingSearch,
+    "beam": BeamSearch,
+    "ctc": CTCGreedySearch,
+}
+
 
 def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None = None) -> Strategy:
-    """The strategy named by `config.strategy`, with its settings from the same config."""
-    symbols, rules = Symbols.of(vocabulary), Rules.of(config)
-    if config.strategy == "greedy":
-        return GreedySearch(symbols, rules)
-    if config.strategy == "sample":
-        return SamplingSearch(
-            symbols=symbols,
-            rules=rules,
-            samples=config.samples,
-            temperature=config.temperature,
-            nbest=config.nbest,
-            seed=config.seed,
-        )
-    needs_ctc = config.strategy == "ctc" or (config.strategy == "beam" and config.ctc_weight > 0)
-    if needs_ctc and (model is None or model.ctc_head is None):
+    """The strategy named by `config.strategy`; each of its fields comes from the `DecodeConfig`
+    field of the same name, or is the symbols, rules or scoring that the config sets."""
+    if config.strategy not in STRATEGIES:
+        raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from {', '.join(STRATEGIES)})")
+    strategy = STRATEGIES[config.strategy]
+    if (config.strategy == "ctc" or config.ctc_weight > 0) and (model is None or model.ctc_head is None):
         raise LasError(
             f"decode.strategy={config.strategy} with CTC needs a model trained with a CTC head (model.ctc_weight > 0)"
         )
-    if config.strategy == "ctc":
-        return CTCGreedySearch(symbols)
-    if config.strategy == "beam":
-        return BeamSearch(
-            symbols=symbols,
-            rules=rules,
-            beam_size=config.beam_size,
-            nbest=config.nbest,
-            ctc_weight=config.ctc_weight,
-            language_model=fused_language_model(config, vocabulary, model),
-            lm_weight=config.lm_weight,
-        )
-    raise LasError(f"unknown decoding strategy {config.strategy!r} (choose from greedy, sample, beam, ctc)")
+    made = {
+        "symbols": Symbols.of(vocabulary),
+        "rules": Rules.of(config),
+        "scoring": Scoring(
+            config.ctc_weight, fused_language_model(config, vocabulary, model), config.lm_weight, config.ctc_window_nats
+        ),
+    }
+    names = [item.name for item in dataclasses.fields(strategy)]  # type: ignore[arg-type]
+    return strategy(**{name: made[name] if name in made else getattr(config, name) for name in names})
 
 
 def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None) -> Speller | None:

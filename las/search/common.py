@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.model.speller import SpellerState
 from las.text import PAD_INDEX, Vocabulary
 
 
@@ -21,6 +20,30 @@ class Hypothesis:
     # [start, end) encoder frames of each token, when aligned (las.timing), and by what: ctc|attention
     spans: list[tuple[int, int]] | None = None
     aligned_by: str = ""
+
+
+class Heard(NamedTuple):
+    """What the listener made of a batch, per row: its memory and, with a CTC head, the head's
+    log-probabilities `(rows, frames, vocabulary)`, computed once for every scorer and rule."""
+
+    memory: ListenerOutput
+    ctc_log_probs: torch.Tensor | None
+
+    @classmethod
+    def of(cls, model: LAS, memory: ListenerOutput) -> Heard:
+        ctc = model.ctc_head(memory.hidden).float().log_softmax(-1) if model.ctc_head is not None else None
+        return cls(memory, ctc)
+
+    def select(self, rows: torch.Tensor) -> Heard:
+        return Heard(self.memory.select(rows), self.ctc_log_probs[rows] if self.ctc_log_probs is not None else None)
+
+
+class Limits(NamedTuple):
+    longest: torch.Tensor  # (rows,) most output symbols, <eos> included
+    shortest: torch.Tensor  # (rows,) fewest characters before <eos>
+
+    def select(self, rows: torch.Tensor) -> Limits:
+        return Limits(self.longest[rows], self.shortest[rows])
 
 
 class Strategy(Protocol):
@@ -69,30 +92,31 @@ class Rules:
         """The rules set by a `DecodeConfig`."""
         return cls(**{item.name: getattr(config, item.name) for item in fields(cls)})
 
-    def max_lengths(self, model: LAS, memory: ListenerOutput, ctc_scores: torch.Tensor | None = None) -> torch.Tensor:
-        """Longest output (characters + <eos>) allowed per utterance: `(batch,)`. `ctc_scores`:
-        the CTC head's output `(batch, frames, vocabulary)` when the caller has it already."""
-        limits = (memory.lengths.float() * self.max_length_ratio).ceil().long() + 5
-        if self.ctc_length_ratio > 0 and model.ctc_head is not None:
-            if ctc_scores is None:
-                ctc_scores = model.ctc_head(memory.hidden)
-            characters = ctc_greedy_lengths(ctc_scores, memory.mask)
+    def limits(self, heard: Heard) -> Limits:
+        """How long each row's output may and must be."""
+        limits = (heard.memory.lengths.float() * self.max_length_ratio).ceil().long() + 5
+        if self.ctc_length_ratio > 0 and heard.ctc_log_probs is not None:
+            characters = ctc_greedy_lengths(heard.ctc_log_probs, heard.memory.mask)
             limits = torch.minimum(limits, (characters.float() * self.ctc_length_ratio).ceil().long() + 5)
-        return limits
+        return Limits(limits, (heard.memory.lengths.float() * self.min_length_ratio).floor().long())
 
-    def min_lengths(self, memory: ListenerOutput) -> torch.Tensor:
-        """Fewest characters before <eos> may come, per utterance: `(batch,)`."""
-        return (memory.lengths.float() * self.min_length_ratio).floor().long()
-
-    def may_end(self, log_probs: torch.Tensor, length: int, min_lengths: torch.Tensor, eos: int) -> torch.Tensor:
-        """`(rows,)` whether <eos> may follow: long enough, and likely enough if thresholded.
-        `length` counts the output symbols once extended, <eos> included."""
-        allowed = length > min_lengths
+    def constrain(
+        self, scores: torch.Tensor, speller: torch.Tensor, length: int, limits: Limits, eos: int
+    ) -> torch.Tensor:
+        """`scores` `(rows, vocabulary)` with -inf where a rule forbids the extension: <eos> too
+        early, or less likely under the `speller` log-probabilities than the threshold asks;
+        anything but <eos> at the length limit, where <eos> always may come. `length` counts the
+        output symbols once extended, <eos> included."""
+        at_limit = length >= limits.longest  # (rows,)
+        allowed = (length > limits.shortest) | at_limit
         if self.eos_threshold > 0:
-            others = log_probs.clone()
+            others = speller.clone()
             others[:, eos] = float("-inf")
-            allowed &= log_probs[:, eos] > self.eos_threshold * others.max(dim=1).values
-        return allowed
+            allowed &= (speller[:, eos] > self.eos_threshold * others.max(dim=1).values) | at_limit
+        scores = scores.clone()
+        scores[:, eos] = scores[:, eos].masked_fill(~allowed, float("-inf"))
+        not_eos = torch.arange(scores.shape[1], device=scores.device) != eos
+        return scores.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
 
     def rank(self, hypothesis: Hypothesis) -> float:
         """Ranking score of a final hypothesis: length-normalised and/or with a per-character bonus."""
@@ -119,13 +143,3 @@ def ctc_greedy_lengths(ctc_scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     previous = torch.nn.functional.pad(best, (1, 0), value=-1)[:, :-1]
     emitted = (best != PAD_INDEX) & (best != previous) & mask  # blank is <pad>
     return emitted.sum(dim=1)
-
-
-def step_log_probs(
-    model: LAS, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput, symbols: Symbols, rules: Rules
-) -> tuple[torch.Tensor, SpellerState]:
-    """Next-symbol log-probabilities `(rows, vocabulary)` with forbidden symbols at -inf."""
-    logits, state = model.speller.step(tokens, state, rules.attend(memory, state.weights))
-    log_probs = logits.float().log_softmax(dim=-1)
-    log_probs[:, list(symbols.forbidden)] = float("-inf")
-    return log_probs, state

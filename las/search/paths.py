@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.search.common import Hypothesis, Rules, Symbols, step_log_probs
+from las.search.common import Heard, Hypothesis, Rules, Symbols
+from las.search.scorers import Scoring
 
 
 def follow_paths(
@@ -17,25 +18,29 @@ def follow_paths(
     memory: ListenerOutput,  # (paths, ...)
     symbols: Symbols,
     rules: Rules,
-    choose: Callable[[torch.Tensor], torch.Tensor],  # log-probs (paths, vocabulary) -> tokens (paths,)
+    scoring: Scoring,
+    choose: Callable[[torch.Tensor], torch.Tensor],  # scores (paths, vocabulary) -> tokens (paths,)
 ) -> list[Hypothesis]:
     """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit."""
+    heard = Heard.of(model, memory)
+    scorer = scoring.joint(model, symbols, rules)
+    limits, states = rules.limits(heard), scorer.start(heard)
     rows = memory.values.shape[0]
-    limits, min_lengths = rules.max_lengths(model, memory), rules.min_lengths(memory)
-    state = model.speller.initial_state(memory)
     tokens = torch.full((rows,), symbols.sos, dtype=torch.long, device=memory.values.device)
     finished = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
     scores = torch.zeros(rows, device=tokens.device)
     emitted, weights = [], []
-    for step in range(int(limits.max())):
-        log_probs, state = step_log_probs(model, tokens, state, memory, symbols, rules)
-        allowed = log_probs.clone()  # what may be chosen: <eos> only where the rules let it come
-        may_end = rules.may_end(log_probs, step + 1, min_lengths, symbols.eos)
-        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(~may_end, float("-inf"))
-        tokens = torch.where(step + 1 >= limits, symbols.eos, choose(allowed))  # at the limit: end here
-        scores += log_probs.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
+    for step in range(int(limits.longest.max())):
+        scored = scorer.score(states, tokens)
+        allowed = rules.constrain(scored.total, scored.speller, step + 1, limits, symbols.eos)
+        # A row that no extension may follow (the CTC prefix is impossible) ends here.
+        stuck = ~torch.isfinite(allowed).any(dim=1)
+        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(stuck, 0.0)
+        tokens = choose(allowed)
+        scores += scored.total.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
+        states = scorer.advance(scored, torch.arange(rows, device=tokens.device), tokens)
         emitted.append(tokens)
-        weights.append(state.weights)
+        weights.append(scored.weights)
         finished |= tokens == symbols.eos
         if finished.all():
             break
@@ -50,22 +55,23 @@ def follow_paths(
 
 @dataclass(frozen=True)
 class GreedySearch:
-    """The most likely character at every step: fast, and what training reports dev CER with."""
+    """The best-scoring symbol at every step: fast, and what training reports dev CER with."""
 
     symbols: Symbols
     rules: Rules = Rules()
+    scoring: Scoring = field(default_factory=Scoring)
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        paths = follow_paths(model, memory, self.symbols, self.rules, lambda log_probs: log_probs.argmax(-1))
+        paths = follow_paths(model, memory, self.symbols, self.rules, self.scoring, lambda scores: scores.argmax(-1))
         return [[hypothesis] for hypothesis in paths]
 
 
 @dataclass(frozen=True)
 class SamplingSearch:
-    """Random search (CMU 11-785 HW4): draw paths from the softmax at a temperature, keep the ones
-    the model scores highest. The greedy path is always one of the candidates, so the result is
-    never less likely under the model than greedy decoding."""
+    """Random search (CMU 11-785 HW4): draw paths from the softmax of the scores at a
+    temperature, keep the ones that score highest. The greedy path is always one of the
+    candidates, so the result never scores lower than greedy decoding."""
 
     symbols: Symbols
     rules: Rules
@@ -73,6 +79,7 @@ class SamplingSearch:
     temperature: float
     nbest: int
     seed: int
+    scoring: Scoring = field(default_factory=Scoring)
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
@@ -81,11 +88,11 @@ class SamplingSearch:
         generator = torch.Generator(device=memory.values.device).manual_seed(self.seed)
         greedy_rows = torch.arange(batch * samples, device=memory.values.device) % samples == 0
 
-        def choose(log_probs: torch.Tensor) -> torch.Tensor:
-            drawn = torch.multinomial((log_probs / self.temperature).softmax(-1), 1, generator=generator).squeeze(1)
-            return torch.where(greedy_rows, log_probs.argmax(-1), drawn)
+        def choose(scores: torch.Tensor) -> torch.Tensor:
+            drawn = torch.multinomial((scores / self.temperature).softmax(-1), 1, generator=generator).squeeze(1)
+            return torch.where(greedy_rows, scores.argmax(-1), drawn)
 
-        paths = follow_paths(model, expanded, self.symbols, self.rules, choose)
+        paths = follow_paths(model, expanded, self.symbols, self.rules, self.scoring, choose)
         results = []
         for utterance in range(batch):
             unique = {tuple(path.tokens): path for path in paths[utterance * samples : (utterance + 1) * samples]}
