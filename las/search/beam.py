@@ -19,7 +19,6 @@ class Rows(NamedTuple):
     states: tuple[Any, ...]  # per scorer (JointScorer)
     tokens: torch.Tensor  # (rows,) the last symbol of each prefix
     history: torch.Tensor  # (rows, steps) the prefix
-    attention: torch.Tensor  # (rows, steps, frames) the weights behind each symbol
     limits: Limits
     frames: torch.Tensor  # (rows,) encoder frames
 
@@ -29,10 +28,35 @@ class Rows(NamedTuple):
             scorer.keep(self.states, rows),
             self.tokens[rows],
             self.history[rows],
-            self.attention[rows],
             self.limits.select(rows),
             self.frames[rows],
         )
+
+
+class Trace:
+    """The attention weights of every row at every step, and the row each row came from: a
+    finished hypothesis follows its rows back. (Carrying each row's whole attention history
+    along, as a tensor reordered every step, would cost steps x frames per step.)"""
+
+    def __init__(self) -> None:
+        self.weights: list[torch.Tensor] = []  # per step (rows then, frames)
+        self.parents: list[list[int]] = []  # per step after the first: each row's row at the step before
+
+    def step(self, weights: torch.Tensor) -> None:
+        self.weights.append(weights)
+
+    def link(self, parents: torch.Tensor) -> None:
+        self.parents.append(parents.tolist())
+
+    def attention(self, row: int, frames: int) -> torch.Tensor:
+        """`(steps, frames)` weights of the prefix in `row` at the last step, each row's symbol at
+        the last step included."""
+        path = [row]
+        for parents in reversed(self.parents[: len(self.weights) - 1]):
+            path.append(parents[path[-1]])
+        return torch.stack([weights[row] for weights, row in zip(self.weights, reversed(path), strict=True)])[
+            :, :frames
+        ].cpu()
 
 
 @dataclass(frozen=True)
@@ -60,7 +84,6 @@ class BeamSearch:
             states=scorer.start(heard),
             tokens=torch.full((len(heard.memory.lengths),), self.symbols.sos, dtype=torch.long, device=device),
             history=torch.empty(len(heard.memory.lengths), 0, dtype=torch.long, device=device),
-            attention=torch.empty(len(heard.memory.lengths), 0, memory.values.shape[1], device=device),
             limits=self.rules.limits(heard),
             frames=heard.memory.lengths,
         )
@@ -68,10 +91,11 @@ class BeamSearch:
         scores = torch.full((len(utterances), beams), float("-inf"), device=device)
         scores[:, 0] = 0.0
         finals: list[list[Hypothesis]] = [[] for _ in range(len(utterances))]
+        trace = Trace()
         for step in range(int(rows.limits.longest.max())):
             batch = len(utterances)
             scored = scorer.score(rows.states, rows.tokens)
-            attention = torch.cat([rows.attention, scored.weights[:, None, :]], dim=1)
+            trace.step(scored.weights)
             candidates = self.rules.constrain(
                 scores.reshape(-1, 1) + scored.total, scored.speller, step + 1, rows.limits, eos
             )
@@ -88,7 +112,7 @@ class BeamSearch:
                     Hypothesis(
                         rows.history[row].tolist(),
                         top_scores[utterance, position].item(),
-                        attention[row, :, : rows.frames[row]].cpu(),
+                        trace.attention(row, int(rows.frames[row])),
                     )
                 )
             # Continue with the best `beams` candidates that do not end.
@@ -100,7 +124,6 @@ class BeamSearch:
                 states=scorer.advance(scored, origin, tokens),
                 tokens=tokens,
                 history=torch.cat([rows.history[origin], tokens[:, None]], dim=1),
-                attention=attention[origin],
             )
             done = torch.tensor([len(finals[index]) >= beams for index in original], device=device)
             done |= ~torch.isfinite(scores).any(dim=1)
@@ -108,6 +131,8 @@ class BeamSearch:
                 break
             if done.any():
                 live = (~done).nonzero().squeeze(1)
-                rows = rows.keep(scorer, (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1))
-                scores, utterances = scores[live], utterances[live]
+                kept = (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1)
+                rows = rows.keep(scorer, kept)
+                scores, utterances, origin = scores[live], utterances[live], origin[kept]
+            trace.link(origin)
         return [sorted(hypotheses, key=self.rules.rank, reverse=True)[: self.nbest] for hypotheses in finals]

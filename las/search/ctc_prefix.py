@@ -1,16 +1,18 @@
 """CTC prefix scores (Watanabe et al. 2017) for every next character of every hypothesis at once.
 
 A beam search joined with CTC asks, per step, how likely each extended prefix `g + c` is under
-the CTC head: the probability of all CTC paths whose collapsed output starts with `g + c`. The
-forward variables of `g` (ending in a character, or in a blank, at every frame) give those of
-every `g + c` in one pass over the frames, batched over hypotheses and characters.
+the CTC head: the probability of all CTC paths whose collapsed output starts with `g + c`. That is
+a sum over the frame t at which `c` is first emitted of P(`g` said by t - 1) x P(`c` at t), for
+every row and character at once. The forward variables of a chosen `g + c` (ending in `c`, or in
+a blank, at every frame) follow from those of `g` by a linear recurrence, which sums in closed
+form: neither needs a loop over the frames.
 
-That pass need not cover every frame. `g + c` can only begin where `g` has been said: where the
-probability of `g` is negligible (`window_nats` below its peak), no path worth counting begins,
-so the pass covers only the window where it is not, and the frames after it are filled in
-closed form for the chosen extensions alone (after the window only blanks and repeats follow).
-A step then costs the width of the window, not the length of the recording (ESPnet windows
-around the attention peak instead, which can lose the CTC's own alignment).
+The sum need not cover every frame. A path that emits `c` where `g` is `window_nats` less likely
+than the likeliest emission of any next character (or the likeliest end) adds less than
+e^-window_nats of the best extension's probability, so the sum runs over the window of frames
+where `g` is likelier: a step's character scores cost the window, not the recording. The
+forward variables, and with them every <eos> score, stay exact. (ESPnet windows around the
+attention peak instead, which trusts the attention where it may have lost its place.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import NamedTuple
 
 import torch
 
+# Stands in for log 0 inside running sums, which -inf would turn into NaN (-inf minus -inf).
+IMPOSSIBLE = -1e4
+
 
 class PrefixState(NamedTuple):
     forward: torch.Tensor  # (frames, 2, rows): log prob of `g` ending at frame t in a character (0) or blank (1)
@@ -28,16 +33,10 @@ class PrefixState(NamedTuple):
     length: int = 0  # characters in `g`, the same for every row (they advance in step)
 
 
-class Extensions(NamedTuple):
-    """The forward variables of every `g + c`, over the frames of the window only."""
-
-    forward: torch.Tensor  # (end - low, 2, rows, vocabulary)
-    low: int  # the frame before the first at which `c` may be emitted (nothing before it)
-
-
 @dataclass(frozen=True)
 class CTCPrefixScorer:
     x: torch.Tensor  # (frames, rows, vocabulary) CTC log-probabilities, certain blanks past each row's end
+    emission: torch.Tensor  # (frames, rows) the likeliest character (not blank) at each frame
     lengths: torch.Tensor  # (rows,) encoder frames
     blank: int
     eos: int
@@ -53,11 +52,15 @@ class CTCPrefixScorer:
         # Past a row's end every frame is a certain blank, so nothing changes there.
         x = log_probs.float().masked_fill(past_end[:, :, None], float("-inf"))
         x[:, :, blank] = x[:, :, blank].masked_fill(past_end, 0.0)
-        return cls(x.transpose(0, 1).contiguous(), lengths, blank, eos, window_nats)
+        x = x.transpose(0, 1).contiguous()
+        characters = torch.arange(x.shape[2], device=x.device) != blank
+        return cls(x, x[:, :, characters].max(dim=2).values, lengths, blank, eos, window_nats)
 
     def select(self, rows: torch.Tensor) -> CTCPrefixScorer:
         """The scorer of `rows` only (beam search drops the rows of finished utterances)."""
-        return CTCPrefixScorer(self.x[:, rows], self.lengths[rows], self.blank, self.eos, self.window_nats)
+        return CTCPrefixScorer(
+            self.x[:, rows], self.emission[:, rows], self.lengths[rows], self.blank, self.eos, self.window_nats
+        )
 
     @staticmethod
     def select_state(state: PrefixState, rows: torch.Tensor) -> PrefixState:
@@ -74,70 +77,63 @@ class CTCPrefixScorer:
     def window(self, total: torch.Tensor, length: int) -> tuple[int, int]:
         """Frames [start, end) at which a next character may be emitted, given the log
         probability `total` `(frames, rows)` of each row's `g` having been said by each frame.
-        `g + c` cannot end before frame len(g); with `window_nats`, c comes only after a frame
-        where `g` is within that many nats of its likeliest in some row."""
+        `g + c` cannot end before frame len(g); with `window_nats`, `c` comes only after frames
+        where `g` is within that many nats of the likeliest extension, in some row."""
         frames = total.shape[0]
         start = min(max(1, length), frames)
-        if self.window_nats <= 0:
+        if self.window_nats <= 0 or frames < 2:
             return start, frames
-        peak = total.max(dim=0).values  # (rows,)
-        said = ((total >= peak - self.window_nats) & torch.isfinite(peak)).any(dim=1).nonzero().squeeze(1)
+        rows = torch.arange(total.shape[1], device=total.device)
+        # An upper bound of the likeliest single path of any `g + c` (c at frame t), or of `g` alone.
+        best = torch.maximum((total[:-1] + self.emission[1:]).max(dim=0).values, total[self.lengths - 1, rows])
+        said = ((total[:-1] >= best - self.window_nats) & torch.isfinite(best)).any(dim=1).nonzero().squeeze(1)
         if len(said) == 0:
             return start, start
         return max(start, int(said[0]) + 1), min(frames, int(said[-1]) + 2)
 
-    def score(self, state: PrefixState) -> tuple[torch.Tensor, Extensions]:
-        """Score increments `(rows, vocabulary)` of every `g + c`, and their forward variables
-        over the window, for `select_extensions`."""
+    def score(self, state: PrefixState) -> torch.Tensor:
+        """Score increments `(rows, vocabulary)` of every `g + c`: log p(g + c...) - log p(g...),
+        and for <eos> log p(exactly g) - log p(g...)."""
         x = self.x
         frames, rows, vocabulary = x.shape
-        previous = state.forward
-        total = torch.logaddexp(previous[:, 0], previous[:, 1])  # (frames, rows)
+        total = torch.logaddexp(state.forward[:, 0], state.forward[:, 1])  # (frames, rows)
         start, end = self.window(total, state.length)
-        low = start - 1
         # Repeating the last character needs a blank in between: only blank-ending paths extend.
         repeat = torch.arange(vocabulary, device=x.device)[None, :] == state.last[:, None]  # (rows, vocabulary)
-        phi = torch.where(repeat[None], previous[low:, 1, :, None], total[low:, :, None])  # (frames - low, rows, V)
-        forward = torch.full((max(end, start) - low, 2, rows, vocabulary), float("-inf"), device=x.device)
-        if low == 0:  # the first frame can only begin `c` if `g` is empty
-            forward[0, 0] = torch.where((state.last < 0)[:, None], x[0], float("-inf"))
-        prefix = forward[0, 0].clone()
-        for t in range(start, end):
-            i = t - low
-            forward[i, 0] = torch.logaddexp(forward[i - 1, 0], phi[i - 1]) + x[t]
-            forward[i, 1] = torch.logaddexp(forward[i - 1, 0], forward[i - 1, 1]) + x[t, :, self.blank, None]
-            prefix = torch.logaddexp(prefix, phi[i - 1] + x[t])
+        before = torch.where(
+            repeat[None], state.forward[start - 1 : end - 1, 1, :, None], total[start - 1 : end - 1, :, None]
+        )  # (end - start, rows, vocabulary): `g` said by the frame before `c`
+        prefix = (before + x[start:end]).logsumexp(dim=0) if end > start else x.new_full((rows, vocabulary), -torch.inf)
+        if start == 1:  # `c` as the very first symbol, at frame 0
+            prefix = torch.logaddexp(prefix, torch.where((state.last < 0)[:, None], x[0], float("-inf")))
         # Ending here: every path of the utterance collapses to exactly `g`.
         prefix[:, self.eos] = total[self.lengths - 1, torch.arange(rows, device=x.device)]
         prefix[:, self.blank] = float("-inf")
-        return prefix - state.score[:, None], Extensions(forward, low)
+        return prefix - state.score[:, None]
 
     def select_extensions(
-        self,
-        extensions: Extensions,
-        increments: torch.Tensor,
-        state: PrefixState,
-        origin: torch.Tensor,
-        tokens: torch.Tensor,
+        self, increments: torch.Tensor, state: PrefixState, origin: torch.Tensor, tokens: torch.Tensor
     ) -> PrefixState:
-        """The state of each row's chosen extension: hypothesis `origin[row]` followed by `tokens[row]`."""
-        frames, rows = self.x.shape[0], len(origin)
-        low, end = extensions.low, extensions.low + extensions.forward.shape[0]
-        forward = torch.full((frames, 2, rows), float("-inf"), device=self.x.device)
-        forward[low:end] = extensions.forward[:, :, origin, tokens]
-        if end < frames:
-            forward[end:] = self.after_window(forward[end - 1], tokens, end)
-        return PrefixState(forward, state.score[origin] + increments[origin, tokens], tokens, state.length + 1)
+        """The state of each row's chosen extension: hypothesis `origin[row]` followed by `tokens[row]`.
 
-    def after_window(self, last: torch.Tensor, tokens: torch.Tensor, end: int) -> torch.Tensor:
-        """Forward variables `(frames - end, 2, rows)` of `g + c` after the window, where `c` is
-        `tokens` and `last` `(2, rows)` those at frame end - 1: from there only repeats of `c`
-        (a[t] = a[t-1] + x_c[t]) and blanks (b[t] = logaddexp(a[t-1], b[t-1]) + x_blank[t])
-        follow, which sum in closed form. float64: the running sums grow with the frames."""
-        rows = torch.arange(len(tokens), device=tokens.device)
-        repeats = self.x[end:, rows, tokens].double().cumsum(dim=0)  # (frames - end, rows)
-        blanks = self.x[end:, :, self.blank].double().cumsum(dim=0)
-        character, blank = last.double()
-        before = torch.nn.functional.pad(repeats - blanks, (0, 0, 1, 0))[:-1]  # (frames - end, rows): at t - 1
-        ended = character + before.logcumsumexp(dim=0)  # paths that left `c` for blanks by each frame
-        return torch.stack([character + repeats, blanks + torch.logaddexp(blank, ended)], dim=1).float()
+        With a[t], b[t] the log probabilities of `g + c` said by frame t ending in `c` or a blank,
+        and p[t] that of `g` said by t ready for `c`: a[t] = logaddexp(a[t-1], p[t-1]) + x_c[t] and
+        b[t] = logaddexp(a[t-1], b[t-1]) + x_blank[t]. Unrolled with running sums C, B of x_c,
+        x_blank: a[t] = C[t] + logcumsumexp(p[s-1] - C[s-1]), b[t] = B[t] + logcumsumexp(a[s-1] - B[s-1]),
+        in float64 since the running sums grow with the frames."""
+        x = self.x  # row `origin[i]` is of the same utterance as row i: the same frames
+        rows = len(origin)
+        previous = state.forward[:, :, origin].double()  # (frames, 2, rows)
+        total = torch.logaddexp(previous[:, 0], previous[:, 1])
+        ready = torch.where(tokens == state.last[origin], previous[:, 1], total)  # p: (frames, rows)
+        emitted = x[:, torch.arange(rows, device=x.device), tokens].double().clamp(min=IMPOSSIBLE)  # x_c
+        blanks = x[:, :, self.blank].double()
+        first = torch.where(state.last[origin] < 0, emitted[0], float("-inf"))  # a[0]: only if `g` is empty
+        repeats, silences = emitted[1:].cumsum(dim=0), blanks[1:].cumsum(dim=0)  # C, B from frame 1
+        shifted = lambda sums: torch.nn.functional.pad(sums, (0, 0, 1, 0))[:-1]  # noqa: E731  at t - 1
+        character = repeats + torch.logaddexp(first, (ready[:-1] - shifted(repeats)).logcumsumexp(dim=0))
+        a = torch.cat([first[None], character])  # (frames, rows)
+        blank = silences + (a[:-1] - shifted(silences)).logcumsumexp(dim=0)
+        b = torch.cat([torch.full_like(first, float("-inf"))[None], blank])
+        forward = torch.stack([a, b], dim=1).float()
+        return PrefixState(forward, state.score[origin] + increments[origin, tokens], tokens, state.length + 1)

@@ -93,12 +93,12 @@ class CTCScorer:
 
     def score(self, state: tuple[CTCPrefixScorer, Any], tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
         prefixes, prefix_state = state
-        increments, extensions = prefixes.score(prefix_state)
-        return increments, (prefixes, prefix_state, increments, extensions)
+        increments = prefixes.score(prefix_state)
+        return increments, (prefixes, prefix_state, increments)
 
     def advance(self, scored: Any, origin: torch.Tensor, tokens: torch.Tensor) -> tuple[CTCPrefixScorer, Any]:
-        prefixes, prefix_state, increments, extensions = scored
-        return prefixes, prefixes.select_extensions(extensions, increments, prefix_state, origin, tokens)
+        prefixes, prefix_state, increments = scored
+        return prefixes, prefixes.select_extensions(increments, prefix_state, origin, tokens)
 
     def keep(self, state: tuple[CTCPrefixScorer, Any], rows: torch.Tensor) -> tuple[CTCPrefixScorer, Any]:
         prefixes, prefix_state = state
