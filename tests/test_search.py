@@ -209,21 +209,23 @@ def ctc_log_likelihood(log_probs: torch.Tensor, sequence: list[int], frames: int
     ).item()
 
 
-def prefix_score_totals(scorer: CTCPrefixScorer, sequences: list[list[int]], check_start: bool = False) -> torch.Tensor:
+def prefix_score_totals(
+    scorer: CTCPrefixScorer, log_probs: torch.Tensor, lengths: torch.Tensor, sequences: list[list[int]]
+) -> torch.Tensor:
     """Per row, the sum of the prefix score increments along its sequence and then <eos>."""
-    state = scorer.initial_state()
+    state = scorer.initial(log_probs, lengths)
     rows = len(sequences)
     totals = torch.zeros(rows)
     ended = torch.zeros(rows, dtype=torch.bool)
     for step in range(max(map(len, sequences)) + 1):
-        increments = scorer.score(state)
-        if check_start:  # starting the sum at the prefix's length skips only impossible frames
-            assert state.length == step
-            torch.testing.assert_close(increments, scorer.score(state._replace(length=0)))
         tokens = torch.tensor([sequence[step] if step < len(sequence) else scorer.eos for sequence in sequences])
+        increments, scored = scorer.score(state, tokens)
+        if scorer.window_nats == 0:  # starting the sum at the prefix's length skips only impossible frames
+            assert state.length == step
+            torch.testing.assert_close(increments, scorer.score(state._replace(length=0), tokens)[0])
         totals += increments[torch.arange(rows), tokens].masked_fill(ended, 0.0)
         ended |= tokens == scorer.eos
-        state = scorer.select_extensions(increments, state, torch.arange(rows), tokens)
+        state = scorer.advance(scored, torch.arange(rows), tokens)
     return totals
 
 
@@ -234,15 +236,14 @@ def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood(window_nats: float) -> N
     log_probs = torch.randn(2, 9, 6).log_softmax(-1)  # (rows, frames, vocabulary); blank 0, <eos> 5
     lengths = torch.tensor([9, 6])
     sequences = [[1, 1, 3], [2, 4]]  # a repeated character needs a blank between: the hard case
-    scorer = CTCPrefixScorer.from_log_probs(log_probs, lengths, blank=0, eos=5, window_nats=window_nats)
-    totals = prefix_score_totals(scorer, sequences, check_start=window_nats == 0)
+    totals = prefix_score_totals(CTCPrefixScorer(0, 5, window_nats), log_probs, lengths, sequences)
     for row, sequence in enumerate(sequences):
         expected = ctc_log_likelihood(log_probs[row], sequence, int(lengths[row]))
         assert totals[row].item() == pytest.approx(expected, abs=1e-4)
 
 
 def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -> None:
-    """On a long, confident CTC output (as a trained head gives), each step scores a few frames
+    """On a long, confident CTC output (as a trained head gives), each step sums over the frames
     around where the prefix was said, and the scores equal those over every frame."""
     torch.manual_seed(3)
     frames, vocabulary = 600, 8  # blank 0, <eos> 7
@@ -251,22 +252,17 @@ def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -
     logits[:, 0] += 6.0  # mostly blanks ...
     emitted = torch.linspace(5, frames - 10, len(sequence)).long()
     logits[emitted, torch.tensor(sequence)] += 12.0  # ... and each character at its frame
-    log_probs = logits.log_softmax(-1)[None]
-    lengths = torch.tensor([frames])
-    windowed = CTCPrefixScorer.from_log_probs(log_probs, lengths, 0, 7, window_nats=30.0)
-    state = windowed.initial_state()
-    windows = []
+    log_probs, lengths = logits.log_softmax(-1)[None], torch.tensor([frames])
+    windowed = CTCPrefixScorer(0, 7, window_nats=30.0)
+    state, windows = windowed.initial(log_probs, lengths), []
     for token in sequence:
-        total = torch.logaddexp(state.forward[:, 0], state.forward[:, 1])
-        windows.append(windowed.window(total, state.length))
-        increments = windowed.score(state)
-        state = windowed.select_extensions(increments, state, torch.tensor([0]), torch.tensor([token]))
-    starts, ends = zip(*windows, strict=True)
+        windows.append(windowed.window(state, torch.logaddexp(state.forward[:, 0], state.forward[:, 1])))
+        state = windowed.advance(windowed.score(state, None)[1], torch.tensor([0]), torch.tensor([token]))
+    starts = [start for start, _ in windows]
     assert starts[len(starts) // 2] > frames * 0.4 and starts[-1] > frames * 0.8  # the window follows the prefix ...
     assert max(end - start for start, end in windows) < frames / 6  # ... and does not grow with it
-    everywhere = CTCPrefixScorer.from_log_probs(log_probs, lengths, 0, 7)
-    exact = prefix_score_totals(everywhere, [sequence])
-    assert prefix_score_totals(windowed, [sequence]).item() == pytest.approx(exact.item(), abs=1e-3)
+    exact = prefix_score_totals(CTCPrefixScorer(0, 7), log_probs, lengths, [sequence])
+    assert prefix_score_totals(windowed, log_probs, lengths, [sequence]).item() == pytest.approx(exact.item(), abs=1e-3)
     assert exact.item() == pytest.approx(ctc_log_likelihood(log_probs[0], sequence, frames), abs=1e-2)
 
 

@@ -34,29 +34,20 @@ class Rows(NamedTuple):
 
 
 class Trace:
-    """The attention weights of every row at every step, and the row each row came from: a
-    finished hypothesis follows its rows back. (Carrying each row's whole attention history
-    along, as a tensor reordered every step, would cost steps x frames per step.)"""
+    """Every step's attention weights per row, and the row each row came from, so that a finished
+    hypothesis follows its rows back (rather than each row carrying its whole history along,
+    reordered every step at a cost of steps x frames)."""
 
     def __init__(self) -> None:
         self.weights: list[torch.Tensor] = []  # per step (rows then, frames)
         self.parents: list[list[int]] = []  # per step after the first: each row's row at the step before
 
-    def step(self, weights: torch.Tensor) -> None:
-        self.weights.append(weights)
-
-    def link(self, parents: torch.Tensor) -> None:
-        self.parents.append(parents.tolist())
-
     def attention(self, row: int, frames: int) -> torch.Tensor:
-        """`(steps, frames)` weights of the prefix in `row` at the last step, each row's symbol at
-        the last step included."""
+        """`(steps, frames)` weights behind every symbol of the prefix in `row` at the last step."""
         path = [row]
-        for parents in reversed(self.parents[: len(self.weights) - 1]):
+        for parents in reversed(self.parents):
             path.append(parents[path[-1]])
-        return torch.stack([weights[row] for weights, row in zip(self.weights, reversed(path), strict=True)])[
-            :, :frames
-        ].cpu()
+        return torch.stack([weights[row, :frames] for weights, row in zip(self.weights, path[::-1], strict=True)]).cpu()
 
 
 @dataclass(frozen=True)
@@ -95,7 +86,7 @@ class BeamSearch:
         for step in range(int(rows.limits.longest.max())):
             batch = len(utterances)
             scored = scorer.score(rows.states, rows.tokens)
-            trace.step(scored.weights)
+            trace.weights.append(scored.weights)
             candidates = self.rules.constrain(
                 scores.reshape(-1, 1) + scored.total, scored.speller, step + 1, rows.limits, eos
             )
@@ -134,5 +125,5 @@ class BeamSearch:
                 kept = (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1)
                 rows = rows.keep(scorer, kept)
                 scores, utterances, origin = scores[live], utterances[live], origin[kept]
-            trace.link(origin)
+            trace.parents.append(origin.tolist())
         return [sorted(hypotheses, key=self.rules.rank, reverse=True)[: self.nbest] for hypotheses in finals]

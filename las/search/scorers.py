@@ -1,11 +1,11 @@
 """Scorers: the sources of next-symbol scores that a search joins with weights.
 
-Every scorer answers the same four questions for a batch of rows (hypotheses): its state before
-the first symbol (`start`), the log-score of every possible next symbol (`score`), the state of
-the prefixes the search chose (`advance`), and the state of the rows it keeps (`keep`). The
-speller (attention) always scores; the CTC prefix score and a character language model join it
-when asked. Every strategy — greedy, random and beam search — drives the same `JointScorer`, so
-a combination valid for one is valid for all (greedy with CTC and an LM is beam search of one).
+Every scorer answers four questions for a batch of rows (hypotheses): the state before the first
+symbol (`start`), the log-score of every possible next symbol (`score`), the state of the
+prefixes the search chose (`advance`), and that of the rows it keeps (`keep`). The speller always
+scores; the CTC prefix score (las.search.ctc_prefix) and a character LM join it when asked. Every
+strategy but CTC greedy drives the same `JointScorer`, so a combination valid for one is valid for
+all: greedy with CTC and an LM is beam search of one.
 """
 
 from __future__ import annotations
@@ -25,22 +25,18 @@ from las.search.ctc_prefix import CTCPrefixScorer
 
 
 class Scorer(Protocol):
-    def start(self, heard: Heard) -> Any:
-        """The state of every row before its first symbol."""
-        ...
+    def start(self, heard: Heard) -> Any: ...
 
     def score(self, state: Any, tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """Log-scores `(rows, vocabulary)` of every symbol after each row's prefix, whose last
-        symbol is `tokens` `(rows,)`, and a state that knows them all, for `advance`."""
+        symbol is `tokens` `(rows,)`, and what `advance` needs."""
         ...
 
     def advance(self, scored: Any, origin: torch.Tensor, tokens: torch.Tensor) -> Any:
-        """The state of the prefixes the search chose: row `origin[i]`'s prefix followed by `tokens[i]`."""
+        """The state of the prefixes chosen: row `origin[i]`'s prefix followed by `tokens[i]`."""
         ...
 
-    def keep(self, state: Any, rows: torch.Tensor) -> Any:
-        """The state of `rows` only (beam search drops the rows of finished utterances)."""
-        ...
+    def keep(self, state: Any, rows: torch.Tensor) -> Any: ...
 
 
 class SpellerRows(NamedTuple):
@@ -50,26 +46,30 @@ class SpellerRows(NamedTuple):
 
 @dataclass(frozen=True)
 class SpellerScorer:
-    """log p(next character | prefix, audio) from the attention speller. Forbidden symbols
-    (<pad>, <sos>) score -inf; `rules` may narrow where the attention looks."""
+    """log p(next character | prefix, audio) from the attention speller, with `forbidden`
+    symbols at -inf and the attention where `rules` let it look; or, `silent`, a character LM
+    written by `las pretrain`: a speller that hears one silent frame, so only the text speaks."""
 
     speller: Speller
-    symbols: Symbols
-    rules: Rules
+    forbidden: tuple[int, ...] = ()
+    rules: Rules = Rules()
+    silent: bool = False
 
     def start(self, heard: Heard) -> SpellerRows:
-        return SpellerRows(self.speller.initial_state(heard.memory), heard.memory)
+        memory = heard.memory
+        if self.silent:
+            memory = silent_memory(len(memory.lengths), *self.speller.attention_dimensions, memory.values.device)
+        return SpellerRows(self.speller.initial_state(memory), memory)
 
     def score(self, state: SpellerRows, tokens: torch.Tensor) -> tuple[torch.Tensor, SpellerRows]:
-        memory = self.rules.attend(state.memory, state.state.weights)
-        logits, speller = self.speller.step(tokens, state.state, memory)
+        logits, speller = self.speller.step(tokens, state.state, self.rules.attend(state.memory, state.state.weights))
         log_probs = logits.float().log_softmax(dim=-1)
-        log_probs[:, list(self.symbols.forbidden)] = float("-inf")
+        log_probs[:, list(self.forbidden)] = float("-inf")
         return log_probs, SpellerRows(speller, state.memory)
 
     def advance(self, scored: SpellerRows, origin: torch.Tensor, tokens: torch.Tensor) -> SpellerRows:
-        # The speller reads the chosen symbol at the next step; a row's origin is a row of the
-        # same utterance, so the memory stays.
+        # The speller reads the chosen symbol at the next step; row `origin[i]` is of row i's
+        # utterance, so the memory stays.
         return SpellerRows(scored.state.select(origin), scored.memory)
 
     def keep(self, state: SpellerRows, rows: torch.Tensor) -> SpellerRows:
@@ -77,80 +77,25 @@ class SpellerScorer:
 
 
 @dataclass(frozen=True)
-class CTCScorer:
-    """The CTC prefix score (Watanabe et al. 2017): log p(prefix + c...) - log p(prefix...) under
-    the CTC head, for every next character c; for <eos>, the probability of exactly the prefix."""
-
-    symbols: Symbols
-    window_nats: float  # frames where the prefix is this much less likely than at its peak are skipped
-
-    def start(self, heard: Heard) -> tuple[CTCPrefixScorer, Any]:
-        assert heard.ctc_log_probs is not None  # Scoring.joint checks the model has a CTC head
-        prefixes = CTCPrefixScorer.from_log_probs(
-            heard.ctc_log_probs, heard.memory.lengths, self.symbols.blank, self.symbols.eos, self.window_nats
-        )
-        return prefixes, prefixes.initial_state()
-
-    def score(self, state: tuple[CTCPrefixScorer, Any], tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        prefixes, prefix_state = state
-        increments = prefixes.score(prefix_state)
-        return increments, (prefixes, prefix_state, increments)
-
-    def advance(self, scored: Any, origin: torch.Tensor, tokens: torch.Tensor) -> tuple[CTCPrefixScorer, Any]:
-        prefixes, prefix_state, increments = scored
-        return prefixes, prefixes.select_extensions(increments, prefix_state, origin, tokens)
-
-    def keep(self, state: tuple[CTCPrefixScorer, Any], rows: torch.Tensor) -> tuple[CTCPrefixScorer, Any]:
-        prefixes, prefix_state = state
-        return prefixes.select(rows), prefixes.select_state(prefix_state, rows)
-
-
-@dataclass(frozen=True)
-class LanguageModelScorer:
-    """log p_LM(next character | prefix) from a character LM written by `las pretrain`: a speller
-    that attends to one silent frame, so only the text it has read speaks."""
-
-    language_model: Speller
-
-    def start(self, heard: Heard) -> tuple[SpellerState, ListenerOutput]:
-        rows = heard.memory.values.shape[0]
-        silence = silent_memory(rows, *self.language_model.attention_dimensions, heard.memory.values.device)
-        return self.language_model.initial_state(silence), silence
-
-    def score(self, state: tuple[SpellerState, ListenerOutput], tokens: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        speller, silence = state
-        logits, speller = self.language_model.step(tokens, speller, silence)
-        return logits.float().log_softmax(dim=-1), (speller, silence)
-
-    def advance(self, scored: Any, origin: torch.Tensor, tokens: torch.Tensor) -> tuple[SpellerState, ListenerOutput]:
-        speller, silence = scored
-        return speller.select(origin), silence
-
-    def keep(self, state: tuple[SpellerState, ListenerOutput], rows: torch.Tensor) -> Any:
-        speller, silence = state
-        return speller.select(rows), silence.select(rows)
-
-
-@dataclass(frozen=True)
 class Scoring:
-    """Which scorers join the speller, and how much each weighs:
-    (1 - ctc_weight) · speller + ctc_weight · CTC prefix + lm_weight · LM (shallow fusion,
-    Gulcehre et al. 2015). Every strategy takes one."""
+    """Which scorers join the speller, and their weights: (1 - ctc_weight) · speller +
+    ctc_weight · CTC prefix + lm_weight · LM (shallow fusion, Gulcehre et al. 2015)."""
 
     ctc_weight: float = 0.0
     language_model: Speller | None = None  # a character LM written by `las pretrain`
     lm_weight: float = 0.0
-    ctc_window_nats: float = 0.0  # las.search.ctc_prefix: 0 scores over every frame
+    ctc_window_nats: float = 0.0  # las.search.ctc_prefix: 0 sums over every frame
 
     def joint(self, model: LAS, symbols: Symbols, rules: Rules) -> JointScorer:
-        parts: list[tuple[float, Scorer]] = []
+        others: list[tuple[float, Scorer]] = []
         if self.ctc_weight > 0:
             if model.ctc_head is None:
                 raise LasError("decode.ctc_weight > 0 needs a model trained with a CTC head (model.ctc_weight > 0)")
-            parts.append((self.ctc_weight, CTCScorer(symbols, self.ctc_window_nats)))
+            others.append((self.ctc_weight, CTCPrefixScorer(symbols.blank, symbols.eos, self.ctc_window_nats)))
         if self.language_model is not None and self.lm_weight > 0:
-            parts.append((self.lm_weight, LanguageModelScorer(self.language_model)))
-        return JointScorer(SpellerScorer(model.speller, symbols, rules), 1 - self.ctc_weight, tuple(parts))
+            others.append((self.lm_weight, SpellerScorer(self.language_model, silent=True)))
+        speller = SpellerScorer(model.speller, symbols.forbidden, rules)
+        return JointScorer(speller, 1 - self.ctc_weight, tuple(others))
 
 
 class Scored(NamedTuple):
@@ -162,7 +107,7 @@ class Scored(NamedTuple):
 
 @dataclass(frozen=True)
 class JointScorer:
-    """The speller and the other scorers, with their weights: a row's state is the tuple of its
+    """The speller and the other scorers with their weights; a row's state is the tuple of its
     scorers' states, the speller's first."""
 
     speller: SpellerScorer
@@ -188,9 +133,7 @@ class JointScorer:
         return Scored(total, log_probs, speller.state.weights, tuple(scored))
 
     def advance(self, scored: Scored, origin: torch.Tensor, tokens: torch.Tensor) -> tuple[Any, ...]:
-        return tuple(
-            scorer.advance(state, origin, tokens) for scorer, state in zip(self.scorers, scored.states, strict=True)
-        )
+        return tuple(map(lambda scorer, state: scorer.advance(state, origin, tokens), self.scorers, scored.states))
 
     def keep(self, states: tuple[Any, ...], rows: torch.Tensor) -> tuple[Any, ...]:
-        return tuple(scorer.keep(state, rows) for scorer, state in zip(self.scorers, states, strict=True))
+        return tuple(map(lambda scorer, state: scorer.keep(state, rows), self.scorers, states))
