@@ -65,7 +65,7 @@ PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
-AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location"]
+AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location", "gmm", "monotonic", "monotonic_chunk"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
 # auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.device.resolve_precision).
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
@@ -160,6 +160,11 @@ class ModelConfig(Section):
     location_channels: Count = 10
     location_kernel: Count = 15
     cumulative_attention: bool = True  # location attention convolves the sum of all previous weights
+    # gmm (Graves 2013): this many Gaussians moved forward every step; softplus: Battenberg et
+    # al.'s V2 (softplus offsets and widths, softmax mixture weights), else Graves's exponentials.
+    gmm_mixtures: Count = 5
+    gmm_softplus: bool = True
+    chunk_size: Count = 4  # monotonic_chunk (MoChA): frames of the soft chunk ending at the selected one
     embedding_dim: Count = 128
     speller_hidden: Count = 256
     speller_layers: Count = 1
@@ -170,6 +175,8 @@ class ModelConfig(Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.attention_heads > 1 and self.attention in ("gmm", "monotonic", "monotonic_chunk"):
+            raise LasError(f"config key 'model.attention_heads': {self.attention} attention has one head")
         if self.key_dim % self.attention_heads or self.value_dim % self.attention_heads:
             raise LasError(
                 f"config key 'model.attention_heads': {self.attention_heads} must divide "

@@ -22,7 +22,12 @@ def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Ten
     )
 
 
-@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+# Those that only move forward (las/model/monotonic.py, tests/test_monotonic.py) keep a state of
+# their own, and monotonic attention's weights are a selection probability, not a distribution.
+SOFT = sorted(name for name in ATTENTIONS if name not in ("gmm", "monotonic", "monotonic_chunk"))
+
+
+@pytest.mark.parametrize("name", SOFT)
 def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
     attention = build_attention(name, 8, 5, location_channels=3, location_kernel=5)
     arguments = inputs()
@@ -37,14 +42,17 @@ def test_weights_sum_to_one_and_are_zero_on_padding(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_gradient_reaches_every_parameter_and_input(name: str) -> None:
     attention = build_attention(name, 8, 5, location_channels=3, location_kernel=5)
+    arguments = inputs()
+    arguments["previous_weights"] = attention.initial_history(arguments["previous_weights"])
     arguments = {
-        key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in inputs().items()
+        key: value.requires_grad_(True) if value.is_floating_point() else value for key, value in arguments.items()
     }
     context, _ = attention(**arguments)
     context.sum().backward()
     for parameter in attention.parameters():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0
-    assert arguments["query"].grad.abs().sum() > 0 and arguments["keys"].grad.abs().sum() > 0
+    assert arguments["query"].grad.abs().sum() > 0
+    assert name == "gmm" or arguments["keys"].grad.abs().sum() > 0  # GMM attention reads no keys
 
 
 def test_location_aware_attention_reads_the_previous_weights() -> None:
@@ -77,7 +85,7 @@ def multi_head_inputs() -> dict[str, torch.Tensor]:
     return arguments
 
 
-@pytest.mark.parametrize("name", sorted(ATTENTIONS))
+@pytest.mark.parametrize("name", SOFT)
 def test_multi_head_attention_masks_padding_and_one_head_is_the_single_head_variant(name: str) -> None:
     arguments = multi_head_inputs()
     torch.manual_seed(0)

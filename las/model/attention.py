@@ -19,11 +19,28 @@ from torch import nn
 
 class Attention(nn.Module):
     """Scores divided by `temperature` before the softmax: above 1 smooths the weights, below 1
-    sharpens them (Chorowski et al. 2015 discuss both)."""
+    sharpens them (Chorowski et al. 2015 discuss both).
+
+    The speller calls `attend`, which also returns what the next step reads as `history`: the
+    weights, or with `cumulative` their running sum (Chorowski's cumulative location term);
+    attentions with a state of their own (las.model.alignment_attention) return that instead."""
+
+    cumulative = False  # set by the speller (model.cumulative_attention)
 
     def __init__(self, temperature: float = 1.0) -> None:
         super().__init__()
         self.temperature = temperature
+
+    def initial_history(self, uniform: torch.Tensor) -> torch.Tensor:
+        """What the first step reads, given uniform weights over the valid frames `(batch, frames)`."""
+        return torch.zeros_like(uniform) if self.cumulative else uniform
+
+    def attend(
+        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, history: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Context `(batch, value_dim)`, weights `(batch, frames)`, and the next step's history."""
+        context, weights = self(query, keys, values, mask, history)
+        return context, weights, history + weights if self.cumulative else weights
 
     def forward(
         self,
@@ -139,12 +156,18 @@ class MultiHeadAttention(Attention):
         return context, weights
 
 
-ATTENTIONS: dict[str, type[Attention]] = {
+# The attentions that only move forward have a module of their own, built on `Attention` above.
+from las.model.monotonic import GMMAttention, MonotonicAttention, MonotonicChunkAttention  # noqa: E402
+
+ATTENTIONS: dict[str, type[Attention]] = {  # las.config.AttentionName lists the same names
     "dot": DotAttention,
     "scaled_dot": ScaledDotAttention,
     "general": GeneralAttention,
     "additive": AdditiveAttention,
     "location": LocationAwareAttention,
+    "gmm": GMMAttention,
+    "monotonic": MonotonicAttention,
+    "monotonic_chunk": MonotonicChunkAttention,
 }
 
 
@@ -156,10 +179,14 @@ def build_attention(
     temperature: float = 1.0,
     location_channels: int = 10,
     location_kernel: int = 15,
+    **options: float,
 ) -> Attention:
     """The attention named `name` (with `heads` > 1, that many heads of it); the arguments are
-    those of a `ModelConfig`, which has checked them."""
-    options = dict(temperature=temperature, location_channels=location_channels, location_kernel=location_kernel)
+    those of a `ModelConfig`, which has checked them; `options` are those of one kind (GMM
+    mixtures, chunk size)."""
+    options = dict(
+        temperature=temperature, location_channels=location_channels, location_kernel=location_kernel, **options
+    )
     if heads == 1:
         return ATTENTIONS[name](key_dim, **options)
     return MultiHeadAttention(ATTENTIONS[name], heads, key_dim, **options)

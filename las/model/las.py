@@ -51,6 +51,9 @@ class LAS(nn.Module):
             config.attention_temperature,
             config.location_channels,
             config.location_kernel,
+            mixtures=config.gmm_mixtures,
+            softplus=config.gmm_softplus,
+            chunk_size=config.chunk_size,
         )
         speller = Speller(
             vocabulary_size,

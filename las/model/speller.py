@@ -18,8 +18,9 @@ class SpellerState(NamedTuple):
     cell: tuple[torch.Tensor, ...]  # per layer (batch, hidden)
     context: torch.Tensor  # (batch, value_dim): the previous step's attention read-out
     weights: torch.Tensor  # (batch, frames): the previous step's attention weights
-    # (batch, frames): what location-aware attention convolves: the previous weights, or with
-    # cumulative attention their sum over all previous steps (Chorowski et al. 2015).
+    # What the attention reads of the past (Attention.attend): the previous weights, or with
+    # cumulative attention their sum over all previous steps (Chorowski et al. 2015), `(batch,
+    # frames)`; a GMM attention's mixture positions `(batch, mixtures)`.
     history: torch.Tensor
 
     def select(self, indices: torch.Tensor) -> SpellerState:
@@ -48,7 +49,7 @@ class Speller(nn.Module):
         cumulative_attention: bool = False,
     ) -> None:
         super().__init__()
-        self.cumulative_attention = cumulative_attention
+        attention.cumulative = cumulative_attention
         self.embedding = nn.Embedding(vocabulary_size, embedding_dim)
         sizes = [embedding_dim + value_dim] + [hidden_size] * layers
         self.cells = nn.ModuleList(nn.LSTMCell(size, hidden_size) for size in sizes[:-1])
@@ -73,8 +74,7 @@ class Speller(nn.Module):
         layers = len(self.cells)
         uniform = memory.mask.float() / memory.lengths[:, None].float()  # (batch, frames)
         context = memory.values.new_zeros(batch, memory.values.shape[2])
-        # Before the first step no attention has been paid: a running sum starts at zero.
-        history = torch.zeros_like(uniform) if self.cumulative_attention else uniform
+        history = self.attention.initial_history(uniform)
         return SpellerState((zeros,) * layers, (zeros,) * layers, context, uniform, history)
 
     def step(
@@ -88,9 +88,10 @@ class Speller(nn.Module):
             hidden.append(h)
             cell.append(c)
             x = self.dropout(h)
-        context, weights = self.attention(self.query(x), memory.keys, memory.values, memory.mask, state.history)
+        context, weights, history = self.attention.attend(
+            self.query(x), memory.keys, memory.values, memory.mask, state.history
+        )
         logits = self.output(torch.tanh(self.bottleneck(torch.cat([x, context], dim=-1))))
-        history = state.history + weights if self.cumulative_attention else weights
         return logits, SpellerState(tuple(hidden), tuple(cell), context, weights, history)
 
     def forward(
