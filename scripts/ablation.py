@@ -3,9 +3,12 @@ of epochs (Ctrl-C, which saves and exits), and print a Markdown table: dev CER, 
 which the attention of the fixed dev utterance was diagonal (argmax monotone for >= 90% of steps,
 sweeping >= half the frames: las/alignment.py) and how often it still was in the last five
 epochs, the share of all dev utterances decoded with a diagonal map by the best checkpoint,
-seconds per epoch.
+seconds per epoch; and the CER of the long-form dev set (per speaker, the dev utterances joined
+with 0.5 s of silence: scripts/longform.py build) decoded whole, without segmentation, beside the
+same utterances decoded one by one, both with the default decoding (beam 8 + CTC).
 
-    python scripts/ablation.py --stop-after 20 --parallel 2
+    python scripts/longform.py build
+    python scripts/ablation.py --stop-after 20 --parallel 2 [--only gmm --only monotonic ...]
 
 Every variant keeps the default schedule (its `--epochs`), so the learning-rate and
 teacher-forcing curves agree up to the stopping epoch; only the named settings differ. With
@@ -41,6 +44,9 @@ VARIANTS: dict[str, list[str]] = {
     "additive": ["model.attention=additive"],
     "multi-head scaled dot, 4 heads": ["model.attention=scaled_dot", "model.attention_heads=4"],
     "multi-head location, cumulative, 4 heads": ["model.attention_heads=4"],
+    "GMM location, 5 mixtures (V2)": ["model.attention=gmm"],
+    "monotonic (hard at decoding)": ["model.attention=monotonic"],
+    "MoChA, chunk 4": ["model.attention=monotonic_chunk"],
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -128,9 +134,13 @@ def main(
     parallel: int = 2,
     root: Path = Path("runs/ablation"),
     pretrain_epochs: int = 20,
+    only: list[str] = typer.Option([], help="Only the variants whose names contain one of these (repeatable)."),
 ) -> None:
+    from longform import whole_against_one_by_one
+
+    variants = {name: settings for name, settings in VARIANTS.items() if not only or any(o in name for o in only)}
     speller = root / "speller.pt"
-    if any(SPELLER in setting for settings in VARIANTS.values() for setting in settings) and not speller.exists():
+    if any(SPELLER in setting for settings in variants.values() for setting in settings) and not speller.exists():
         subprocess.run(
             [sys.executable, "-m", "las", "pretrain", "--out", str(speller), "--epochs", str(pretrain_epochs)],
             check=True,
@@ -139,17 +149,18 @@ def main(
         root / name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", ""): [
             setting.replace(SPELLER, str(speller)) for setting in settings
         ]
-        for name, settings in VARIANTS.items()
+        for name, settings in variants.items()
     }
     run_all(jobs, stop_after, parallel)
     checkpoints = sorted({5, 10, 15, stop_after})
     print(
         "| variant | "
         + " | ".join(f"dev CER @{epoch}" for epoch in checkpoints)
-        + " | best | dev utterances diagonal, best | first diagonal epoch | diagonal in last 5 | s/epoch |"
+        + " | best | dev utterances diagonal, best | first diagonal epoch | diagonal in last 5 | s/epoch"
+        + " | beam+CTC: one by one | long-form whole | x |"
     )
-    print("| --- " * (len(checkpoints) + 6) + "|")
-    for name, run in zip(VARIANTS, jobs, strict=True):
+    print("| --- " * (len(checkpoints) + 9) + "|")
+    for name, run in zip(variants, jobs, strict=True):
         history = records(run)[:stop_after]
         cells = " | ".join(f"{history[epoch - 1]['dev_cer']:.1f}" for epoch in checkpoints)
         best = min(record["dev_cer"] for record in history)
@@ -157,7 +168,11 @@ def main(
         first = next((record["epoch"] for record in history if diagonal(record)), "never")
         recent = sum(diagonal(record) for record in history[-5:])
         share = best_checkpoint_alignment(run)
-        print(f"| {name} | {cells} | {best:.1f} | {share:.0%} | {first} | {recent}/5 | {seconds:.1f} |")
+        separate, whole = whole_against_one_by_one(run / "best.pt")
+        print(
+            f"| {name} | {cells} | {best:.1f} | {share:.0%} | {first} | {recent}/5 | {seconds:.1f} | "
+            f"{separate:.1f} | {whole:.1f} | {whole / separate:.2f} |"
+        )
 
 
 if __name__ == "__main__":

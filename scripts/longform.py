@@ -185,6 +185,18 @@ def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint p
         )
 
 
+def whole_against_one_by_one(checkpoint: Path, sets: Path = SETS, **settings: object) -> tuple[float, float]:
+    """CER (%) of AN4 dev decoded utterance by utterance, and of every speaker's joined recording
+    decoded whole (no segmentation), with the decode `settings` over the defaults."""
+    speakers = [line.split("\t") for line in (sets / "speakers.tsv").read_text().splitlines()[1:]]
+    texts = {identifier: text for identifier, _, text in dev_rows()}
+    separate = Recognizer.load(checkpoint, "cpu", **settings).transcribe(DEV)
+    whole = Recognizer.load(checkpoint, "cpu", **{**settings, "segment_seconds": WHOLE_SECONDS})
+    one_by_one = character_error_rate([result.text for result in separate], [texts[result.id] for result in separate])
+    in_one_piece = [whole.transcribe(sets / path).text for _, path, _, _ in speakers]
+    return one_by_one, character_error_rate(in_one_piece, [reference for *_, reference in speakers])
+
+
 @app.command()
 def scale(checkpoint: Path, sets: Path = SETS) -> None:
     """Real-time factor and peak memory on 5 and 10 minutes, each in a fresh process, 2 threads."""
