@@ -8,6 +8,8 @@
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
                                   # batched beam search against the per-utterance reference
+    python scripts/benchmark.py ctc-window runs/an4/best.pt   # beam + CTC on 10-60 s inputs decoded
+                                  # whole: CTC prefix scores over every frame and over the window
     python scripts/benchmark.py runs runs/an4 runs/seed2   # dev CER of runs: best/averaged x decodings
     python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
     python scripts/benchmark.py busy              # an AN4 epoch, idle and beside a busy process,
