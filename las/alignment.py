@@ -22,8 +22,9 @@ class Alignment:
 
     @classmethod
     def of(cls, weights: torch.Tensor) -> Alignment:
-        """From the weights `(steps, encoder_frames)` of one decoded utterance."""
-        peaks = weights.argmax(dim=1)
+        """From the weights `(steps, encoder_frames)` of one decoded utterance. Steps that attend
+        to nothing (hard monotonic attention that selected no frame) have no peak."""
+        peaks = weights[weights.sum(dim=1) > 0].argmax(dim=1)
         if len(peaks) < 2:
             return cls(0.0, 0.0)
         monotonic = float((peaks[1:] >= peaks[:-1]).float().mean())

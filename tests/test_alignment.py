@@ -28,3 +28,10 @@ def test_the_end_of_sentence_step_does_not_count() -> None:
     weights = torch.cat([torch.eye(6).repeat_interleave(2, dim=1), torch.eye(1, 12)])
     assert not Alignment.of(weights).diagonal
     assert Alignment.of_decoding(weights) == Alignment(1.0, 0.917) and Alignment.of_decoding(weights).diagonal
+
+
+def test_steps_that_attend_to_nothing_have_no_peak() -> None:
+    weights = torch.eye(4)[[0, 1, 2, 3]]
+    with_empty_steps = torch.cat([weights[:2], torch.zeros(2, 4), weights[2:]])
+    assert Alignment.of(with_empty_steps) == Alignment.of(weights)
+    assert Alignment.of(with_empty_steps).diagonal
