@@ -97,8 +97,8 @@ def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None
             if process.poll() is None and len(records(run)) >= stop_after:
                 interrupt(process)
             if process.poll() is not None:
-                if len(records(run)) < stop_after:
-                    raise SystemExit(f"{run} stopped after {len(records(run))} epochs; see {run.with_suffix('.log')}")
+                if len(records(run)) < stop_after:  # the others go on: a failed run is a result too
+                    print(f"{run} stopped after {len(records(run))} epochs; see {run.with_suffix('.log')}")
                 del running[run]
 
 
@@ -162,6 +162,9 @@ def main(
     print("| --- " * (len(checkpoints) + 9) + "|")
     for name, run in zip(variants, jobs, strict=True):
         history = records(run)[:stop_after]
+        if len(history) < stop_after:
+            print(f"| {name} | stopped after {len(history)} epochs (see its log) |")
+            continue
         cells = " | ".join(f"{history[epoch - 1]['dev_cer']:.1f}" for epoch in checkpoints)
         best = min(record["dev_cer"] for record in history)
         seconds = sorted(record["seconds"] for record in history)[len(history) // 2]

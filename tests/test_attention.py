@@ -5,7 +5,8 @@ import torch
 
 from las.config import AttentionName, load_config
 from las.errors import LasError
-from las.model.attention import ATTENTIONS, MultiHeadAttention, build_attention
+from las.model.attention import MultiHeadAttention
+from las.model.attentions import ATTENTIONS, build_attention
 
 
 def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Tensor]:

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from las.model.attention import build_attention
+from las.model.attentions import build_attention
 from las.model.monotonic import MonotonicAttention, expected_alignment
 from las.search import BeamSearch, GreedySearch, Rules, Symbols
 
@@ -152,3 +152,12 @@ def test_a_model_with_it_learns(name: str) -> None:
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
+
+
+def test_the_expected_alignment_has_a_finite_gradient_where_the_previous_one_underflowed() -> None:
+    energy = torch.randn(2, 50, requires_grad=True)
+    previous = torch.zeros(2, 50)
+    previous[:, 10:] = torch.rand(2, 40)  # α underflowed to 0 on the first frames
+    mask = torch.arange(50)[None, :] < torch.tensor([[50], [40]])
+    expected_alignment(energy, previous, mask).sum().backward()
+    assert torch.isfinite(energy.grad).all()

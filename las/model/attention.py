@@ -154,39 +154,3 @@ class MultiHeadAttention(Attention):
         context = torch.cat([context for context, _ in outputs], dim=-1)  # (batch, value_dim)
         weights = torch.stack([weights for _, weights in outputs]).mean(dim=0)  # (batch, frames)
         return context, weights
-
-
-# The attentions that only move forward have a module of their own, built on `Attention` above.
-from las.model.monotonic import GMMAttention, MonotonicAttention, MonotonicChunkAttention  # noqa: E402
-
-ATTENTIONS: dict[str, type[Attention]] = {  # las.config.AttentionName lists the same names
-    "dot": DotAttention,
-    "scaled_dot": ScaledDotAttention,
-    "general": GeneralAttention,
-    "additive": AdditiveAttention,
-    "location": LocationAwareAttention,
-    "gmm": GMMAttention,
-    "monotonic": MonotonicAttention,
-    "monotonic_chunk": MonotonicChunkAttention,
-}
-
-
-def build_attention(
-    name: str,
-    key_dim: int,
-    value_dim: int,
-    heads: int = 1,
-    temperature: float = 1.0,
-    location_channels: int = 10,
-    location_kernel: int = 15,
-    **options: float,
-) -> Attention:
-    """The attention named `name` (with `heads` > 1, that many heads of it); the arguments are
-    those of a `ModelConfig`, which has checked them; `options` are those of one kind (GMM
-    mixtures, chunk size)."""
-    options = dict(
-        temperature=temperature, location_channels=location_channels, location_kernel=location_kernel, **options
-    )
-    if heads == 1:
-        return ATTENTIONS[name](key_dim, **options)
-    return MultiHeadAttention(ATTENTIONS[name], heads, key_dim, **options)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from las.config import ModelConfig
-from las.model.attention import build_attention
+from las.model.attentions import build_attention
 from las.model.listener import Listener, ListenerOutput
 from las.model.speller import Speller
 

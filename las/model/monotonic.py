@@ -125,9 +125,9 @@ def expected_alignment(energy: torch.Tensor, previous: torch.Tensor, mask: torch
     energy = energy.double().masked_fill(~mask, float("-inf"))  # p = 0 on padding: nothing is selected there
     stay = functional.logsigmoid(-energy)  # log(1 - p), 0 on padding
     skipped = torch.nn.functional.pad(stay.cumsum(dim=1), (1, 0))[:, :-1]  # L(j), exclusive
-    previous = previous.double()
-    # log α_{i-1}, -inf where it is 0 (the clamp keeps the gradient of log there finite: it is not taken)
-    logged = torch.where(previous > 0, previous.clamp(min=1e-300).log(), float("-inf"))
+    # log α_{i-1}, with 0 (underflowed, or padding) as 1e-300: a running log-sum-exp that starts
+    # at -inf has a NaN gradient, and α_i is 0 on padding anyway (p = 0 there)
+    logged = previous.double().clamp(min=1e-300).log()
     arrived = (logged - skipped).logcumsumexp(dim=1) + skipped
     return (functional.logsigmoid(energy) + arrived).exp().float()
 
