@@ -110,13 +110,21 @@ def best_checkpoint_alignment(run: Path) -> float:
     import torch
 
     from las import Recognizer
+    from las.data.dataset import SpeechDataset
     from las.data.manifest import read_utterances
     from las.train import evaluate_dev
 
     recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy")
     config = recognizer.checkpoint.config
     utterances, features = recognizer.utterance_features(read_utterances(config.data.dev), config.data.dev)
-    dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
+    dataset = SpeechDataset(  # with the transcripts, which evaluate_dev scores against
+        [utterance.id for utterance in utterances],
+        features,
+        [utterance.text for utterance in utterances],
+        recognizer.vocabulary,
+        with_targets=False,
+        normalizer=recognizer.checkpoint.normalizer,
+    )
     with tempfile.TemporaryDirectory() as directory:
         plot = Path(directory) / "attention.png"
         result = evaluate_dev(recognizer.model, dataset, recognizer.strategy, config, torch.device("cpu"), plot)
