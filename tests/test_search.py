@@ -256,7 +256,8 @@ def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -
     windowed = CTCPrefixScorer(0, 7, window_nats=30.0)
     state, windows = windowed.initial(log_probs, lengths), []
     for token in sequence:
-        windows.append(windowed.window(state, torch.logaddexp(state.forward[:, 0], state.forward[:, 1])))
+        total = torch.logaddexp(state.forward[:, 0], state.forward[:, 1])
+        windows.append(windowed.window(state, total, total[-1]))
         state = windowed.advance(windowed.score(state, None)[1], torch.tensor([0]), torch.tensor([token]))
     starts = [start for start, _ in windows]
     assert starts[len(starts) // 2] > frames * 0.4 and starts[-1] > frames * 0.8  # the window follows the prefix ...

@@ -68,15 +68,15 @@ class CTCPrefixScorer:
         empty = torch.full((rows,), -1, dtype=torch.long, device=x.device)
         return Prefixes(x, emission, lengths, forward, torch.zeros(rows, device=x.device), empty)
 
-    def window(self, state: Prefixes, total: torch.Tensor) -> tuple[int, int]:
+    def window(self, state: Prefixes, total: torch.Tensor, ended: torch.Tensor) -> tuple[int, int]:
         """Frames [start, end) at which the next character may be emitted, given the log
-        probability `total` `(frames, rows)` of `g` said by each frame: not before frame len(g);
-        with `window_nats`, only after frames where `g` is that close to the likeliest extension."""
+        probability `total` `(frames, rows)` of `g` said by each frame and `ended` `(rows,)` of
+        exactly `g`: not before frame len(g); with `window_nats`, only after frames where `g` is
+        that close to the likeliest extension."""
         frames = total.shape[0]
         start = min(max(1, state.length), frames)
         if self.window_nats <= 0 or frames < 2:
             return start, frames
-        ended = total[state.lengths - 1, torch.arange(total.shape[1], device=total.device)]
         best = torch.maximum((total[:-1] + state.emission[1:]).max(dim=0).values, ended)  # (rows,) a bound
         near = ((total[:-1] >= best - self.window_nats) & torch.isfinite(best)).any(dim=1).nonzero().squeeze(1)
         if len(near) == 0:
@@ -88,14 +88,15 @@ class CTCPrefixScorer:
         x, forward = state.x, state.forward
         frames, rows, vocabulary = x.shape
         total = torch.logaddexp(forward[:, 0], forward[:, 1])  # (frames, rows)
-        start, end = self.window(state, total)
+        ended = total[state.lengths - 1, torch.arange(rows, device=x.device)]  # exactly `g`
+        start, end = self.window(state, total, ended)
         # Repeating the last character needs a blank in between: only blank-ending paths extend.
         repeat = (torch.arange(vocabulary, device=x.device)[None, :] == state.last[:, None])[None]
         said = torch.where(repeat, forward[start - 1 : end - 1, 1, :, None], total[start - 1 : end - 1, :, None])
         prefix = (said + x[start:end]).logsumexp(dim=0) if end > start else x.new_full((rows, vocabulary), -torch.inf)
         if start == 1:  # `c` as the very first symbol, at frame 0
             prefix = torch.logaddexp(prefix, torch.where((state.last < 0)[:, None], x[0], float("-inf")))
-        prefix[:, self.eos] = total[state.lengths - 1, torch.arange(rows, device=x.device)]  # exactly `g`
+        prefix[:, self.eos] = ended
         prefix[:, self.blank] = float("-inf")
         increments = prefix - state.score[:, None]
         return increments, (state, increments)
