@@ -113,10 +113,11 @@ class Rules:
             others = speller.clone()
             others[:, eos] = float("-inf")
             allowed &= (speller[:, eos] > self.eos_threshold * others.max(dim=1).values) | at_limit
-        scores = scores.clone()
-        scores[:, eos] = scores[:, eos].masked_fill(~allowed, float("-inf"))
-        not_eos = torch.arange(scores.shape[1], device=scores.device) != eos
-        return scores.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
+        is_eos = torch.arange(scores.shape[1], device=scores.device) == eos
+        # One new tensor per step (the decoders' hot loop): at the limit all but <eos> go, and
+        # <eos> goes where it may not come.
+        forbidden = torch.where(is_eos[None, :], ~allowed[:, None], at_limit[:, None])
+        return scores.masked_fill(forbidden, float("-inf"))
 
     def rank(self, hypothesis: Hypothesis) -> float:
         """Ranking score of a final hypothesis: length-normalised and/or with a per-character bonus."""
