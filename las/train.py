@@ -251,8 +251,8 @@ class Trainer:
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
         if config.train.compile:
-            # Many small kernels per output character: what compilation fuses. Shapes vary by batch.
-            self.model.speller.step = torch.compile(self.model.speller.step, dynamic=True)
+            # Many small kernels per output character (Speller.advance): what compilation fuses. Shapes vary by batch.
+            self.model.speller.advance = torch.compile(self.model.speller.advance, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
         settings = config.train
         self.optimizer = torch.optim.Adam(

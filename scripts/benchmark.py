@@ -3,6 +3,8 @@
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
     python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed
     python scripts/benchmark.py throughput --device cuda --precisions fp32,bf16   # on a GPU
+    python scripts/benchmark.py step              # the training step per part, against SpeechBrain
+                                  # (and --against COMMIT), 1 thread, paired rounds
     python scripts/benchmark.py cache             # feature extraction: workers, then a warm second run
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
@@ -210,6 +212,92 @@ def throughput(
         for precision in rest:
             ratio = base / medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
             print(f"{precision} gives {ratio:.2f}x the frames/s of {first}")
+
+
+@app.command()
+def step(
+    rounds: int = 5,
+    steps: int = 5,
+    threads: int = 1,
+    against: str = "",
+    speechbrain: bool = True,
+    seconds: float = 2.5,
+    utterances: int = 16,
+) -> None:
+    """The default model's training step on one batch of `utterances` AN4 utterances of about
+    `seconds` s, on `threads` threads, each variant in a process of its own, interleaved in
+    `rounds` paired rounds (scripts/training_step.py): las with the time and FLOPs of each part of
+    its step and the machine's 1024³ matmul rate; las at the commit `against` (a worktree); the
+    same model from SpeechBrain's modules (needs `pip install speechbrain`)."""
+    from las.train import load_corpus
+
+    here = Path(__file__).resolve().parent
+    with tempfile.TemporaryDirectory() as folder:
+        rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
+        rows.sort(key=lambda row: abs(float(row[2]) - seconds))
+        manifest = Path(folder) / "batch.tsv"
+        manifest.write_text(
+            "id\tpath\tduration_s\ttext\n"
+            + "".join(
+                f"{row[0]}\t{Path('data/an4', row[1]).resolve()}\t{row[2]}\t{row[3]}\n" for row in rows[:utterances]
+            )
+        )
+        config = Config().replace([f"data.train={manifest}", f"data.dev={manifest}", f"train.out={folder}/run"])
+        corpus = load_corpus(config, None, None)
+        batch = corpus.train.collate(list(range(len(corpus.train))))
+        batch_file = Path(folder) / "batch.pt"
+        fields = ("features", "feature_lengths", "targets_in", "targets_out", "target_lengths")
+        torch.save(
+            {name: getattr(batch, name) for name in fields} | {"vocabulary": len(corpus.train.vocabulary)}, batch_file
+        )
+        variants: dict[str, list[str]] = {"las": ["--parts"]}
+        if against:
+            worktree = Path(folder) / "against"
+            subprocess.run(
+                ["git", "worktree", "add", "--detach", str(worktree), against], check=True, capture_output=True
+            )
+            variants[f"las {against}"] = ["--source", str(worktree)]
+        if speechbrain:
+            variants["SpeechBrain"] = ["--model", "speechbrain"]
+        results: dict[str, list[dict]] = {name: [] for name in variants}
+        try:
+            for _ in range(rounds):
+                for name, options in variants.items():
+                    command = [sys.executable, str(here / "training_step.py"), str(batch_file), *options]
+                    command += ["--steps", str(steps), "--threads", str(threads)]
+                    finished = subprocess.run(command, capture_output=True, text=True, env=thread_environment(threads))
+                    if finished.returncode:
+                        raise SystemExit(f"{name} failed: {finished.stderr.strip()[-2000:]}")
+                    results[name].append(json.loads(finished.stdout.splitlines()[-1]))
+        finally:
+            if against:
+                subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], capture_output=True)
+    frames = int(batch.feature_lengths.sum())
+    print(
+        f"{len(batch.ids)} utterances, {frames} frames, {int(batch.target_lengths.sum())} characters; "
+        f"{threads} thread(s), {rounds} rounds x {steps} steps, medians\n"
+    )
+    own = results["las"]
+    step_seconds = {name: statistics.median(run["seconds"]["step"] for run in runs) for name, runs in results.items()}
+    print("| model | parameters | seconds per step | / las |")
+    print("|---|---|---|---|")
+    for name, runs in results.items():
+        ratio = step_seconds[name] / step_seconds["las"]
+        print(f"| {name} | {runs[0]['parameters'] / 1e6:.2f}M | {step_seconds[name]:.3f} | {ratio:.2f} |")
+    matmul = statistics.median(run["matmul_gflops"] for run in own)
+    print(f"\n| part of las's step | seconds | share of step | GFLOP | GFLOP/s | of {matmul:.0f} GFLOP/s matmul |")
+    print("|---|---|---|---|---|---|")
+    for part in own[0]["seconds"]:
+        time_taken = statistics.median(run["seconds"][part] for run in own)
+        gflop = own[0]["gflop"][part]
+        rate = gflop / time_taken
+        share = time_taken / step_seconds["las"]
+        print(f"| {part} | {time_taken:.3f} | {share:.0%} | {gflop:.2f} | {rate:.1f} | {rate / matmul:.0%} |")
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """This process's environment with every thread pool set to `threads`."""
+    return os.environ | {name: str(threads) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
 @app.command()

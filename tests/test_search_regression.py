@@ -61,7 +61,8 @@ def test_search_gives_the_stored_hypotheses_and_scores(case: str, expected: dict
     for identifier, nbest in expected[case].items():
         assert [text for text, _ in found[identifier]] == [text for text, _ in nbest], identifier
         for (_, score), (_, stored) in zip(found[identifier], nbest, strict=True):
-            assert score == pytest.approx(stored, abs=1e-4), identifier
+            # float32 sums over a whole search in another order (a fused speller): 2e-5 of the score
+            assert score == pytest.approx(stored, rel=2e-5, abs=1e-4), identifier
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def test_compiled_speller_step_trains_like_the_eager_one(
     monkeypatch.setattr(torch, "compile", compile_eagerly)
     eager = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "eager")))
     compiled = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "compiled"), compile=True))
-    assert [function.__name__ for function in compiled_functions] == ["step"]
+    assert [function.__name__ for function in compiled_functions] == ["advance"]
     assert metrics(compiled)[0]["train_loss"] == pytest.approx(metrics(eager)[0]["train_loss"], rel=1e-5)
 
 

@@ -15,6 +15,7 @@ import math
 
 import torch
 from torch import nn
+from torch.nn import functional
 
 
 class Attention(nn.Module):
@@ -101,10 +102,9 @@ class AdditiveAttention(Attention):
         self.energy = nn.Linear(key_dim, 1, bias=False)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
-        return self.energy(torch.tanh(keys + query[:, None, :] + self.location(previous_weights))).squeeze(2)
-
-    def location(self, previous_weights: torch.Tensor) -> torch.Tensor | float:
-        return 0.0
+        # The sum and tanh are the widest tensors of a speller step `(batch, frames, key_dim)`:
+        # tanh in place saves one of them (the sum's backward does not read it).
+        return torch.add(keys, query[:, None, :]).tanh_() @ self.energy.weight[0]
 
 
 class LocationAwareAttention(AdditiveAttention):
@@ -126,9 +126,19 @@ class LocationAwareAttention(AdditiveAttention):
         self.convolution = nn.Conv1d(1, location_channels, location_kernel, padding=location_kernel // 2, bias=False)
         self.projection = nn.Linear(location_channels, key_dim, bias=False)
 
-    def location(self, previous_weights: torch.Tensor) -> torch.Tensor:
-        features = self.convolution(previous_weights[:, None, :])  # (batch, channels, frames)
-        return self.projection(features.transpose(1, 2))  # (batch, frames, key_dim)
+    def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
+        # The convolution F and projection U are both linear: U·(F * w) is one filter of `kernel`
+        # taps per key dimension over windows of w. With a column of ones beside the windows and
+        # the query beside the filter, k + q + U·(F * w) is a single batched product added to k.
+        kernel = self.convolution.kernel_size[0]
+        padded = functional.pad(previous_weights, (kernel // 2, kernel - 1 - kernel // 2))
+        windows = padded.unfold(1, kernel, 1)  # (batch, frames, kernel)
+        windows = torch.cat([windows, windows.new_ones(windows.shape[:2] + (1,))], dim=2)
+        taps = (self.projection.weight @ self.convolution.weight[:, 0, :]).t()  # (kernel, key_dim)
+        coefficients = torch.cat(
+            [taps.expand(len(query), -1, -1), query[:, None, :]], dim=1
+        )  # (batch, kernel + 1, key_dim)
+        return torch.baddbmm(keys, windows, coefficients).tanh_() @ self.energy.weight[0]
 
 
 class MultiHeadAttention(Attention):

@@ -9,6 +9,7 @@ from torch import nn
 
 from las.model.attention import Attention
 from las.model.listener import ListenerOutput
+from las.model.recurrence import SharedWeight
 
 
 class SpellerState(NamedTuple):
@@ -77,22 +78,59 @@ class Speller(nn.Module):
         history = self.attention.initial_history(uniform)
         return SpellerState((zeros,) * layers, (zeros,) * layers, context, uniform, history)
 
+    def token_gates(self, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """The first cell's gate inputs from each character `(batch, 4 * hidden)`, its biases
+        included; with no `tokens`, for the whole vocabulary `(vocabulary, 4 * hidden)`: a table a
+        training step computes once and indexes every step instead of a product per step."""
+        cell = self.cells[0]
+        embedded = self.embedding.weight if tokens is None else self.embedding(tokens)
+        weight = cell.weight_ih[:, : self.embedding.embedding_dim]  # the embedding's columns of [embedding; context]
+        return torch.nn.functional.linear(embedded, weight, cell.bias_ih + cell.bias_hh)
+
+    def recurrent_weights(self) -> tuple[SharedWeight, SharedWeight]:
+        """The first cell's weights for the context `(value, 4 * hidden)` and its own hidden state
+        `(hidden, 4 * hidden)`, taken once per sequence: a slice of a parameter taken every step
+        would cost a zero-filled gradient of the whole parameter every step, and a shared weight's
+        gradient is one product for all steps (las.model.recurrence)."""
+        first = self.cells[0]
+        context_weight = first.weight_ih[:, self.embedding.embedding_dim :].t()
+        return SharedWeight(context_weight), SharedWeight(first.weight_hh.t())
+
+    def advance(
+        self,
+        token_gates: torch.Tensor,
+        state: SpellerState,
+        memory: ListenerOutput,
+        weights: tuple[SharedWeight, SharedWeight],
+    ) -> tuple[torch.Tensor, SpellerState]:
+        """One character: the cells and the attention, from the character's gate inputs `(batch,
+        4 * hidden)` (`token_gates`) and the `recurrent_weights`. Returns the top cell's output
+        after dropout `(batch, hidden)`, which with the new context is what the character
+        distribution reads, and the new state."""
+        context_weight, hidden_weight = weights
+        gates = hidden_weight.addmm(context_weight.addmm(token_gates, state.context), state.hidden[0])
+        h, c = lstm_update(gates, state.cell[0])
+        hidden, cell = [h], [c]
+        for layer, lstm in enumerate(self.cells[1:], start=1):
+            h, c = lstm(self.dropout(h), (state.hidden[layer], state.cell[layer]))
+            hidden.append(h)
+            cell.append(c)
+        output = self.dropout(h)
+        context, weights, history = self.attention.attend(
+            self.query(output), memory.keys, memory.values, memory.mask, state.history
+        )
+        return output, SpellerState(tuple(hidden), tuple(cell), context, weights, history)
+
+    def distribution(self, output: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
+        """Logits `(..., vocabulary)` from the top cell's output `(..., hidden)` and the context `(..., value)`."""
+        return self.output(torch.tanh(self.bottleneck(torch.cat([output, context], dim=-1))))
+
     def step(
         self, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput
     ) -> tuple[torch.Tensor, SpellerState]:
         """Logits `(batch, vocabulary)` for the character after `tokens` `(batch,)`, and the new state."""
-        x = torch.cat([self.embedding(tokens), state.context], dim=-1)  # (batch, embedding + value)
-        hidden, cell = [], []
-        for layer, lstm in enumerate(self.cells):
-            h, c = lstm(x, (state.hidden[layer], state.cell[layer]))
-            hidden.append(h)
-            cell.append(c)
-            x = self.dropout(h)
-        context, weights, history = self.attention.attend(
-            self.query(x), memory.keys, memory.values, memory.mask, state.history
-        )
-        logits = self.output(torch.tanh(self.bottleneck(torch.cat([x, context], dim=-1))))
-        return logits, SpellerState(tuple(hidden), tuple(cell), context, weights, history)
+        output, state = self.advance(self.token_gates(tokens), state, memory, self.recurrent_weights())
+        return self.distribution(output, state.context), state
 
     def forward(
         self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
@@ -100,18 +138,33 @@ class Speller(nn.Module):
         """Logits `(batch, steps, vocabulary)` and attention `(batch, steps, frames)` for `targets_in`.
 
         With `teacher_forcing` < 1 each utterance feeds back its own previous prediction with
-        probability 1 - teacher_forcing per step (scheduled sampling, Bengio et al. 2015).
+        probability 1 - teacher_forcing per step (scheduled sampling, Bengio et al. 2015). The
+        character distributions are computed once for all steps after the loop; a prediction to
+        feed back is taken from the same distribution without its gradient.
         """
         state = self.initial_state(memory)
-        logits, attention = [], []
+        table, weights = self.token_gates(), self.recurrent_weights()  # table: (vocabulary, 4 * hidden)
+        outputs, contexts, attention = [], [], []
         tokens = targets_in[:, 0]
         for step in range(targets_in.shape[1]):
             if step > 0:
                 tokens = targets_in[:, step]
                 if teacher_forcing < 1.0:
                     own = torch.rand(tokens.shape, device=tokens.device) >= teacher_forcing
-                    tokens = torch.where(own, logits[-1].argmax(dim=-1), tokens)
-            step_logits, state = self.step(tokens, state, memory)
-            logits.append(step_logits)
+                    with torch.no_grad():
+                        predicted = self.distribution(outputs[-1], contexts[-1]).argmax(dim=-1)
+                    tokens = torch.where(own, predicted, tokens)
+            output, state = self.advance(table[tokens], state, memory, weights)
+            outputs.append(output)
+            contexts.append(state.context)
             attention.append(state.weights)
-        return torch.stack(logits, dim=1), torch.stack(attention, dim=1)
+        logits = self.distribution(torch.stack(outputs, dim=1), torch.stack(contexts, dim=1))
+        return logits, torch.stack(attention, dim=1)
+
+
+def lstm_update(gates: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An LSTM cell's new hidden and cell states `(batch, hidden)` from its gate pre-activations
+    `(batch, 4 * hidden)` in PyTorch's order (input, forget, cell, output)."""
+    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
+    cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(input_gate) * torch.tanh(candidate)
+    return torch.sigmoid(output_gate) * torch.tanh(cell), cell

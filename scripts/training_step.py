@@ -1,0 +1,184 @@
+"""One training step of the default model, timed in a process of its own.
+
+`python scripts/benchmark.py step` runs this once per variant and round, so that variants share
+nothing but the batch file: las as it is, las at another commit (`--source`, a worktree of it),
+and the same model built from SpeechBrain's modules (`--model speechbrain`). Each prints JSON:
+seconds per step (the median of `--steps`), and for las the parts of the step and their FLOPs.
+
+SpeechBrain is an optional benchmark dependency (`pip install speechbrain`), never a runtime one.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import typer
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+FORCING = 0.9  # the teacher-forcing rate of most of a default run
+MATMUL = 1024
+
+
+def seconds(work: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `work` over `repeats` calls, after one warm-up call."""
+    work()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def flops(work: Callable[[], object]) -> int:
+    """Floating-point operations of the matrix products, convolutions and LSTMs `work` runs."""
+    with FlopCounterMode(display=False) as counter:
+        work()
+    return counter.get_total_flops()
+
+
+def matmul_rate(repeats: int) -> float:
+    """GFLOP/s of a 1024³ float32 matrix product: what this machine's BLAS reaches on the threads given."""
+    a, b = torch.randn(MATMUL, MATMUL), torch.randn(MATMUL, MATMUL)
+    return 2 * MATMUL**3 / seconds(lambda: a @ b, repeats) / 1e9
+
+
+class SpeechBrainLAS(nn.Module):
+    """las's default model from SpeechBrain's modules: a BLSTM and two pyramid BLSTMs of 160 units
+    per direction (frames paired between layers as las does, SpeechBrain having no pyramid),
+    SpeechBrain's AttentionalRNNDecoder (one LSTM of 256, location attention of 128 dimensions,
+    10 channels, kernel 15), a 128-dimensional embedding and las's output MLP and CTC head."""
+
+    def __init__(self, input_size: int, vocabulary: int) -> None:
+        super().__init__()
+        from speechbrain.nnet.RNN import LSTM, AttentionalRNNDecoder
+
+        hidden = 160
+        sizes = [input_size] + [4 * hidden] * 2
+        self.encoder = nn.ModuleList(LSTM(hidden, input_size=size, bidirectional=True) for size in sizes)
+        self.dropout = nn.Dropout(0.2)
+        self.embedding = nn.Embedding(vocabulary, 128)
+        self.decoder = AttentionalRNNDecoder(
+            "lstm", "location", 256, 128, 1, 2 * hidden, 128, channels=10, kernel_size=15, dropout=0.2
+        )
+        self.bottleneck = nn.Linear(256, 128)
+        self.output = nn.Linear(128, vocabulary)
+        self.ctc_head = nn.Linear(2 * hidden, vocabulary)
+
+    def loss(self, features: torch.Tensor, lengths: torch.Tensor, targets_in, targets_out, target_lengths):  # noqa: ANN001
+        x = features
+        for index, layer in enumerate(self.encoder):
+            if index:
+                x = self.dropout(x)
+                x = F.pad(x, (0, 0, 0, x.shape[1] % 2))
+                x = x.reshape(x.shape[0], x.shape[1] // 2, 2 * x.shape[2])
+            x = layer(x)[0]
+        relative = lengths.float() / features.shape[1]
+        encoder_lengths = torch.ceil(relative * x.shape[1]).long()
+        decoded, _ = self.decoder(self.embedding(targets_in), x, relative)
+        logits = self.output(torch.tanh(self.bottleneck(decoded)))
+        attention = F.cross_entropy(logits.transpose(1, 2), targets_out, ignore_index=0, label_smoothing=0.1)
+        log_probs = self.ctc_head(x).log_softmax(dim=-1).transpose(0, 1)
+        ctc = F.ctc_loss(log_probs, targets_in[:, 1:], encoder_lengths, target_lengths - 1, zero_infinity=True)
+        return 0.5 * attention + 0.5 * ctc
+
+
+def las_parts(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
+    """The step, and its parts each with its own backward pass: the listener (gradients of its
+    outputs given), the speller loop and its loss (from a fixed listener output), the CTC head and
+    loss, and the optimizer (clipping and Adam)."""
+    from las.losses import attention_loss, ctc_loss, joint_loss
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    features, feature_lengths = batch["features"], batch["feature_lengths"]
+    targets_in, targets_out, target_lengths = batch["targets_in"], batch["targets_out"], batch["target_lengths"]
+
+    def step() -> None:
+        output = model(features, feature_lengths, targets_in, FORCING)
+        loss, _ = joint_loss(output, targets_in, targets_out, target_lengths, 0.5, 0.1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+
+    memory = model.listener(features, feature_lengths)
+    fixed = memory._replace(**{name: getattr(memory, name).detach().requires_grad_() for name in ("keys", "values")})
+    hidden = memory.hidden.detach().requires_grad_()
+    cotangents = [torch.randn_like(tensor) for tensor in (memory.keys, memory.values, memory.hidden)]
+
+    def listener() -> None:
+        heard = model.listener(features, feature_lengths)
+        torch.autograd.backward([heard.keys, heard.values, heard.hidden], cotangents)
+
+    def speller() -> None:
+        logits, _ = model.speller(fixed, targets_in, FORCING)
+        attention_loss(logits, targets_out, 0.1).backward()
+
+    def ctc() -> None:
+        log_probs = model.ctc_head(hidden).log_softmax(dim=-1).transpose(0, 1)
+        ctc_loss(log_probs, memory.lengths, targets_in[:, 1:], target_lengths - 1).backward()
+
+    step()  # every parameter has a gradient for the optimizer part
+
+    def update() -> None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+
+    return {"step": step, "listener": listener, "speller loop": speller, "CTC": ctc, "optimizer": update}
+
+
+def main(
+    batch_file: Path,
+    model_name: str = typer.Option("las", "--model"),
+    source: Path | None = None,
+    steps: int = 5,
+    threads: int = 1,
+    parts: bool = False,
+) -> None:
+    """Print JSON: seconds per step, parameters, and with --parts every part's seconds and FLOPs."""
+    torch.set_num_threads(threads)
+    if source is not None:
+        sys.path.insert(0, str(source.resolve()))
+    batch = torch.load(batch_file)
+    input_size, vocabulary = batch["features"].shape[2], int(batch["vocabulary"])
+    torch.manual_seed(0)
+    if model_name == "speechbrain":
+        model: nn.Module = SpeechBrainLAS(input_size, vocabulary)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        arguments = [batch[key] for key in ("features", "feature_lengths", "targets_in", "targets_out")]
+
+        def step() -> None:
+            loss = model.loss(*arguments, batch["target_lengths"])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            optimizer.step()
+
+        work = {"step": step}
+    else:
+        from las.config import ModelConfig
+        from las.model.las import LAS
+
+        model = LAS.build(ModelConfig(), input_size, vocabulary)
+        work = las_parts(model, batch)
+        if not parts:
+            work = {"step": work["step"]}
+    model.train()
+    result: dict[str, object] = {"parameters": sum(p.numel() for p in model.parameters())}
+    result["seconds"] = {name: seconds(part, steps) for name, part in work.items()}
+    if parts:
+        result["gflop"] = {name: flops(part) / 1e9 for name, part in work.items()}
+        result["matmul_gflops"] = matmul_rate(steps)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    typer.run(main)
