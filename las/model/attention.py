@@ -58,7 +58,7 @@ class Attention(nn.Module):
         return context, weights
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
-        """Unnormalised scores `(batch, frames)`."""
+        """Unnormalised scores `(batch, frames)`, up to a constant per row."""
         raise NotImplementedError
 
 
@@ -102,9 +102,14 @@ class AdditiveAttention(Attention):
         self.energy = nn.Linear(key_dim, 1, bias=False)
 
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
-        # The sum and tanh are the widest tensors of a speller step `(batch, frames, key_dim)`:
-        # tanh in place saves one of them (the sum's backward does not read it).
-        return torch.add(keys, query[:, None, :]).tanh_() @ self.energy.weight[0]
+        return self.energies(torch.add(keys, query[:, None, :]).mul_(2))
+
+    def energies(self, doubled: torch.Tensor) -> torch.Tensor:
+        """w·tanh(u) `(batch, frames)` from 2u `(batch, frames, key_dim)`, less Σw: a constant per
+        row, which the softmax over frames ignores (weights and gradients are the same). Since
+        w·tanh(u) = 2 w·σ(2u) - Σw, and PyTorch's CPU tanh takes 3-7x its sigmoid's time, this is
+        the speller's widest operation at a third of the cost. In place: 2u is not kept."""
+        return doubled.sigmoid_() @ (2 * self.energy.weight[0])
 
 
 class LocationAwareAttention(AdditiveAttention):
@@ -129,7 +134,7 @@ class LocationAwareAttention(AdditiveAttention):
     def score(self, query: torch.Tensor, keys: torch.Tensor, previous_weights: torch.Tensor) -> torch.Tensor:
         # The convolution F and projection U are both linear: U·(F * w) is one filter of `kernel`
         # taps per key dimension over windows of w. With a column of ones beside the windows and
-        # the query beside the filter, k + q + U·(F * w) is a single batched product added to k.
+        # the query beside the filter, 2(k + q + U·(F * w)) is a single batched product.
         kernel = self.convolution.kernel_size[0]
         padded = functional.pad(previous_weights, (kernel // 2, kernel - 1 - kernel // 2))
         windows = padded.unfold(1, kernel, 1)  # (batch, frames, kernel)
@@ -138,7 +143,7 @@ class LocationAwareAttention(AdditiveAttention):
         coefficients = torch.cat(
             [taps.expand(len(query), -1, -1), query[:, None, :]], dim=1
         )  # (batch, kernel + 1, key_dim)
-        return torch.baddbmm(keys, windows, coefficients).tanh_() @ self.energy.weight[0]
+        return self.energies(torch.baddbmm(keys, windows, coefficients, beta=2, alpha=2))
 
 
 class MultiHeadAttention(Attention):
