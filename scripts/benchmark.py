@@ -4,7 +4,7 @@
     python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed
     python scripts/benchmark.py throughput --device cuda --precisions fp32,bf16   # on a GPU
     python scripts/benchmark.py step              # the training step per part, against SpeechBrain
-                                  # (and --against COMMIT), 1 thread, paired rounds
+                                  # (and --against COMMIT), 1 thread, paired rounds; --beam: beam search
     python scripts/benchmark.py cache             # feature extraction: workers, then a warm second run
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
@@ -43,7 +43,7 @@ import typer
 from las.checkpoint import Checkpoint, load_checkpoint
 from las.config import Config
 from las.data.cache import FeatureCache
-from las.data.dataset import SpeechDataset
+from las.data.dataset import Batch, SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
 from las.device import resolve_device
@@ -221,62 +221,79 @@ def step(
     threads: int = 1,
     against: str = "",
     speechbrain: bool = True,
+    beam: bool = False,
     seconds: float = 2.5,
     utterances: int = 16,
 ) -> None:
     """The default model's training step on one batch of `utterances` AN4 utterances of about
     `seconds` s, on `threads` threads, each variant in a process of its own, interleaved in
-    `rounds` paired rounds (scripts/training_step.py): las with the time and FLOPs of each part of
+    `rounds` paired rounds (scripts/step_timing.py): las with the time and FLOPs of each part of
     its step and the machine's 1024³ matmul rate; las at the commit `against` (a worktree); the
-    same model from SpeechBrain's modules (needs `pip install speechbrain`)."""
-    from las.train import load_corpus
-
-    here = Path(__file__).resolve().parent
+    same model from SpeechBrain's modules (needs `pip install speechbrain`). With --beam, beam 8
+    search instead, with and without CTC, per utterance and step (SpeechBrain's
+    S2SRNNBeamSearcher and CTCScorer)."""
     with tempfile.TemporaryDirectory() as folder:
-        rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
-        rows.sort(key=lambda row: abs(float(row[2]) - seconds))
-        manifest = Path(folder) / "batch.tsv"
-        manifest.write_text(
-            "id\tpath\tduration_s\ttext\n"
-            + "".join(
-                f"{row[0]}\t{Path('data/an4', row[1]).resolve()}\t{row[2]}\t{row[3]}\n" for row in rows[:utterances]
-            )
-        )
-        config = Config().replace([f"data.train={manifest}", f"data.dev={manifest}", f"train.out={folder}/run"])
-        corpus = load_corpus(config, None, None)
-        batch = corpus.train.collate(list(range(len(corpus.train))))
         batch_file = Path(folder) / "batch.pt"
-        fields = ("features", "feature_lengths", "targets_in", "targets_out", "target_lengths")
-        torch.save(
-            {name: getattr(batch, name) for name in fields} | {"vocabulary": len(corpus.train.vocabulary)}, batch_file
-        )
-        variants: dict[str, list[str]] = {"las": ["--parts"]}
+        batch = save_batch(batch_file, seconds, utterances)
+        variants: dict[str, list[str]] = {"las": ["--beam"] if beam else ["--parts"]}
         if against:
             worktree = Path(folder) / "against"
             subprocess.run(
                 ["git", "worktree", "add", "--detach", str(worktree), against], check=True, capture_output=True
             )
-            variants[f"las {against}"] = ["--source", str(worktree)]
+            variants[f"las {against}"] = ["--source", str(worktree)] + (["--beam"] if beam else [])
         if speechbrain:
-            variants["SpeechBrain"] = ["--model", "speechbrain"]
-        results: dict[str, list[dict]] = {name: [] for name in variants}
+            variants["SpeechBrain"] = ["--model", "speechbrain"] + (["--beam"] if beam else [])
         try:
-            for _ in range(rounds):
-                for name, options in variants.items():
-                    command = [sys.executable, str(here / "training_step.py"), str(batch_file), *options]
-                    command += ["--steps", str(steps), "--threads", str(threads)]
-                    finished = subprocess.run(command, capture_output=True, text=True, env=thread_environment(threads))
-                    if finished.returncode:
-                        raise SystemExit(f"{name} failed: {finished.stderr.strip()[-2000:]}")
-                    results[name].append(json.loads(finished.stdout.splitlines()[-1]))
+            results = timed_in_processes(variants, [str(batch_file), "--steps", str(steps)], rounds, threads)
         finally:
             if against:
                 subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], capture_output=True)
-    frames = int(batch.feature_lengths.sum())
     print(
-        f"{len(batch.ids)} utterances, {frames} frames, {int(batch.target_lengths.sum())} characters; "
-        f"{threads} thread(s), {rounds} rounds x {steps} steps, medians\n"
+        f"{len(batch.ids)} utterances, {int(batch.feature_lengths.sum())} frames, "
+        f"{int(batch.target_lengths.sum())} characters; {threads} thread(s), {rounds} rounds x {steps} "
+        "repeats, medians\n"
     )
+    if beam:
+        beam_table(results)
+    else:
+        step_table(results)
+
+
+def save_batch(path: Path, seconds: float, utterances: int) -> Batch:
+    """The `utterances` AN4 training utterances closest to `seconds` long, as one batch saved to
+    `path` with the vocabulary's symbols."""
+    from las.train import load_corpus
+
+    rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
+    rows.sort(key=lambda row: abs(float(row[2]) - seconds))
+    manifest = path.with_suffix(".tsv")
+    lines = [f"{row[0]}\t{Path('data/an4', row[1]).resolve()}\t{row[2]}\t{row[3]}\n" for row in rows[:utterances]]
+    manifest.write_text("id\tpath\tduration_s\ttext\n" + "".join(lines))
+    config = Config().replace([f"data.train={manifest}", f"data.dev={manifest}", f"train.out={path.parent}/run"])
+    corpus = load_corpus(config, None, None)
+    batch = corpus.train.collate(list(range(len(corpus.train))))
+    fields = ("features", "feature_lengths", "targets_in", "targets_out", "target_lengths")
+    saved = {name: getattr(batch, name) for name in fields} | {"symbols": list(corpus.train.vocabulary.symbols)}
+    torch.save(saved, path)
+    return batch
+
+
+def timed_in_processes(variants: dict[str, list[str]], options: list[str], rounds: int, threads: int) -> dict:
+    """Per variant, the JSON that scripts/step_timing.py printed in each of `rounds` paired rounds."""
+    script = Path(__file__).resolve().parent / "step_timing.py"
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, own_options in variants.items():
+            command = [sys.executable, str(script), *options, *own_options, "--threads", str(threads)]
+            finished = subprocess.run(command, capture_output=True, text=True, env=thread_environment(threads))
+            if finished.returncode:
+                raise SystemExit(f"{name} failed: {finished.stderr.strip()[-2000:]}")
+            results[name].append(json.loads(finished.stdout.splitlines()[-1]))
+    return results
+
+
+def step_table(results: dict[str, list[dict]]) -> None:
     own = results["las"]
     step_seconds = {name: statistics.median(run["seconds"]["step"] for run in runs) for name, runs in results.items()}
     print("| model | parameters | seconds per step | / las |")
@@ -293,6 +310,21 @@ def step(
         rate = gflop / time_taken
         share = time_taken / step_seconds["las"]
         print(f"| {part} | {time_taken:.3f} | {share:.0%} | {gflop:.2f} | {rate:.1f} | {rate / matmul:.0%} |")
+
+
+def beam_table(results: dict[str, list[dict]]) -> None:
+    columns = list(results["las"][0])
+    medians = {
+        name: {column: statistics.median(run[column] for run in runs) for column in columns}
+        for name, runs in results.items()
+    }
+    print("| search | " + " | ".join(f"ms per utterance-step, {column} | / las" for column in columns) + " |")
+    print("|---|" + "---|---|" * len(columns))
+    for name, values in medians.items():
+        cells = " | ".join(
+            f"{1000 * values[column]:.3f} | {values[column] / medians['las'][column]:.2f}" for column in columns
+        )
+        print(f"| {name} | {cells} |")
 
 
 def thread_environment(threads: int) -> dict[str, str]:

@@ -1,9 +1,11 @@
-"""One training step of the default model, timed in a process of its own.
+"""One training step, or one beam search, of the default model, timed in a process of its own.
 
-`python scripts/benchmark.py step` runs this once per variant and round, so that variants share
-nothing but the batch file: las as it is, las at another commit (`--source`, a worktree of it),
-and the same model built from SpeechBrain's modules (`--model speechbrain`). Each prints JSON:
-seconds per step (the median of `--steps`), and for las the parts of the step and their FLOPs.
+`python scripts/benchmark.py step` (and `beam-step`) runs this once per variant and round, so that
+variants share nothing but the batch file: las as it is, las at another commit (`--source`, a
+worktree of it), and the same model built from SpeechBrain's modules (`--model speechbrain`).
+Each prints JSON: seconds per step (the median of `--steps`), and for a las training step the
+parts of the step and their FLOPs; with `--beam`, seconds per utterance and search step of beam 8
+forced to run BEAM_STEPS steps, with and without CTC.
 
 SpeechBrain is an optional benchmark dependency (`pip install speechbrain`), never a runtime one.
 """
@@ -25,6 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 FORCING = 0.9  # the teacher-forcing rate of most of a default run
 MATMUL = 1024
+BEAM, BEAM_STEPS = 8, 40
 
 
 def seconds(work: Callable[[], object], repeats: int) -> float:
@@ -92,7 +95,7 @@ class SpeechBrainLAS(nn.Module):
         self.output = nn.Linear(128, vocabulary)
         self.ctc_head = nn.Linear(2 * hidden, vocabulary)
 
-    def loss(self, features: torch.Tensor, lengths: torch.Tensor, targets_in, targets_out, target_lengths):  # noqa: ANN001
+    def encode(self, features: torch.Tensor) -> torch.Tensor:
         x = features
         for index, layer in enumerate(self.encoder):
             if index:
@@ -100,6 +103,10 @@ class SpeechBrainLAS(nn.Module):
                 x = F.pad(x, (0, 0, 0, x.shape[1] % 2))
                 x = x.reshape(x.shape[0], x.shape[1] // 2, 2 * x.shape[2])
             x = layer(x)[0]
+        return x
+
+    def loss(self, features: torch.Tensor, lengths: torch.Tensor, targets_in, targets_out, target_lengths):  # noqa: ANN001
+        x = self.encode(features)
         relative = lengths.float() / features.shape[1]
         encoder_lengths = torch.ceil(relative * x.shape[1]).long()
         decoded, _ = self.decoder(self.embedding(targets_in), x, relative)
@@ -108,6 +115,17 @@ class SpeechBrainLAS(nn.Module):
         log_probs = self.ctc_head(x).log_softmax(dim=-1).transpose(0, 1)
         ctc = F.ctc_loss(log_probs, targets_in[:, 1:], encoder_lengths, target_lengths - 1, zero_infinity=True)
         return 0.5 * attention + 0.5 * ctc
+
+
+class OutputLayer(nn.Module):
+    """The output MLP as SpeechBrain's searcher wants its output layer: the last linear map as `w`."""
+
+    def __init__(self, model: SpeechBrainLAS) -> None:
+        super().__init__()
+        self.bottleneck, self.w = model.bottleneck, model.output
+
+    def forward(self, decoded: torch.Tensor) -> torch.Tensor:
+        return self.w(torch.tanh(self.bottleneck(decoded)))
 
 
 def las_parts(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Callable[[], object]]:
@@ -154,6 +172,56 @@ def las_parts(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Cal
     return {"step": step, "listener": listener, "speller loop": speller, "CTC": ctc, "optimizer": update}
 
 
+def las_beam(model: nn.Module, features: torch.Tensor, symbols: list[str], ctc_weight: float) -> Callable[[], object]:
+    """Beam search of BEAM_STEPS steps on every utterance (the length rules allow <eos> at that
+    step only), as `las decode` runs it."""
+    from las.config import DecodeConfig
+    from las.search import build_strategy
+    from las.text import Vocabulary
+
+    lengths = torch.full((len(features),), features.shape[1])
+    memory = model.listener(features, lengths)
+    frames = float(memory.lengths[0])
+    config = DecodeConfig(
+        strategy="beam",
+        beam_size=BEAM,
+        ctc_weight=ctc_weight,
+        ctc_length_ratio=0,
+        min_length_ratio=(BEAM_STEPS - 0.5) / frames,  # <eos> no earlier than step BEAM_STEPS
+        max_length_ratio=(BEAM_STEPS - 5.5) / frames,  # and there at the latest
+    )
+    strategy = build_strategy(config, Vocabulary(tuple(symbols)), model)
+    return lambda: strategy.search(model, model.listener(features, lengths))
+
+
+def speechbrain_beam(model: SpeechBrainLAS, features: torch.Tensor, ctc_weight: float) -> Callable[[], object]:
+    """SpeechBrain's S2SRNNBeamSearcher (with its CTCScorer) on the same model, BEAM_STEPS steps."""
+    from speechbrain.decoders.scorer import CTCScorer, ScorerBuilder
+    from speechbrain.decoders.seq2seq import S2SRNNBeamSearcher
+
+    frames = model.encode(features).shape[1]
+    scorer = None
+    if ctc_weight > 0:
+        ctc = CTCScorer(model.ctc_head, blank_index=0, eos_index=2)
+        scorer = ScorerBuilder(full_scorers=[ctc], weights={"ctc": ctc_weight})
+    output = OutputLayer(model)
+    ratio = BEAM_STEPS / frames
+    searcher = S2SRNNBeamSearcher(
+        model.embedding,
+        model.decoder,
+        output,
+        bos_index=1,
+        eos_index=2,
+        min_decode_ratio=ratio,
+        max_decode_ratio=ratio,
+        beam_size=BEAM,
+        scorer=scorer,
+        using_eos_threshold=False,
+    )
+    relative = torch.ones(len(features))
+    return lambda: searcher(model.encode(features), relative)
+
+
 def main(
     batch_file: Path,
     model_name: str = typer.Option("las", "--model"),
@@ -161,14 +229,19 @@ def main(
     steps: int = 5,
     threads: int = 1,
     parts: bool = False,
+    beam: bool = False,
 ) -> None:
-    """Print JSON: seconds per step, parameters, and with --parts every part's seconds and FLOPs."""
+    """Print JSON: seconds per step, parameters, and with --parts every part's seconds and FLOPs;
+    with --beam, seconds per utterance-step of beam search with and without CTC."""
     torch.set_num_threads(threads)
     if source is not None:
         sys.path.insert(0, str(source.resolve()))
     batch = torch.load(batch_file)
-    input_size, vocabulary = batch["features"].shape[2], int(batch["vocabulary"])
+    input_size, vocabulary = batch["features"].shape[2], len(batch["symbols"])
     torch.manual_seed(0)
+    if beam:
+        print(json.dumps(beam_seconds(model_name, batch, steps)))
+        return
     if model_name == "speechbrain":
         model: nn.Module = SpeechBrainLAS(input_size, vocabulary)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -197,6 +270,26 @@ def main(
         result["gflop"] = {name: flops(part, model) / 1e9 for name, part in work.items()}
         result["matmul_gflops"] = matmul_rate(steps)
     print(json.dumps(result))
+
+
+def beam_seconds(model_name: str, batch: dict, repeats: int) -> dict[str, float]:
+    """Seconds per utterance and search step, with CTC 0.5 and without, on the batch cut to its
+    shortest utterance (every utterance as long: the same number of encoder frames for both)."""
+    features = batch["features"][:, : int(batch["feature_lengths"].min())]
+    if model_name == "speechbrain":
+        model = SpeechBrainLAS(features.shape[2], len(batch["symbols"])).eval()
+        searches = {weight: speechbrain_beam(model, features, weight) for weight in (0.0, 0.5)}
+    else:
+        from las.config import ModelConfig
+        from las.model.las import LAS
+
+        model = LAS.build(ModelConfig(), features.shape[2], len(batch["symbols"])).eval()
+        searches = {weight: las_beam(model, features, batch["symbols"], weight) for weight in (0.0, 0.5)}
+    with torch.no_grad():
+        return {
+            f"ctc {weight}": seconds(search, repeats) / (len(features) * BEAM_STEPS)
+            for weight, search in searches.items()
+        }
 
 
 if __name__ == "__main__":
