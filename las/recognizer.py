@@ -9,6 +9,7 @@ arrays, manifests and folders of any length into text with segment and word time
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.search import Hypothesis, build_strategy
-from las.segmentation import has_speech, split_at_pauses
+from las.segmentation import frame_energy, has_speech, split_at_pauses
+from las.timing import sound_start
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
 CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
@@ -183,7 +185,9 @@ class Recognizer:
         segments: list[list[Segment]] = [[] for _ in features]
         nbests: list[list[Hypothesis]] = [[] for _ in features]
         for piece, hypotheses in zip(pieces, found, strict=True):
-            segments[piece.recording].append(self.segment(piece, hypotheses[0], hop))
+            audio = from_audio is None or from_audio[piece.recording]
+            energy = frame_energy(features[piece.recording][piece.start : piece.end]) if audio else None
+            segments[piece.recording].append(self.segment(piece, hypotheses[0], hop, energy))
             nbests[piece.recording] = hypotheses
         return [
             self.result(identifier, pieces_of, nbest)
@@ -197,13 +201,15 @@ class Recognizer:
             ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
         )
 
-    def segment(self, piece: Piece, hypothesis: Hypothesis, hop: float) -> Segment:
+    def segment(self, piece: Piece, hypothesis: Hypothesis, hop: float, energy: torch.Tensor | None) -> Segment:
         """The part of `piece` it owns: where the piece was heard with context around a cut in
-        speech, only the words centred in its own part (the neighbour has the others)."""
+        speech, only the words centred in its own part (the neighbour has the others).
+        `energy` `(frames,)`: of the piece's audio, for where words begin (None: features of
+        unknown scale)."""
         start, end = piece.own_start * hop, piece.own_end * hop
         words = [
-            word
-            for word in self.words(hypothesis, piece.start * hop, piece.end * hop)
+            dataclasses.replace(word, start=max(word.start, start))  # a sound begun in the context
+            for word in self.words(hypothesis, piece.start * hop, piece.end * hop, energy)
             if start <= (word.start + word.end) / 2 < end
         ]
         with_context = (piece.start, piece.end) != (piece.own_start, piece.own_end)
@@ -219,17 +225,23 @@ class Recognizer:
         words = [word for segment in spoken for word in segment.words]
         return Result(identifier, text, score, spoken, words, listed or [(text, score)])
 
-    def words(self, hypothesis: Hypothesis, start: float, end: float) -> list[Word]:
+    def words(self, hypothesis: Hypothesis, start: float, end: float, energy: torch.Tensor | None) -> list[Word]:
         """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
-        recording from `start` to `end` seconds."""
-        seconds = self.config.features.hop_ms / 1000 * 2**self.config.model.pyramid_layers  # per encoder frame
-        words, current = [], []
+        recording from `start` to `end` seconds; each word's start moved back to where its sound
+        begins (`las.timing.sound_start`) when the piece's frame `energy` is known."""
+        hop = self.config.features.hop_ms / 1000
+        reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
+        words, current, previous_end = [], [], 0
         for token, span in [*zip(hypothesis.tokens, hypothesis.spans or [], strict=True), (None, None)]:
             if token is None or self.vocabulary.decode([token]) == " ":
                 if current:
                     text = self.vocabulary.decode([item for item, _ in current])
-                    first, last = min(span[0] for _, span in current), max(span[1] for _, span in current)
-                    words.append(Word(start + first * seconds, min(start + last * seconds, end), text))
+                    first = min(span[0] for _, span in current) * reduction
+                    last = max(span[1] for _, span in current) * reduction
+                    if energy is not None:
+                        first = sound_start(energy, first, previous_end, self.config.features.mel_bins)
+                    words.append(Word(start + first * hop, min(start + last * hop, end), text))
+                    previous_end = last
                 current = []
             else:
                 current.append((token, span))

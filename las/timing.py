@@ -1,11 +1,21 @@
 """When each character of a hypothesis was spoken, in encoder frames: by CTC forced alignment of
 the decoded text where the model has a CTC head (the frames CTC itself would spend on each
-character), else by the peak of the attention that emitted it."""
+character), else by the peak of the attention that emitted it; and where the sound of a word
+begins, from the energy of the audio before its first character."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torchaudio.functional
+
+from las.data.features import POWER_FLOOR
+from las.segmentation import QUIET_SHARE
+
+ONSET_FRAMES = 50  # a word's sound begins at most 0.5 s (10 ms frames) before CTC emits it
+BACKGROUND_FRAMES = 100  # the background level is read over the second before that
+PEAK_FRAMES = 10  # and the word's level over the 0.1 s from its first character on
 
 Span = tuple[int, int]  # [start, end) encoder frames
 
@@ -32,3 +42,28 @@ def token_spans(
         raise ValueError("token_spans needs CTC log-probabilities or attention weights")
     peaks = attention[: len(tokens)].argmax(dim=1).tolist()
     return [(peak, peak + 1) for peak in peaks], "attention"
+
+
+def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int) -> int:
+    """The feature frame where the sound of a word begins, given the frames' energies `(frames,)`
+    (las.segmentation.frame_energy) and the frame `emitted` where its first character is aligned.
+
+    CTC emits a character late in its sound, often at the vowel: a spelled "C" at its "ee", a
+    third of a second after the "s". So walk back from `emitted` while frames stay above the quiet
+    threshold (QUIET_SHARE of the way from the background to the word's level), to `earliest` (the
+    previous word's end) at most and ONSET_FRAMES at most. The background is the quietest tenth
+    of the second before, digital silence (exact zeros, at the log floor) left out: it says
+    nothing about the noise a word rises from."""
+    low = max(earliest, emitted - ONSET_FRAMES, 0)
+    silence = math.log(mel_bins * POWER_FLOOR) + 1.0
+    before = energy[max(0, emitted - BACKGROUND_FRAMES) : emitted + 1]
+    before = before[before > silence]
+    word = energy[emitted : emitted + PEAK_FRAMES]
+    if not len(before) or not len(word):
+        return emitted
+    floor, peak = float(torch.quantile(before, 0.1)), float(word.max())
+    threshold = floor + QUIET_SHARE * (peak - floor)
+    start = emitted
+    while start > low and energy[start - 1] >= threshold:
+        start -= 1
+    return start

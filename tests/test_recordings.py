@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from las import Recognizer
 from las.errors import LasError
 from las.recognizer import with_context
 from las.segmentation import has_speech, split_at_pauses
-from las.timing import token_spans
+from las.timing import ONSET_FRAMES, sound_start, token_spans
 
 from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
 
@@ -100,6 +101,20 @@ def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_w
     # Two frames cannot hold two characters and a repeat: the attention peaks give the times.
     spans, method = token_spans([3, 3], log_probs[:2].log_softmax(dim=-1), attention, blank)
     assert (spans, method) == ([(0, 1), (1, 2)], "attention")
+
+
+def test_a_word_starts_where_its_sound_rises_not_where_ctc_emits_it() -> None:
+    """Frame energies: digital silence, background noise, the weak start of a word (an "s"), then
+    its vowel, where CTC emits the first character."""
+    silence = math.log(80 * 1e-6)  # exact zeros through 80 mel bins
+    runs = [(40, silence), (60, -4.0), (20, -1.0), (30, 5.0)]
+    energy = torch.cat([torch.full((frames,), level) for frames, level in runs])
+    # Back through the weak start, not into the noise: digital silence is not the background.
+    assert sound_start(energy, 125, 0, 80) == 100
+    assert sound_start(energy, 125, 110, 80) == 110  # never before the previous word's end
+    # No further back than ONSET_FRAMES.
+    energy = torch.cat([torch.full((frames,), level) for frames, level in [(100, -4.0), (80, -1.0), (30, 5.0)]])
+    assert sound_start(energy, 185, 0, 80) == 185 - ONSET_FRAMES
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ class InMemoryFeatures(FeatureSet):
 # The quietest AN4 recording peaks at -29 dBFS (the median at -12): recordings that peak lower
 # are brought up to -30 dBFS before analysis.
 QUIET_PEAK = 10 ** (-30 / 20)
+POWER_FLOOR = 1e-6  # added to mel power before the log: digital silence sits exactly there
 BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
 
 
@@ -73,7 +74,7 @@ class FilterbankExtractor:
         # A constant offset on the samples (a microphone's or sound card's DC bias) leaks into the
         # lowest bins of every frame and swamps them; it carries nothing, so it goes first.
         waveform = waveform - waveform.mean(dtype=torch.float64).to(waveform.dtype)
-        # Log power has an absolute floor (1e-6), under which a quiet recording's speech vanishes:
+        # Log power has an absolute floor (POWER_FLOOR), under which a quiet recording's speech vanishes:
         # one quieter than any training audio is raised to that level first.
         peak = float(waveform.abs().max()) if len(waveform) else 0.0
         if 0 < peak < QUIET_PEAK:
@@ -90,7 +91,7 @@ class FilterbankExtractor:
                 ],
                 dim=1,
             )  # (mel_bins, frames)
-        return torch.log(power + 1e-6).T.contiguous()  # (frames, mel_bins)
+        return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
 
 
 def log_mel_features(extractor: FilterbankExtractor, waveform: torch.Tensor, where: str) -> torch.Tensor:
