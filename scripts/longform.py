@@ -158,9 +158,14 @@ def percentile(values: list[float], share: float) -> float:
 
 
 @app.command()
-def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."), sets: Path = SETS) -> None:
+def measure(
+    checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
+    sets: Path = SETS,
+    noise_db: float | None = typer.Option(None, help="White noise at this SNR on the joined recordings."),
+) -> None:
     """CER one by one, long-form (cut at pauses) and whole; first-word start errors of word times
-    from CTC alignment and from attention peaks."""
+    from CTC alignment and from attention peaks. With --noise-db, the joined recordings carry
+    white noise (scored against the clean references and onsets)."""
     starts = json.loads((sets / "starts.json").read_text())
     speakers = [line.split("\t") for line in (sets / "speakers.tsv").read_text().splitlines()[1:]]
     texts = {identifier: text for identifier, _, text in dev_rows()}
@@ -175,9 +180,10 @@ def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint p
             utterances = starts[speaker]
             references.append(reference)
             separate.append(" ".join(one_by_one[utterance["id"]] for utterance in utterances))
-            in_one_piece.append(whole.transcribe(sets / path).text)
+            audio = with_noise(sets / path, noise_db)
+            in_one_piece.append(whole.transcribe(audio, RATE).text)
             for method, recognizer in recognizers.items():
-                result = recognizer.transcribe(sets / path)
+                result = recognizer.transcribe(audio, RATE)
                 if method == "ctc":
                     long_form.append(result.text)
                 found = first_word_errors(result, utterances, [texts[item["id"]] for item in utterances])
@@ -204,6 +210,17 @@ def measure(checkpoints: list[Path] = typer.Argument(..., help="One checkpoint p
             f"| {method} | {against} | {len(signed)} | {statistics.median(absolute):.3f} | "
             f"{percentile(absolute, 0.9):.3f} | {close:.0f}% | {statistics.median(signed):+.3f} |"
         )
+
+
+def with_noise(path: Path, snr_db: float | None) -> torch.Tensor:
+    """The recording's samples, with white noise `snr_db` below its speech's power (the power of
+    its samples that are not digital silence) unless None; the same noise every run."""
+    samples = torch.from_numpy(soundfile.read(path, dtype="float32")[0])
+    if snr_db is None:
+        return samples
+    power = samples[samples != 0].pow(2).mean()
+    noise = torch.randn(len(samples), generator=torch.Generator().manual_seed(0))
+    return samples + noise * (power / 10 ** (snr_db / 10)).sqrt()
 
 
 def whole_against_one_by_one(checkpoint: Path, sets: Path = SETS, **settings: object) -> tuple[float, float]:
