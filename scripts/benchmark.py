@@ -241,7 +241,7 @@ def step(
             subprocess.run(
                 ["git", "worktree", "add", "--detach", str(worktree), against], check=True, capture_output=True
             )
-            variants[f"las {against}"] = ["--source", str(worktree)] + (["--beam"] if beam else [])
+            variants[f"las {against}"] = ["--source", str(worktree)] + (["--beam"] if beam else ["--parts"])
         if speechbrain:
             variants["SpeechBrain"] = ["--model", "speechbrain"] + (["--beam"] if beam else [])
         try:
@@ -294,22 +294,26 @@ def timed_in_processes(variants: dict[str, list[str]], options: list[str], round
 
 
 def step_table(results: dict[str, list[dict]]) -> None:
-    own = results["las"]
     step_seconds = {name: statistics.median(run["seconds"]["step"] for run in runs) for name, runs in results.items()}
     print("| model | parameters | seconds per step | / las |")
     print("|---|---|---|---|")
     for name, runs in results.items():
         ratio = step_seconds[name] / step_seconds["las"]
         print(f"| {name} | {runs[0]['parameters'] / 1e6:.2f}M | {step_seconds[name]:.3f} | {ratio:.2f} |")
-    matmul = statistics.median(run["matmul_gflops"] for run in own)
-    print(f"\n| part of las's step | seconds | share of step | GFLOP | GFLOP/s | of {matmul:.0f} GFLOP/s matmul |")
-    print("|---|---|---|---|---|---|")
-    for part in own[0]["seconds"]:
-        time_taken = statistics.median(run["seconds"][part] for run in own)
-        gflop = own[0]["gflop"][part]
-        rate = gflop / time_taken
-        share = time_taken / step_seconds["las"]
-        print(f"| {part} | {time_taken:.3f} | {share:.0%} | {gflop:.2f} | {rate:.1f} | {rate / matmul:.0%} |")
+    for name, runs in results.items():
+        if "gflop" not in runs[0]:
+            continue
+        matmul = statistics.median(run["matmul_gflops"] for run in runs)
+        print(
+            f"\n| part of {name}'s step | seconds | share of step | GFLOP | GFLOP/s | of {matmul:.0f} GFLOP/s matmul |"
+        )
+        print("|---|---|---|---|---|---|")
+        for part in runs[0]["seconds"]:
+            time_taken = statistics.median(run["seconds"][part] for run in runs)
+            gflop = runs[0]["gflop"][part]
+            rate = gflop / time_taken
+            share = time_taken / step_seconds[name]
+            print(f"| {part} | {time_taken:.3f} | {share:.0%} | {gflop:.2f} | {rate:.1f} | {rate / matmul:.0%} |")
 
 
 def beam_table(results: dict[str, list[dict]]) -> None:
