@@ -74,7 +74,8 @@ def main_options(
             "--threads",
             min=1,
             envvar="LAS_THREADS",
-            help="CPU threads (default: OMP_NUM_THREADS if set, else the cores this process may use).",
+            help="CPU threads at most, fewer while other processes keep cores busy (default: the cores "
+            "this process may use; OMP_NUM_THREADS if set, then fixed).",
         ),
     ] = None,
 ) -> None:

@@ -15,6 +15,7 @@ from las.progress import progress_bar
 from las.search import Hypothesis, Strategy
 from las.stopping import deferred_interrupts
 from las.text import PAD_INDEX
+from las.threads import follow_load
 from las.timing import token_spans
 
 
@@ -38,6 +39,7 @@ def transcribe(
     with deferred_interrupts() as stop_if_interrupted:  # Ctrl-C lands between batches
         for indices in progress_bar(sampler, description, "batch"):
             stop_if_interrupted()
+            follow_load()
             batch = dataset.collate(indices).to(device)
             memory = model.listener(batch.features, batch.feature_lengths)
             found = strategy.search(model, memory)

@@ -39,6 +39,7 @@ from las.progress import progress_bar, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
 from las.text import Vocabulary
+from las.threads import follow_load
 
 
 def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_scale: float) -> float:
@@ -377,6 +378,7 @@ class Trainer:
         started = time.perf_counter()
         try:
             for indices in bar:
+                follow_load()
                 step = self.step(next(loader).to(self.device), indices, forcing, augment)
                 if step.updated:
                     progress.record(step.loss, step.parts, step.frames)

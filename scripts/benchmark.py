@@ -658,7 +658,8 @@ class EpochTimer:
         dev = subset_manifest(Path("data/an4/train.tsv"), 20, folder / "dev.tsv")
         out = self.folder / f"{name}-{time.monotonic_ns()}"
         settings = [f"--set={assignment}" for assignment in assignments]
-        command = [sys.executable, "-m", "las", "--threads", str(self.threads), "train", "--train", str(train)]
+        threads = ["--threads", str(self.threads)] if self.threads else []  # 0: las's own choice
+        command = [sys.executable, "-m", "las", *threads, "train", "--train", str(train)]
         command += ["--dev", str(dev), "--out", str(out), "--epochs", str(self.epochs), *settings]
         finished = subprocess.run(command, env=environment, capture_output=True, text=True)
         if finished.returncode:
