@@ -15,7 +15,7 @@
     python scripts/benchmark.py runs runs/an4 runs/seed2   # dev CER of runs: best/averaged x decodings
     python scripts/benchmark.py eval-speed        # las eval scoring 100k utterances
     python scripts/benchmark.py busy              # an AN4 epoch, idle and beside a busy process,
-                                  # with the OpenMP wait policy of before and of now
+                                  # threads following the load, fixed, passive or spinning
     python scripts/benchmark.py logging           # an AN4 epoch with and without TensorBoard
     python scripts/benchmark.py recipe            # an AN4 epoch of the default recipe and the previous one
 
@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -232,6 +233,8 @@ def step(
     same model from SpeechBrain's modules (needs `pip install speechbrain`). With --beam, beam 8
     search instead, with and without CTC, per utterance and step (SpeechBrain's
     S2SRNNBeamSearcher and CTCScorer)."""
+    if speechbrain and importlib.util.find_spec("speechbrain") is None:
+        raise SystemExit("SpeechBrain is not installed: pip install -e '.[benchmark]' (or --no-speechbrain)")
     with tempfile.TemporaryDirectory() as folder:
         batch_file = Path(folder) / "batch.pt"
         batch = save_batch(batch_file, seconds, utterances)
@@ -686,26 +689,32 @@ def epoch_table(timer: EpochTimer, variants: dict[str, tuple[list[str], dict[str
 
 
 @app.command()
-def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, threads: int = 2, spin_counts: str = "") -> None:
-    """AN4 epochs of `las train` on `threads` threads, on an idle machine and beside one process
-    that keeps a core busy, with OpenMP's default wait policy (spinning: las before --threads),
-    the passive one las now sets, and libgomp's default policy with each of `spin_counts`
-    (e.g. "10000,30000": spin that long, then sleep)."""
-    environment = {key: value for key, value in os.environ.items() if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    waits = {
-        "default wait (before)": dict(environment, OMP_WAIT_POLICY=""),  # invalid: libgomp keeps its default
-        "passive wait (now)": environment,
+def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, spin_counts: str = "") -> None:
+    """AN4 epochs of `las train` on an idle machine and beside one process that keeps a core
+    busy: las as it is (threads follow the load), two fixed threads waiting passively (las's
+    previous default) or spinning (libgomp's default, las before that), one thread, and two
+    spinning threads with each of `spin_counts` (e.g. "3000,30000": spin that long, then sleep)."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "LAS_THREADS")
+    }
+    fixed = dict(environment, OMP_NUM_THREADS="2")
+    ways = {
+        "las now: threads follow the load": environment,
+        "2 threads, passive (previous default)": dict(fixed, OMP_WAIT_POLICY="PASSIVE"),
+        "2 threads, spinning (before that)": dict(fixed, OMP_WAIT_POLICY=""),  # invalid: libgomp's default
+        "1 thread": dict(environment, OMP_NUM_THREADS="1"),
     }
     for count in filter(None, spin_counts.split(",")):
-        waits[f"spin {count}"] = dict(environment, OMP_WAIT_POLICY="", GOMP_SPINCOUNT=count)
+        ways[f"2 threads, spin {count}"] = dict(fixed, OMP_WAIT_POLICY="", GOMP_SPINCOUNT=count)
     loads = ("idle", "busy")
-    variants = {f"{load}, {wait}": ([], env, load == "busy") for load in loads for wait, env in waits.items()}
-    medians = timed_epochs(variants, utterances, epochs, rounds, threads)
-    print("\n| wait | busy / idle | idle / idle with the default wait |\n| --- | --- | --- |")
-    before = medians["idle, default wait (before)"]
-    for wait in waits:
-        idle = medians[f"idle, {wait}"]
-        print(f"| {wait} | {medians[f'busy, {wait}'] / idle:.2f} | {idle / before:.2f} |")
+    variants = {f"{load}, {way}": ([], env, load == "busy") for load in loads for way, env in ways.items()}
+    medians = timed_epochs(variants, utterances, epochs, rounds, threads=0)
+    print("\n| threads and wait | idle s/epoch | busy s/epoch | busy / idle |\n| --- | --- | --- | --- |")
+    for way in ways:
+        idle, loaded = medians[f"idle, {way}"], medians[f"busy, {way}"]
+        print(f"| {way} | {idle:.2f} | {loaded:.2f} | {loaded / idle:.2f} |")
 
 
 @app.command()
@@ -744,7 +753,8 @@ def timed_epochs(variants: dict, utterances: int, epochs: int, rounds: int, thre
     """Median seconds per epoch of each variant (see `epoch_table`), printed as a table."""
     with tempfile.TemporaryDirectory() as folder:
         medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
-    print(f"{utterances} AN4 utterances, {threads} threads, median s/epoch over {rounds} paired rounds:\n")
+    threads_used = threads or "las's default"
+    print(f"{utterances} AN4 utterances, threads: {threads_used}, median s/epoch over {rounds} paired rounds:\n")
     print("| variant | s/epoch |\n| --- | --- |")
     for name, seconds in medians.items():
         print(f"| {name} | {seconds:.2f} |")

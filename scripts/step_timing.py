@@ -7,7 +7,7 @@ Each prints JSON: seconds per step (the median of `--steps`), and for a las trai
 parts of the step and their FLOPs; with `--beam`, seconds per utterance and search step of beam 8
 forced to run BEAM_STEPS steps, with and without CTC.
 
-SpeechBrain is an optional benchmark dependency (`pip install speechbrain`), never a runtime one.
+SpeechBrain is an optional benchmark dependency (`pip install -e ".[benchmark]"`), never a runtime one.
 """
 
 from __future__ import annotations
