@@ -273,22 +273,27 @@ def main(
 
 
 def beam_seconds(model_name: str, batch: dict, repeats: int) -> dict[str, float]:
-    """Seconds per utterance and search step, with CTC 0.5 and without, on the batch cut to its
-    shortest utterance (every utterance as long: the same number of encoder frames for both)."""
+    """Seconds per utterance and search step: of the listener (once per utterance, shared by
+    its steps), and of the whole search, listener included, with CTC 0.5 and without; on the
+    batch cut to its shortest utterance (every utterance as long: the same encoder frames)."""
     features = batch["features"][:, : int(batch["feature_lengths"].min())]
     if model_name == "speechbrain":
         model = SpeechBrainLAS(features.shape[2], len(batch["symbols"])).eval()
         searches = {weight: speechbrain_beam(model, features, weight) for weight in (0.0, 0.5)}
+        listener = lambda: model.encode(features)  # noqa: E731
     else:
         from las.config import ModelConfig
         from las.model.las import LAS
 
         model = LAS.build(ModelConfig(), features.shape[2], len(batch["symbols"])).eval()
         searches = {weight: las_beam(model, features, batch["symbols"], weight) for weight in (0.0, 0.5)}
+        lengths = torch.full((len(features),), features.shape[1])
+        listener = lambda: model.listener(features, lengths)  # noqa: E731
+    steps = len(features) * BEAM_STEPS
     with torch.no_grad():
-        return {
-            f"ctc {weight}": seconds(search, repeats) / (len(features) * BEAM_STEPS)
-            for weight, search in searches.items()
+        timed = {"listener": seconds(listener, repeats) / steps}
+        return timed | {
+            f"search, ctc {weight}": seconds(search, repeats) / steps for weight, search in searches.items()
         }
 
 
