@@ -92,7 +92,7 @@ class LoadFollower:
 
     most: int
     cpus: set[int] = field(default_factory=affinity)
-    last: tuple[float, float, float] = (0.0, 0.0, 0.0)  # wall, machine busy and own CPU seconds
+    last: tuple[float, float, float] = field(init=False)  # wall, machine busy and own CPU seconds
 
     def __post_init__(self) -> None:
         self.last = (time.monotonic(), busy_seconds(self.cpus) or 0.0, time.process_time())

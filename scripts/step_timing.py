@@ -105,7 +105,15 @@ class SpeechBrainLAS(nn.Module):
             x = layer(x)[0]
         return x
 
-    def loss(self, features: torch.Tensor, lengths: torch.Tensor, targets_in, targets_out, target_lengths):  # noqa: ANN001
+    def loss(
+        self,
+        features: torch.Tensor,  # (batch, frames, mel_bins)
+        lengths: torch.Tensor,  # (batch,)
+        targets_in: torch.Tensor,  # (batch, steps): <sos> then characters
+        targets_out: torch.Tensor,  # (batch, steps): characters then <eos>
+        target_lengths: torch.Tensor,  # (batch,) with <eos>
+    ) -> torch.Tensor:
+        """The joint loss as las computes it: 0.5 CTC + 0.5 label-smoothed cross-entropy."""
         x = self.encode(features)
         relative = lengths.float() / features.shape[1]
         encoder_lengths = torch.ceil(relative * x.shape[1]).long()
