@@ -1,6 +1,6 @@
 """One training step, or one beam search, of the default model, timed in a process of its own.
 
-`python scripts/benchmark.py step` (and `beam-step`) runs this once per variant and round, so that
+`python scripts/benchmark.py step` (and `step --beam`) runs this once per variant and round, so that
 variants share nothing but the batch file: las as it is, las at another commit (`--source`, a
 worktree of it), and the same model built from SpeechBrain's modules (`--model speechbrain`).
 Each prints JSON: seconds per step (the median of `--steps`), and for a las training step the
