@@ -56,11 +56,13 @@ def use_threads(count: int | None) -> int:
     import torch
 
     global follower
+    follower = None
     if count is None and os.environ.get("OMP_NUM_THREADS"):
         return torch.get_num_threads()
     threads = count or available_cores()
     torch.set_num_threads(threads)
-    follower = LoadFollower(threads) if busy_seconds(affinity()) is not None else None
+    if busy_seconds(affinity()) is not None:
+        follower = LoadFollower(threads)
     return threads
 
 

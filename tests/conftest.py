@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from las import threads
 from las.cli import app
 from las.config import Config, load_config
 
 AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
+
+
+@pytest.fixture(autouse=True)
+def fixed_threads() -> Iterator[None]:
+    """A command run through the CLI leaves its load follower behind (las.threads): tests that
+    train in-process, bit-exactness among them, run on the threads they start with."""
+    yield
+    threads.follower = None
+
 
 # A model small enough to train in seconds: what the tests need is behaviour, not accuracy.
 TINY = [

@@ -24,21 +24,23 @@ def metrics(run: Path) -> list[dict]:
 
 
 def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
-    config = with_training(tiny_config, epochs=100, learning_rate=5e-3, final_learning_rate_scale=0.2)
+    config = with_training(tiny_config, epochs=150, learning_rate=5e-3, final_learning_rate_scale=0.2)
     # Without per-utterance normalisation: this tiny model memorises absolute levels faster
-    # (train loss 0.29 vs 0.39 after 90 epochs, measured), so 100 epochs reach the 5% bar.
+    # (train loss 0.29 vs 0.39 after 90 epochs, measured). 100 epochs were on the edge: at 1
+    # thread seeds 1 and 2 ended at 13% and 17%, in this code and the code before the fused
+    # speller alike (rounding alone moves the path); with 150 both reach 0%.
     features = replace(config.features, utterance_mean=False)
     config = replace(config, features=features, data=replace(config.data, batch_size=2, dev=config.data.train))
     run = train(config)
     records = metrics(run)
-    assert [record["epoch"] for record in records] == list(range(1, 101))
+    assert [record["epoch"] for record in records] == list(range(1, 151))
     assert records[-1]["train_loss"] < 0.3 * records[0]["train_loss"]
     assert records[-1]["dev_cer"] <= 5.0  # greedy decoding, no teacher forcing
     # Four memorised utterances need no alignment, so only the measurement itself is checked here.
     names = ("alignment_monotonic", "alignment_coverage", "diagonal_share")
     assert all(0 <= record[f"dev_{name}"] <= 1 for record in records for name in names)
     assert (run / "best.pt").exists() and (run / "last.pt").exists()
-    assert len(list((run / "attention").glob("epoch_*.png"))) == 100
+    assert len(list((run / "attention").glob("epoch_*.png"))) == 150
     checkpoint = load_checkpoint(run / "best.pt")
     assert checkpoint.config == config and checkpoint.training_state["progress"]["best_cer"] == min(
         r["dev_cer"] for r in records
