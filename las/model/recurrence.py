@@ -44,7 +44,9 @@ class _Collect(torch.autograd.Function):
             return None, None
         inputs, gradients = (torch.cat(parts) for parts in zip(*shared.steps, strict=True))
         shared.steps.clear()
-        return (inputs.t().to(gradients.dtype) @ gradients).to(shared.weight.dtype), None
+        # A sum over every step and utterance: in float32 even under fp16 autocast, where the
+        # loss-scaled gradients of hundreds of steps could overflow in half precision.
+        return (inputs.t().float() @ gradients.float()).to(shared.weight.dtype), None
 
 
 class _Step(torch.autograd.Function):
