@@ -1,14 +1,16 @@
-"""Train recipe variants on AN4 under one seed and one schedule, stop each after the same number
+"""Train recipe variants on AN4 under the same seeds and schedule, stop each after the same number
 of epochs (Ctrl-C, which saves and exits), and print a Markdown table: dev CER, the first epoch at
 which the attention of the fixed dev utterance was diagonal (argmax monotone for >= 90% of steps,
 sweeping >= half the frames: las/alignment.py) and how often it still was in the last five
 epochs, the share of all dev utterances decoded with a diagonal map by the best checkpoint,
 seconds per epoch; and the CER of the long-form dev set (per speaker, the dev utterances joined
 with 0.5 s of silence: scripts/longform.py build) decoded whole, without segmentation, beside the
-same utterances decoded one by one, both with the default decoding (beam 8 + CTC).
+same utterances decoded one by one, with the default decoding (beam 8 + CTC) and greedily by the
+speller alone. With `--seeds N`, a row per seed and their mean ("never" diagonal counts as
+stop_after + 1 in the mean of the first diagonal epoch).
 
     python scripts/longform.py build
-    python scripts/ablation.py --stop-after 20 --parallel 2 [--only gmm --only monotonic ...]
+    python scripts/ablation.py --stop-after 20 --parallel 2 [--only gmm --only monotonic ...] [--seeds 3]
 
 Every variant keeps the default schedule (its `--epochs`), so the learning-rate and
 teacher-forcing curves agree up to the stopping epoch; only the named settings differ. With
@@ -136,6 +138,47 @@ def diagonal(record: dict) -> bool:
     return Alignment(record["dev_alignment_monotonic"] or 0.0, record["dev_alignment_coverage"] or 0.0).diagonal
 
 
+COLUMNS = ["best", "dev utterances diagonal, best", "first diagonal epoch", "diagonal in last 5", "s/epoch"]
+LONG_FORM = ["beam+CTC: one by one", "long-form whole", "x", "greedy: one by one", "long-form whole", "x"]
+
+
+def run_directory(root: Path, name: str, seed: int) -> Path:
+    """Seed 1 keeps the plain name, so runs trained before seeds were a choice are reused."""
+    stem = name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", "")
+    return root / (stem if seed == 1 else f"{stem}-seed{seed}")
+
+
+def summary(run: Path, stop_after: int, checkpoints: list[int]) -> list[float] | None:
+    """One run's table cells as numbers (the first diagonal epoch is stop_after + 1 if never), or
+    None if it stopped early. Long-form CER with the default decoding and greedily without CTC."""
+    from longform import whole_against_one_by_one
+
+    history = records(run)[:stop_after]
+    if len(history) < stop_after:
+        return None
+    beam = whole_against_one_by_one(run / "best.pt")
+    greedy = whole_against_one_by_one(run / "best.pt", strategy="greedy", ctc_weight=0.0)
+    return [
+        *(history[epoch - 1]["dev_cer"] for epoch in checkpoints),
+        min(record["dev_cer"] for record in history),
+        100 * best_checkpoint_alignment(run),
+        next((record["epoch"] for record in history if diagonal(record)), stop_after + 1),
+        sum(diagonal(record) for record in history[-5:]),
+        sorted(record["seconds"] for record in history)[len(history) // 2],
+        *(value for separate, whole in (beam, greedy) for value in (separate, whole, whole / separate)),
+    ]
+
+
+def cells(values: list[float], stop_after: int, checkpoints: list[int]) -> str:
+    formats = ["{:.1f}"] * (len(checkpoints) + 1) + ["{:.0f}%", "{:.1f}", "{:.1f}/5", "{:.1f}"]
+    formats += ["{:.1f}", "{:.1f}", "{:.2f}"] * 2
+    text = [form.format(value) for form, value in zip(formats, values, strict=True)]
+    first = len(checkpoints) + 2
+    if values[first] > stop_after:
+        text[first] = "never"
+    return " | ".join(text)
+
+
 @app.command()
 def main(
     stop_after: int = 20,
@@ -143,9 +186,8 @@ def main(
     root: Path = Path("runs/ablation"),
     pretrain_epochs: int = 20,
     only: list[str] = typer.Option([], help="Only the variants whose names contain one of these (repeatable)."),
+    seeds: int = typer.Option(1, help="Train seeds 1..N of every variant; a row per seed and their mean."),
 ) -> None:
-    from longform import whole_against_one_by_one
-
     variants = {name: settings for name, settings in VARIANTS.items() if not only or any(o in name for o in only)}
     speller = root / "speller.pt"
     if any(SPELLER in setting for settings in variants.values() for setting in settings) and not speller.exists():
@@ -154,36 +196,30 @@ def main(
             check=True,
         )
     jobs = {
-        root / name.replace(" ", "-").replace(",", "").replace("(", "").replace(")", ""): [
-            setting.replace(SPELLER, str(speller)) for setting in settings
-        ]
+        run_directory(root, name, seed): [setting.replace(SPELLER, str(speller)) for setting in settings]
+        + [f"train.seed={seed}"]
         for name, settings in variants.items()
+        for seed in range(1, seeds + 1)
     }
     run_all(jobs, stop_after, parallel)
     checkpoints = sorted({5, 10, 15, stop_after})
-    print(
-        "| variant | "
-        + " | ".join(f"dev CER @{epoch}" for epoch in checkpoints)
-        + " | best | dev utterances diagonal, best | first diagonal epoch | diagonal in last 5 | s/epoch"
-        + " | beam+CTC: one by one | long-form whole | x |"
-    )
-    print("| --- " * (len(checkpoints) + 9) + "|")
-    for name, run in zip(variants, jobs, strict=True):
-        history = records(run)[:stop_after]
-        if len(history) < stop_after:
-            print(f"| {name} | stopped after {len(history)} epochs (see its log) |")
-            continue
-        cells = " | ".join(f"{history[epoch - 1]['dev_cer']:.1f}" for epoch in checkpoints)
-        best = min(record["dev_cer"] for record in history)
-        seconds = sorted(record["seconds"] for record in history)[len(history) // 2]
-        first = next((record["epoch"] for record in history if diagonal(record)), "never")
-        recent = sum(diagonal(record) for record in history[-5:])
-        share = best_checkpoint_alignment(run)
-        separate, whole = whole_against_one_by_one(run / "best.pt")
-        print(
-            f"| {name} | {cells} | {best:.1f} | {share:.0%} | {first} | {recent}/5 | {seconds:.1f} | "
-            f"{separate:.1f} | {whole:.1f} | {whole / separate:.2f} |"
-        )
+    header = [f"dev CER @{epoch}" for epoch in checkpoints] + COLUMNS + LONG_FORM
+    print("| variant | " + " | ".join(header) + " |")
+    print("| --- " * (len(header) + 1) + "|")
+    for name in variants:
+        rows = []
+        for seed in range(1, seeds + 1):
+            run = run_directory(root, name, seed)
+            values = summary(run, stop_after, checkpoints)
+            label = name if seeds == 1 else f"{name}, seed {seed}"
+            if values is None:
+                print(f"| {label} | stopped after {len(records(run))} epochs (see its log) |")
+                continue
+            rows.append(values)
+            print(f"| {label} | {cells(values, stop_after, checkpoints)} |")
+        if seeds > 1 and rows:
+            mean = [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+            print(f"| **{name}, mean of {len(rows)}** | {cells(mean, stop_after, checkpoints)} |")
 
 
 if __name__ == "__main__":
