@@ -2,11 +2,16 @@
 content-based attention is trained on utterances of seconds and loses its place on minutes.
 
 Pauses are found in the log-mel features themselves (frame energy against the recording's own
-range), so precomputed features, audio files and arrays split alike."""
+range, and each band against its own background), so precomputed features, audio files and
+arrays split alike."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from las.data.features import POWER_FLOOR
 
 PAUSE_FRAMES = 30  # 0.3 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
@@ -17,6 +22,26 @@ SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch thi
 # Speech rises and falls: its frame energies span 7-12 nats (5th to 95th percentile) in AN4, still
 # 2.4 in white noise at 5 dB SNR; steady noise or silence spans a few tenths (docs/BENCHMARKS.md).
 SPEECH_CONTRAST = 1.0
+BAND_BACKGROUND = 0.1  # a mel band's background level: its 10th percentile over the recording
+
+
+def digital_silence(energy: torch.Tensor, mel_bins: int) -> torch.Tensor:
+    """`(frames,)` True where a frame energy `(frames,)` is at the log floor of exact zeros (the
+    gaps of a joined or padded file): it says nothing about the noise speech rises from."""
+    return energy < math.log(mel_bins * POWER_FLOOR) + 1.0
+
+
+def band_activity(features: torch.Tensor) -> torch.Tensor:
+    """How far each frame rises above the recording's background, band by band: the mean over mel
+    bins of a frame's log power above its bin's BAND_BACKGROUND level, `(frames, mel_bins)` ->
+    `(frames,)`. Broadband noise lifts every band's background with it, while a quiet word still
+    stands out in its own bands; in the total energy, white noise at 5 dB SNR drowns it."""
+    features = features.float()
+    heard = features[~digital_silence(frame_energy(features), features.shape[1])]
+    heard = heard if len(heard) else features
+    rank = max(1, math.ceil(BAND_BACKGROUND * len(heard)))
+    background = heard.kthvalue(rank, dim=0).values  # (mel_bins,); kthvalue has no size limit
+    return (features - background).clamp(min=0).mean(dim=1)
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -48,15 +73,30 @@ def has_speech(features: torch.Tensor) -> bool:
     return peak - floor >= SPEECH_CONTRAST
 
 
+def pause_frames(features: torch.Tensor) -> torch.Tensor:
+    """`(frames,)` True where a frame of `features` `(frames, mel_bins)` is quiet both in its total
+    energy and in its bands (`band_activity`), each against the recording's own range (the
+    activity's without digital silence). Speech is what either measure hears: energy alone drops
+    whole quiet words in broadband noise (a tenth of the loud speech frames at 0 dB SNR), bands
+    alone cut more utterances inside (docs/BENCHMARKS.md, "Long recordings")."""
+    energy = frame_energy(features)  # (frames,)
+    activity = band_activity(features)  # (frames,)
+    heard = activity[~digital_silence(energy, features.shape[1])]
+    return quiet_frames(energy, *energy_range(energy)) & quiet_frames(
+        activity, *energy_range(heard if len(heard) else activity)
+    )
+
+
 def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
     """`[start, end)` frame spans of the speech in `features` `(frames, mel_bins)`, in order: cut at
-    every pause, long silence left out, and no span longer than `max_frames` (a stretch without a
-    pause is cut at its quietest point). Empty for a recording without speech (`has_speech`)."""
+    every pause (`pause_frames`), long silence left out, and no span longer than `max_frames` (a
+    stretch without a pause is cut at its quietest point). Empty for a recording without speech
+    (`has_speech`)."""
     energy = frame_energy(features)  # (frames,)
     floor, peak = energy_range(energy)
     if peak - floor < SPEECH_CONTRAST:
         return []
-    quiet = quiet_frames(energy, floor, peak)
+    quiet = pause_frames(features)
     spans = []
     for start, end in loud_regions(quiet):
         spans.extend(cut_to_length(energy, start, end, max_frames))

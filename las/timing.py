@@ -5,13 +5,10 @@ begins, from the energy of the audio before its first character."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torchaudio.functional
 
-from las.data.features import POWER_FLOOR
-from las.segmentation import QUIET_SHARE
+from las.segmentation import QUIET_SHARE, digital_silence
 
 ONSET_FRAMES = 50  # a word's sound begins at most 0.5 s (10 ms frames) before CTC emits it
 BACKGROUND_FRAMES = 100  # the background level is read over the second before that
@@ -55,9 +52,8 @@ def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int
     of the second before, digital silence (exact zeros, at the log floor) left out: it says
     nothing about the noise a word rises from."""
     low = max(earliest, emitted - ONSET_FRAMES, 0)
-    silence = math.log(mel_bins * POWER_FLOOR) + 1.0
     before = energy[max(0, emitted - BACKGROUND_FRAMES) : emitted + 1]
-    before = before[before > silence]
+    before = before[~digital_silence(before, mel_bins)]
     word = energy[emitted : emitted + PEAK_FRAMES]
     if not len(before) or not len(word):
         return emitted

@@ -3,6 +3,7 @@
     python scripts/longform.py build                          # the long-form sets, once
     python scripts/longform.py measure runs/an4/best.pt ...   # accuracy and timestamps, per seed
     python scripts/longform.py scale runs/an4/best.pt         # 5 and 10 minutes: RTF, peak memory
+    python scripts/longform.py channels runs/an4/best.pt      # in noise and through a phone line
 
 `build` writes under `runs/longform/sets/`:
 
@@ -20,7 +21,10 @@ file whole (`decode.segment_seconds` beyond its length), and prints the CER of e
 error of the start time of each utterance's first word (only where that word was decoded right)
 against its speech onset, its first loud frame (a click or breath before the speech counts) and
 its start in the file. `scale` decodes the 5- and 10-minute files
-in fresh processes and prints real-time factor and peak resident memory.
+in fresh processes and prints real-time factor and peak resident memory. `channels` decodes the
+joined files in noise and through a telephone line: cut at pauses (las), cut where the total frame
+energy alone finds pauses (the pause finder before band activity), whole, and at the true
+utterance boundaries; and how much of the clean recordings' speech each pause finder left out.
 """
 
 from __future__ import annotations
@@ -33,7 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import Levenshtein
 import soundfile
@@ -43,16 +50,29 @@ import typer
 from las import Recognizer
 from las.checkpoint import load_checkpoint
 from las.config import FeatureConfig
+from las.data.channels import pink_noise, power, telephone, white_noise
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
 from las.recognizer import Result
-from las.segmentation import SHORTEST_FRAMES, energy_range, frame_energy, quiet_frames, runs
+from las.segmentation import (
+    SHORTEST_FRAMES,
+    SPEECH_CONTRAST,
+    cut_to_length,
+    digital_silence,
+    energy_range,
+    frame_energy,
+    loud_regions,
+    quiet_frames,
+    runs,
+    split_at_pauses,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
 SETS = ROOT / "runs" / "longform" / "sets"
 RATE = 16000
 GAP_SECONDS = 0.5
+HOP = 160  # samples per feature frame (10 ms)
 WHOLE_SECONDS = 100_000  # decode.segment_seconds longer than any recording: decoded in one piece
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -180,7 +200,7 @@ def measure(
             utterances = starts[speaker]
             references.append(reference)
             separate.append(" ".join(one_by_one[utterance["id"]] for utterance in utterances))
-            audio = with_noise(sets / path, noise_db)
+            audio = in_noise(sets / path, noise_db, white_noise)
             in_one_piece.append(whole.transcribe(audio, RATE).text)
             for method, recognizer in recognizers.items():
                 result = recognizer.transcribe(audio, RATE)
@@ -212,17 +232,6 @@ def measure(
         )
 
 
-def with_noise(path: Path, snr_db: float | None) -> torch.Tensor:
-    """The recording's samples, with white noise `snr_db` below its speech's power (the power of
-    its samples that are not digital silence) unless None; the same noise every run."""
-    samples = torch.from_numpy(soundfile.read(path, dtype="float32")[0])
-    if snr_db is None:
-        return samples
-    power = samples[samples != 0].pow(2).mean()
-    noise = torch.randn(len(samples), generator=torch.Generator().manual_seed(0))
-    return samples + noise * (power / 10 ** (snr_db / 10)).sqrt()
-
-
 def whole_against_one_by_one(checkpoint: Path, sets: Path = SETS, **settings: object) -> tuple[float, float]:
     """CER (%) of AN4 dev decoded utterance by utterance, and of every speaker's joined recording
     decoded whole (no segmentation), with the decode `settings` over the defaults."""
@@ -233,6 +242,102 @@ def whole_against_one_by_one(checkpoint: Path, sets: Path = SETS, **settings: ob
     one_by_one = character_error_rate([result.text for result in separate], [texts[result.id] for result in separate])
     in_one_piece = [whole.transcribe(sets / path).text for _, path, _, _ in speakers]
     return one_by_one, character_error_rate(in_one_piece, [reference for *_, reference in speakers])
+
+
+def in_noise(path: Path, snr_db: float | None, noise: Callable[[int, torch.Generator], torch.Tensor]) -> torch.Tensor:
+    """The recording's samples with `noise` `snr_db` below its speech's power (the power of its
+    samples that are not digital silence; none if None), the same noise every run."""
+    samples = torch.from_numpy(soundfile.read(path, dtype="float32")[0])
+    if snr_db is None:
+        return samples
+    added = noise(len(samples), torch.Generator().manual_seed(0))
+    return samples + added * (power(samples[samples != 0]) / (power(added) * 10 ** (snr_db / 10))).sqrt()
+
+
+CHANNELS: dict[str, Callable[[Path], torch.Tensor]] = {
+    "clean": lambda path: in_noise(path, None, white_noise),
+    **{f"white noise {snr} dB": partial(in_noise, snr_db=snr, noise=white_noise) for snr in (20, 10, 5, 0)},
+    **{f"pink noise {snr} dB": partial(in_noise, snr_db=snr, noise=pink_noise) for snr in (10, 0)},
+    "telephone": lambda path: telephone(in_noise(path, None, white_noise), RATE),
+    "white noise 10 dB, telephone": lambda path: telephone(in_noise(path, 10, white_noise), RATE),
+}
+
+
+def energy_only_spans(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
+    """`split_at_pauses` as it was before band activity: pauses where the total frame energy alone
+    is quiet (the baseline of `channels`)."""
+    energy = frame_energy(features)
+    floor, peak = energy_range(energy)
+    if peak - floor < SPEECH_CONTRAST:
+        return []
+    quiet = quiet_frames(energy, floor, peak)
+    return [span for start, end in loud_regions(quiet) for span in cut_to_length(energy, start, end, max_frames)]
+
+
+def speech_left_out(spans: list[tuple[int, int]], clean: torch.Tensor) -> tuple[int, int]:
+    """Frames of speech outside `spans`, and frames of speech: speech being the frames of the
+    clean recording's features `clean` `(frames, mel_bins)` above the middle of its energy range
+    (digital silence left out)."""
+    energy = frame_energy(clean)
+    heard = ~digital_silence(energy, clean.shape[1])
+    floor, peak = energy_range(energy[heard])
+    speech = (energy > (floor + peak) / 2) & heard
+    kept = torch.zeros_like(speech)
+    for start, end in spans:
+        kept[start:end] = True
+    return int((speech & ~kept).sum()), int(speech.sum())
+
+
+@app.command()
+def channels(checkpoint: Path, sets: Path = SETS, threads: int = 1) -> None:
+    """CER of the joined recordings in noise and through a telephone line, decoded four ways, and
+    the share of their speech frames each pause finder left out (see the module's docstring)."""
+    torch.set_num_threads(threads)
+    speakers = [line.split("\t") for line in (sets / "speakers.tsv").read_text().splitlines()[1:]]
+    starts = json.loads((sets / "starts.json").read_text())
+    references = [reference for *_, reference in speakers]
+    recognizer = Recognizer.load(checkpoint, "cpu")
+    whole = Recognizer.load(checkpoint, "cpu", segment_seconds=WHOLE_SECONDS)
+    longest = round(recognizer.config.decode.segment_seconds * 1000 / recognizer.config.features.hop_ms)
+    clean = [recognizer.array_features(CHANNELS["clean"](sets / path), RATE) for _, path, *_ in speakers]
+    finders = {"las (energy and bands)": split_at_pauses, "total energy alone (before)": energy_only_spans}
+    print(f"{checkpoint}, {len(speakers)} recordings of 30-55 s, default decoding, CER %; speech frames left out:\n")
+    print(
+        "| channel | cut at pauses: las | cut: energy alone (before) | whole | true utterances "
+        "| speech left out: las | energy alone |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for channel, make in CHANNELS.items():
+        features = [recognizer.array_features(make(sets / path), RATE) for _, path, *_ in speakers]
+        ids = [speaker for speaker, *_ in speakers]
+        cells, left_out = [], []
+        for finder in finders.values():
+            with mock.patch("las.recognizer.split_at_pauses", finder):
+                cells.append(
+                    character_error_rate([item.text for item in recognizer.recognize(ids, features)], references)
+                )
+            counts = [
+                speech_left_out(finder(item, longest), reference)
+                for item, reference in zip(features, clean, strict=True)
+            ]
+            left_out.append(100 * sum(lost for lost, _ in counts) / sum(total for _, total in counts))
+        cells.append(character_error_rate([item.text for item in whole.recognize(ids, features)], references))
+        texts = []
+        for (speaker, *_), item in zip(speakers, features, strict=True):
+            bounds = [round(utterance["start"] * RATE) // HOP for utterance in starts[speaker]]
+            ends = [bound - round(GAP_SECONDS * RATE) // HOP for bound in bounds[1:]] + [len(item)]
+            pieces = [item[start:end] for start, end in zip(bounds, ends, strict=True)]
+            found = recognizer.recognize([str(index) for index in range(len(pieces))], pieces, [False] * len(pieces))
+            texts.append(" ".join(result.text for result in found if result.text))
+        cells.append(character_error_rate(texts, references))
+        print(
+            f"| {channel} | "
+            + " | ".join(f"{value:.2f}" for value in cells)
+            + " | "
+            + " | ".join(f"{value:.1f}%" for value in left_out)
+            + " |",
+            flush=True,
+        )
 
 
 @app.command()

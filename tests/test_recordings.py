@@ -87,6 +87,31 @@ def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
     assert not has_speech(extractor(click))
 
 
+def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> None:
+    from las.config import FeatureConfig
+    from las.data.channels import add_noise, white_noise
+    from las.data.features import FilterbankExtractor
+    from las.segmentation import digital_silence, energy_range, frame_energy
+
+    extractor = FilterbankExtractor(FeatureConfig())
+    waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 8)]
+    gap = torch.zeros(round(GAP_SECONDS * RATE))
+    joined = torch.cat([part for waveform in waveforms for part in (waveform, gap)])
+    starts = torch.tensor([0] + [len(waveform) + len(gap) for waveform in waveforms]).cumsum(0) // 160
+    # The speech: frames of the clean recording above the middle of its range (zeros left out).
+    energy = frame_energy(extractor(joined))
+    heard = ~digital_silence(energy, FeatureConfig().mel_bins)
+    floor, peak = energy_range(energy[heard])
+    speech = (energy > (floor + peak) / 2) & heard
+    noisy = add_noise(joined, white_noise(len(joined), torch.Generator().manual_seed(0)), snr_db=0)
+    kept = torch.zeros(len(speech), dtype=torch.bool)
+    for start, end in split_at_pauses(extractor(noisy), max_frames=1000):
+        kept[start:end] = True
+    # In the total energy alone, two of these utterances vanish into the noise, a third half.
+    for start, end in zip(starts, starts[1:], strict=False):
+        assert (kept & speech)[start:end].sum() >= 0.9 * speech[start:end].sum()
+
+
 def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_when_ctc_cannot() -> None:
     frames, vocabulary, blank = 12, 6, 0
     log_probs = torch.full((frames, vocabulary), -10.0)
