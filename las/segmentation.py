@@ -8,6 +8,7 @@ arrays split alike."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -19,10 +20,19 @@ SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or br
 QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
 LOUDEST_FRAMES = 30  # 0.3 s: a word, longer than a click
 SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
-# Speech rises and falls: its frame energies span 7-12 nats (5th to 95th percentile) in AN4, still
-# 2.4 in white noise at 5 dB SNR; steady noise or silence spans a few tenths (docs/BENCHMARKS.md).
-SPEECH_CONTRAST = 1.0
+# Speech rises and falls, overall and band by band. Its frame energies span 7-12 nats (5th to 95th
+# percentile) in AN4, still 1.6 in white noise at 0 dB SNR; silence and white noise a few tenths.
+# But noise whose power sits in the low bands (pink, brown, a car, a fan) swells and fades as much
+# as speech in noise does (up to 7 nats) while its band activity spans under 0.45, against at
+# least 0.85 for speech in any of those noises at 0 dB (docs/BENCHMARKS.md, the no-speech rule).
+SPEECH_CONTRAST = 1.0  # nats of frame energy
+BAND_CONTRAST = 0.6  # nats of band activity
 BAND_BACKGROUND = 0.1  # a mel band's background level: its 10th percentile over the recording
+
+
+def frame_energy(features: torch.Tensor) -> torch.Tensor:
+    """Log power of each frame: `(frames, mel_bins)` log-mel -> `(frames,)`."""
+    return features.float().logsumexp(dim=1)
 
 
 def digital_silence(energy: torch.Tensor, mel_bins: int) -> torch.Tensor:
@@ -31,22 +41,17 @@ def digital_silence(energy: torch.Tensor, mel_bins: int) -> torch.Tensor:
     return energy < math.log(mel_bins * POWER_FLOOR) + 1.0
 
 
-def band_activity(features: torch.Tensor) -> torch.Tensor:
+def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
     """How far each frame rises above the recording's background, band by band: the mean over mel
-    bins of a frame's log power above its bin's BAND_BACKGROUND level, `(frames, mel_bins)` ->
-    `(frames,)`. Broadband noise lifts every band's background with it, while a quiet word still
-    stands out in its own bands; in the total energy, white noise at 5 dB SNR drowns it."""
+    bins of a frame's log power above its bin's BAND_BACKGROUND level among the `heard` frames
+    `(frames,)`; `(frames, mel_bins)` -> `(frames,)`. Broadband noise lifts every band's background
+    with it, while a quiet word still stands out in its own bands; in the total energy, white
+    noise at 5 dB SNR drowns it."""
     features = features.float()
-    heard = features[~digital_silence(frame_energy(features), features.shape[1])]
-    heard = heard if len(heard) else features
-    rank = max(1, math.ceil(BAND_BACKGROUND * len(heard)))
-    background = heard.kthvalue(rank, dim=0).values  # (mel_bins,); kthvalue has no size limit
+    sample = features[heard] if heard.any() else features
+    rank = max(1, math.ceil(BAND_BACKGROUND * len(sample)))
+    background = sample.kthvalue(rank, dim=0).values  # (mel_bins,); kthvalue has no size limit
     return (features - background).clamp(min=0).mean(dim=1)
-
-
-def frame_energy(features: torch.Tensor) -> torch.Tensor:
-    """Log power of each frame: `(frames, mel_bins)` log-mel -> `(frames,)`."""
-    return features.float().logsumexp(dim=1)
 
 
 def energy_range(energy: torch.Tensor) -> tuple[float, float]:
@@ -66,40 +71,60 @@ def quiet_frames(energy: torch.Tensor, floor: float, peak: float) -> torch.Tenso
     return energy < floor + QUIET_SHARE * (peak - floor)
 
 
+class Levels(NamedTuple):
+    """How loud a recording's frames are, overall and band by band, against its own range."""
+
+    energy: torch.Tensor  # (frames,) frame_energy
+    activity: torch.Tensor  # (frames,) band_activity
+    energy_range: tuple[float, float]  # (floor, peak) of the energy
+    activity_range: tuple[float, float]  # of the activity, digital silence left out
+
+    @classmethod
+    def of(cls, features: torch.Tensor) -> Levels:
+        """The levels of `features` `(frames, mel_bins)`."""
+        energy = frame_energy(features)
+        heard = ~digital_silence(energy, features.shape[1])
+        activity = band_activity(features, heard)
+        return cls(energy, activity, energy_range(energy), energy_range(activity[heard] if heard.any() else activity))
+
+    @property
+    def contrasts(self) -> tuple[float, float]:
+        """How far the energy and the band activity rise from their floor, in nats."""
+        (floor, peak), (activity_floor, activity_peak) = self.energy_range, self.activity_range
+        return peak - floor, activity_peak - activity_floor
+
+    @property
+    def speech(self) -> bool:
+        """Whether they rise and fall as speech does, overall and band by band: silence, tones and
+        steady noise of any colour do not."""
+        energy, bands = self.contrasts
+        return energy >= SPEECH_CONTRAST and bands >= BAND_CONTRAST
+
+    @property
+    def pauses(self) -> torch.Tensor:
+        """`(frames,)` True where a frame is quiet both in its energy and in its bands. Speech is
+        what either measure hears: energy alone drops whole quiet words in broadband noise (a
+        tenth of the loud speech frames at 0 dB SNR), bands alone cut more utterances inside
+        (docs/BENCHMARKS.md, "Long recordings")."""
+        return quiet_frames(self.energy, *self.energy_range) & quiet_frames(self.activity, *self.activity_range)
+
+
 def has_speech(features: torch.Tensor) -> bool:
-    """Whether the energy of `features` `(frames, mel_bins)` rises and falls as speech does;
-    silence and steady noise do not."""
-    floor, peak = energy_range(frame_energy(features))
-    return peak - floor >= SPEECH_CONTRAST
-
-
-def pause_frames(features: torch.Tensor) -> torch.Tensor:
-    """`(frames,)` True where a frame of `features` `(frames, mel_bins)` is quiet both in its total
-    energy and in its bands (`band_activity`), each against the recording's own range (the
-    activity's without digital silence). Speech is what either measure hears: energy alone drops
-    whole quiet words in broadband noise (a tenth of the loud speech frames at 0 dB SNR), bands
-    alone cut more utterances inside (docs/BENCHMARKS.md, "Long recordings")."""
-    energy = frame_energy(features)  # (frames,)
-    activity = band_activity(features)  # (frames,)
-    heard = activity[~digital_silence(energy, features.shape[1])]
-    return quiet_frames(energy, *energy_range(energy)) & quiet_frames(
-        activity, *energy_range(heard if len(heard) else activity)
-    )
+    """Whether `features` `(frames, mel_bins)` hold speech (`Levels.speech`)."""
+    return Levels.of(features).speech
 
 
 def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
     """`[start, end)` frame spans of the speech in `features` `(frames, mel_bins)`, in order: cut at
-    every pause (`pause_frames`), long silence left out, and no span longer than `max_frames` (a
+    every pause (`Levels.pauses`), long silence left out, and no span longer than `max_frames` (a
     stretch without a pause is cut at its quietest point). Empty for a recording without speech
     (`has_speech`)."""
-    energy = frame_energy(features)  # (frames,)
-    floor, peak = energy_range(energy)
-    if peak - floor < SPEECH_CONTRAST:
+    levels = Levels.of(features)
+    if not levels.speech:
         return []
-    quiet = pause_frames(features)
     spans = []
-    for start, end in loud_regions(quiet):
-        spans.extend(cut_to_length(energy, start, end, max_frames))
+    for start, end in loud_regions(levels.pauses):
+        spans.extend(cut_to_length(levels.energy, start, end, max_frames))
     return spans
 
 

@@ -24,10 +24,11 @@ separate processes, side by side, are then tabled together at once.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import soundfile
@@ -36,11 +37,11 @@ import typer
 
 from las.config import FeatureConfig
 from las.data.audio import load_audio
-from las.data.channels import add_noise, babble, telephone, white_noise
+from las.data.channels import add_noise, babble, brown_noise, hum, pink_noise, telephone, white_noise
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 from las.decode import decode
 from las.files import write_text_atomically
-from las.segmentation import SPEECH_CONTRAST, energy_range, frame_energy
+from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels
 from las.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,24 +198,57 @@ def measure(
         print(f"| {identifier} (no speech) | | | | | {overruns[identifier]} characters at most |")
 
 
+NOISES: dict[str, Callable[[int, torch.Generator], torch.Tensor]] = {
+    "white": white_noise,
+    "pink": pink_noise,
+    "brown": brown_noise,
+    "hum": lambda samples, generator: hum(samples, RATE),
+}
+
+
+def contrast_sources(sets: Path) -> dict[str, Iterator[torch.Tensor]]:
+    """Waveforms per condition: all of AN4, the built sets, dev in each of NOISES at 0 dB, and
+    recordings without speech (each noise alone, silence, a tone: 3, 12 and 40 s, 3 seeds)."""
+    folders = {"clean (all of AN4: train and dev)": DEV.parent / "audio"}
+    folders |= {path.name: path for path in sorted(sets.iterdir()) if path.is_dir()} if sets.is_dir() else {}
+    sources = {
+        name: (load_audio(path, RATE) for path in sorted(folder.glob("*.flac"))) for name, folder in folders.items()
+    }
+    dev = [DEV.parent / audio for _, audio, _, _ in dev_rows()]
+    for kind, noise in NOISES.items():
+        sources[f"{kind}-0 (dev)"] = (
+            add_noise(load_audio(path, RATE), noise(10 * RATE, torch.Generator().manual_seed(index)), 0)
+            for index, path in enumerate(dev)
+        )
+    lengths = [seconds * RATE for seconds in (3, 12, 40) for _ in range(3)]
+    for kind, noise in NOISES.items():
+        generator = torch.Generator().manual_seed(0)
+        sources[f"no speech: {kind} noise"] = (
+            0.3 * waveform / waveform.abs().max() for waveform in (noise(length, generator) for length in lengths)
+        )
+    tones = (0.3 * torch.sin(torch.arange(length) * 0.1) for length in lengths[::3])
+    sources["no speech: silence, a tone"] = itertools.chain((torch.zeros(length) for length in lengths[::3]), tones)
+    return sources
+
+
 @app.command()
 def contrast(sets: Path = SETS) -> None:
-    """Per condition, the spread of frame energies (95th - 5th percentile, in nats) by which
-    `las.segmentation.has_speech` tells speech from silence and steady noise: recordings under
-    SPEECH_CONTRAST are not decoded at all, so no speech should fall there."""
+    """Per condition, how far frame energy and band activity rise from their floor (95th - 5th
+    percentile, in nats), by which `las.segmentation.has_speech` tells speech from silence, tones
+    and steady noise: recordings under SPEECH_CONTRAST or BAND_CONTRAST are not decoded at all,
+    so no speech should fall there and nothing else above both."""
     extractor = FilterbankExtractor(FeatureConfig())
-    sources = {"clean": DEV.parent / "audio"} | {path.name: path for path in sorted(sets.iterdir()) if path.is_dir()}
-    print(f"| condition | recordings | min | 5th percentile | median | under {SPEECH_CONTRAST} (not decoded) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, folder in sources.items():
-        spans = []
-        for path in sorted(folder.glob("*.flac")):
-            energy = frame_energy(log_mel_features(extractor, load_audio(path, RATE), str(path)))
-            floor, peak = energy_range(energy)
-            spans.append(peak - floor)
-        low = sorted(spans)[len(spans) // 20]
-        under = sum(span < SPEECH_CONTRAST for span in spans)
-        print(f"| {name} | {len(spans)} | {min(spans):.2f} | {low:.2f} | {statistics.median(spans):.2f} | {under} |")
+    print(
+        f"| condition | recordings | energy: min | median | max | bands: min | median | max "
+        f"| not decoded (energy < {SPEECH_CONTRAST} or bands < {BAND_CONTRAST}) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, waveforms in contrast_sources(sets).items():
+        levels = [Levels.of(log_mel_features(extractor, waveform, name)) for waveform in waveforms]
+        energy, bands = (sorted(values) for values in zip(*(level.contrasts for level in levels), strict=True))
+        cells = [f"{values[0]:.2f} | {statistics.median(values):.2f} | {values[-1]:.2f}" for values in (energy, bands)]
+        silent = sum(not level.speech for level in levels)
+        print(f"| {name} | {len(levels)} | {cells[0]} | {cells[1]} | {silent} |", flush=True)
 
 
 if __name__ == "__main__":

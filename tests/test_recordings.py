@@ -53,20 +53,33 @@ def test_speech_without_a_pause_is_cut_at_its_quietest_points_into_pieces_no_lon
     assert any(abs(start - 1200) <= 10 for start, _ in spans)  # one cut falls in the dip
 
 
-def test_steady_noise_and_silence_hold_no_speech_but_speech_in_noise_does(trained_run: dict[str, Path]) -> None:
+def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_in_them_does(
+    trained_run: dict[str, Path],
+) -> None:
     from las.config import FeatureConfig
-    from las.data.channels import add_noise, white_noise
+    from las.data.channels import add_noise, brown_noise, hum, pink_noise, white_noise
     from las.data.features import FilterbankExtractor
 
     extractor = FilterbankExtractor(FeatureConfig())
     generator = torch.Generator().manual_seed(0)
+
+    noises = {
+        "white": lambda samples: white_noise(samples, generator),
+        "pink": lambda samples: pink_noise(samples, generator),
+        "brown": lambda samples: brown_noise(samples, generator),
+        "hum": lambda samples: hum(samples, RATE),
+    }
     speech = torch.from_numpy(soundfile.read(an4_rows("train", 1)[0][1], dtype="float32")[0])
-    noisy = add_noise(speech, white_noise(len(speech), generator), snr_db=5)
-    assert has_speech(extractor(speech)) and has_speech(extractor(noisy))
+    assert has_speech(extractor(speech))
+    for noise in noises.values():
+        assert has_speech(extractor(add_noise(speech, noise(len(speech)), snr_db=0)))
     recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu")
     for seconds in (3, 12):  # decoded whole, and cut at pauses
-        noise = 0.05 * white_noise(seconds * RATE, generator)
-        for nothing in (noise, torch.zeros(seconds * RATE), 0.3 * torch.sin(torch.arange(seconds * RATE) * 0.1)):
+        samples = seconds * RATE
+        steady = [torch.zeros(samples), 0.3 * torch.sin(torch.arange(samples) * 0.1)]
+        # Pink and brown noise swell and fade in their total energy as speech in noise does.
+        steady += [0.3 * noise / noise.abs().max() for noise in (make(samples) for make in noises.values())]
+        for nothing in steady:
             assert not has_speech(extractor(nothing))
             assert recognizer.transcribe(nothing.numpy(), sample_rate=RATE).text == ""
 

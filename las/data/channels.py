@@ -1,5 +1,6 @@
 """What a recording goes through on its way to a model outside the recording room: a telephone
-channel, a gain, noise at a signal-to-noise ratio (white, pink, babble), a reverberant room.
+channel, a gain, noise at a signal-to-noise ratio (white, pink, brown, mains hum, babble), a
+reverberant room.
 
 Waveforms are `(samples,)` float32 at `rate`. Every random choice draws from the `generator`
 given, so training augmentation is reproducible (and resumes exactly), and the evaluation sets
@@ -49,6 +50,19 @@ def pink_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
     spectrum = torch.fft.rfft(torch.randn(samples, generator=generator))
     frequencies = torch.arange(len(spectrum)).clamp_min(1).float()
     return torch.fft.irfft(spectrum / frequencies.sqrt(), n=samples)
+
+
+def brown_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
+    """Noise with power falling as 1/f² (6 dB per octave), a rumble: a random walk, its drift
+    (the line from its first sample to its last) taken out."""
+    walk = torch.randn(samples, generator=generator).cumsum(0)
+    return walk - torch.linspace(float(walk[0]), float(walk[-1]), samples)
+
+
+def hum(samples: int, rate: int, frequency: float = 60.0, harmonics: int = 7) -> torch.Tensor:
+    """Mains hum: `frequency` and its first `harmonics` multiples, falling as 1/k."""
+    time = torch.arange(samples) / rate
+    return sum(torch.sin(2 * math.pi * frequency * k * time) / k for k in range(1, harmonics + 1))
 
 
 def babble(pool: Sequence[torch.Tensor], samples: int, talkers: int, generator: torch.Generator) -> torch.Tensor:
