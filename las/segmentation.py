@@ -14,7 +14,7 @@ import torch
 
 from las.data.features import POWER_FLOOR
 
-PAUSE_FRAMES = 30  # 0.3 s at a 10 ms hop: quiet this long is a pause to cut at
+PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
 SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
 QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
@@ -102,11 +102,12 @@ class Levels(NamedTuple):
 
     @property
     def pauses(self) -> torch.Tensor:
-        """`(frames,)` True where a frame is quiet both in its energy and in its bands. Speech is
-        what either measure hears: energy alone drops whole quiet words in broadband noise (a
-        tenth of the loud speech frames at 0 dB SNR), bands alone cut more utterances inside
-        (docs/BENCHMARKS.md, "Long recordings")."""
-        return quiet_frames(self.energy, *self.energy_range) & quiet_frames(self.activity, *self.activity_range)
+        """`(frames,)` True where a frame is quiet in its bands. Not in its total energy: that is
+        the lowest bands' in the noise of cars, fans and rooms, which swells and fades as speech
+        does (in a recording of sparse speech, a car's noise at 10 dB SNR was all taken for
+        speech, and decoded), while in white noise at 0 dB speech's quiet words fall below it (a
+        tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long recordings")."""
+        return quiet_frames(self.activity, *self.activity_range)
 
 
 def has_speech(features: torch.Tensor) -> bool:

@@ -211,24 +211,32 @@ def contrast_sources(sets: Path) -> dict[str, Iterator[torch.Tensor]]:
     recordings without speech (each noise alone, silence, a tone: 3, 12 and 40 s, 3 seeds)."""
     folders = {"clean (all of AN4: train and dev)": DEV.parent / "audio"}
     folders |= {path.name: path for path in sorted(sets.iterdir()) if path.is_dir()} if sets.is_dir() else {}
-    sources = {
-        name: (load_audio(path, RATE) for path in sorted(folder.glob("*.flac"))) for name, folder in folders.items()
-    }
+    sources = {name: read_all(sorted(folder.glob("*.flac"))) for name, folder in folders.items()}
     dev = [DEV.parent / audio for _, audio, _, _ in dev_rows()]
-    for kind, noise in NOISES.items():
-        sources[f"{kind}-0 (dev)"] = (
-            add_noise(load_audio(path, RATE), noise(10 * RATE, torch.Generator().manual_seed(index)), 0)
-            for index, path in enumerate(dev)
-        )
+    sources |= {f"{kind}-0 (dev)": in_noise(dev, noise) for kind, noise in NOISES.items()}
     lengths = [seconds * RATE for seconds in (3, 12, 40) for _ in range(3)]
-    for kind, noise in NOISES.items():
-        generator = torch.Generator().manual_seed(0)
-        sources[f"no speech: {kind} noise"] = (
-            0.3 * waveform / waveform.abs().max() for waveform in (noise(length, generator) for length in lengths)
-        )
-    tones = (0.3 * torch.sin(torch.arange(length) * 0.1) for length in lengths[::3])
-    sources["no speech: silence, a tone"] = itertools.chain((torch.zeros(length) for length in lengths[::3]), tones)
+    sources |= {f"no speech: {kind} noise": alone(noise, lengths) for kind, noise in NOISES.items()}
+    sources["no speech: silence, a tone"] = itertools.chain(
+        (torch.zeros(length) for length in lengths[::3]),
+        (0.3 * torch.sin(torch.arange(length) * 0.1) for length in lengths[::3]),
+    )
     return sources
+
+
+def read_all(paths: list[Path]) -> Iterator[torch.Tensor]:
+    return (load_audio(path, RATE) for path in paths)
+
+
+def in_noise(paths: list[Path], noise: Callable[[int, torch.Generator], torch.Tensor]) -> Iterator[torch.Tensor]:
+    for index, path in enumerate(paths):
+        yield add_noise(load_audio(path, RATE), noise(10 * RATE, torch.Generator().manual_seed(index)), 0)
+
+
+def alone(noise: Callable[[int, torch.Generator], torch.Tensor], lengths: list[int]) -> Iterator[torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    for length in lengths:
+        waveform = noise(length, generator)
+        yield 0.3 * waveform / waveform.abs().max()
 
 
 @app.command()

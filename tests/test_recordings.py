@@ -125,6 +125,30 @@ def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> No
         assert (kept & speech)[start:end].sum() >= 0.9 * speech[start:end].sum()
 
 
+def test_a_few_words_in_long_low_rumbling_noise_are_cut_out_and_the_noise_is_not() -> None:
+    import torchaudio.functional
+
+    from las.config import FeatureConfig
+    from las.data.channels import brown_noise, power
+    from las.data.features import FilterbankExtractor
+
+    extractor = FilterbankExtractor(FeatureConfig())
+    waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 2)]
+    silence = [torch.zeros(seconds * RATE) for seconds in (10, 15, 10)]
+    clean = torch.cat([silence[0], waveforms[0], silence[1], waveforms[1], silence[2]])
+    starts = [len(silence[0]), len(silence[0]) + len(waveforms[0]) + len(silence[1])]
+    words = [(start // 160, (start + len(waveform)) // 160) for start, waveform in zip(starts, waveforms, strict=True)]
+    generator = torch.Generator().manual_seed(0)
+    car = torchaudio.functional.lowpass_biquad(torch.randn(len(clean), generator=generator), RATE, 200.0)
+    for noise in (car, brown_noise(len(clean), generator)):
+        # 10 dB under the words' power, most of it under 200 Hz: a car's, a ventilation's
+        noisy = clean + noise * (power(torch.cat(waveforms)) / (10 * power(noise))).sqrt()
+        spans = split_at_pauses(extractor(noisy), max_frames=1000)
+        assert len(spans) == 2
+        for (start, end), (first, last) in zip(spans, words, strict=True):
+            assert first - 50 <= start <= first + 50 and last - 50 <= end <= last + 50
+
+
 def test_ctc_alignment_finds_the_frames_of_each_character_and_attention_serves_when_ctc_cannot() -> None:
     frames, vocabulary, blank = 12, 6, 0
     log_probs = torch.full((frames, vocabulary), -10.0)
