@@ -28,6 +28,12 @@ SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch thi
 SPEECH_CONTRAST = 1.0  # nats of frame energy
 BAND_CONTRAST = 0.6  # nats of band activity
 BAND_BACKGROUND = 0.1  # a mel band's background level: its 10th percentile over the recording
+ACTIVITY_FRAMES = 5  # band activity is averaged over 50 ms
+# A pause is also quieter than the background's own swings reach: noise as loud as the speech
+# swings through QUIET_SHARE of the way to its peak, and long noise around a few words was
+# decoded as words. Its spread is read from its low tail (the 1st to 5th percentile: 0.69
+# standard deviations of a normal distribution, whose 5th percentile lies 1.64 under its mean).
+NOISE_DEVIATIONS = 3.0
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -44,14 +50,18 @@ def digital_silence(energy: torch.Tensor, mel_bins: int) -> torch.Tensor:
 def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
     """How far each frame rises above the recording's background, band by band: the mean over mel
     bins of a frame's log power above its bin's BAND_BACKGROUND level among the `heard` frames
-    `(frames,)`; `(frames, mel_bins)` -> `(frames,)`. Broadband noise lifts every band's background
-    with it, while a quiet word still stands out in its own bands; in the total energy, white
-    noise at 5 dB SNR drowns it."""
+    `(frames,)`, averaged over ACTIVITY_FRAMES; `(frames, mel_bins)` -> `(frames,)`. Broadband
+    noise lifts every band's background with it, while a quiet word still stands out in its own
+    bands (in the total energy, white noise at 5 dB SNR drowns it); and speech rises for longer
+    than noise swings."""
     features = features.float()
     sample = features[heard] if heard.any() else features
     rank = max(1, math.ceil(BAND_BACKGROUND * len(sample)))
     background = sample.kthvalue(rank, dim=0).values  # (mel_bins,); kthvalue has no size limit
-    return (features - background).clamp(min=0).mean(dim=1)
+    activity = (features - background).clamp(min=0).mean(dim=1)  # (frames,)
+    window = min(ACTIVITY_FRAMES, len(activity) // 2 * 2 + 1)  # odd, at most the frames
+    smooth = torch.nn.functional.avg_pool1d(activity[None, None], window, 1, window // 2, count_include_pad=False)
+    return smooth[0, 0]
 
 
 def energy_range(energy: torch.Tensor) -> tuple[float, float]:
@@ -78,6 +88,7 @@ class Levels(NamedTuple):
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
     activity_range: tuple[float, float]  # of the activity, digital silence left out
+    pause_level: float  # the activity under which a frame is quiet
 
     @classmethod
     def of(cls, features: torch.Tensor) -> Levels:
@@ -85,7 +96,12 @@ class Levels(NamedTuple):
         energy = frame_energy(features)
         heard = ~digital_silence(energy, features.shape[1])
         activity = band_activity(features, heard)
-        return cls(energy, activity, energy_range(energy), energy_range(activity[heard] if heard.any() else activity))
+        sample = activity[heard] if heard.any() else activity
+        floor, peak = energy_range(sample)
+        lowest, low = torch.quantile(sample, torch.tensor([0.01, 0.05])).tolist()
+        swings = low + (1.64 + NOISE_DEVIATIONS) * (low - lowest) / 0.69  # the background's highest
+        pause_level = max(floor + QUIET_SHARE * (peak - floor), swings)
+        return cls(energy, activity, energy_range(energy), (floor, peak), pause_level)
 
     @property
     def contrasts(self) -> tuple[float, float]:
@@ -102,12 +118,13 @@ class Levels(NamedTuple):
 
     @property
     def pauses(self) -> torch.Tensor:
-        """`(frames,)` True where a frame is quiet in its bands. Not in its total energy: that is
-        the lowest bands' in the noise of cars, fans and rooms, which swells and fades as speech
-        does (in a recording of sparse speech, a car's noise at 10 dB SNR was all taken for
-        speech, and decoded), while in white noise at 0 dB speech's quiet words fall below it (a
-        tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long recordings")."""
-        return quiet_frames(self.activity, *self.activity_range)
+        """`(frames,)` True where a frame is quiet in its bands (`pause_level`). Not in its total
+        energy: that is the lowest bands' in the noise of cars, fans and rooms, which swells and
+        fades as speech does (in a recording of sparse speech, a car's noise at 10 dB SNR was all
+        taken for speech, and decoded), while in white noise at 0 dB speech's quiet words fall
+        below it (a tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long
+        recordings")."""
+        return self.activity < self.pause_level
 
 
 def has_speech(features: torch.Tensor) -> bool:
@@ -129,11 +146,11 @@ def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, 
     return spans
 
 
-def loud_regions(quiet: torch.Tensor) -> list[tuple[int, int]]:
-    """Spans between pauses (quiet runs of PAUSE_FRAMES or more) with enough loud frames, each
+def loud_regions(quiet: torch.Tensor, pause_frames: int = PAUSE_FRAMES) -> list[tuple[int, int]]:
+    """Spans between pauses (quiet runs of `pause_frames` or more) with enough loud frames, each
     widened by up to MARGIN_FRAMES of its pauses."""
     frames = len(quiet)
-    pauses = [(start, end) for start, end in runs(quiet) if end - start >= PAUSE_FRAMES]
+    pauses = [(start, end) for start, end in runs(quiet) if end - start >= pause_frames]
     # Speech lies between consecutive pauses (and the recording's ends).
     bounds = [0, *[edge for pause in pauses for edge in pause], frames]
     regions = []

@@ -4,6 +4,7 @@
     python scripts/longform.py measure runs/an4/best.pt ...   # accuracy and timestamps, per seed
     python scripts/longform.py scale runs/an4/best.pt         # 5 and 10 minutes: RTF, peak memory
     python scripts/longform.py channels runs/an4/best.pt      # in noise and through a phone line
+    python scripts/longform.py sparse runs/an4/best.pt        # a few words in a long noise
 
 `build` writes under `runs/longform/sets/`:
 
@@ -45,12 +46,13 @@ from unittest import mock
 import Levenshtein
 import soundfile
 import torch
+import torchaudio.functional
 import typer
 
 from las import Recognizer
 from las.checkpoint import load_checkpoint
 from las.config import FeatureConfig
-from las.data.channels import pink_noise, power, telephone, white_noise
+from las.data.channels import brown_noise, pink_noise, power, telephone, white_noise
 from las.data.features import FilterbankExtractor
 from las.metrics import character_error_rate
 from las.recognizer import Result
@@ -264,14 +266,15 @@ CHANNELS: dict[str, Callable[[Path], torch.Tensor]] = {
 
 
 def energy_only_spans(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
-    """`split_at_pauses` as it was before band activity: pauses where the total frame energy alone
-    is quiet (the baseline of `channels`)."""
+    """`split_at_pauses` as it was before band activity: pauses of 0.3 s where the total frame
+    energy alone is quiet (the baseline of `channels`)."""
     energy = frame_energy(features)
     floor, peak = energy_range(energy)
     if peak - floor < SPEECH_CONTRAST:
         return []
     quiet = quiet_frames(energy, floor, peak)
-    return [span for start, end in loud_regions(quiet) for span in cut_to_length(energy, start, end, max_frames)]
+    regions = loud_regions(quiet, pause_frames=30)
+    return [span for start, end in regions for span in cut_to_length(energy, start, end, max_frames)]
 
 
 def speech_left_out(spans: list[tuple[int, int]], clean: torch.Tensor) -> tuple[int, int]:
@@ -338,6 +341,59 @@ def channels(checkpoint: Path, sets: Path = SETS, threads: int = 1) -> None:
             + " |",
             flush=True,
         )
+
+
+def car_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
+    """White noise low-passed at 200 Hz: the rumble of a car, a ventilation, a room's machines."""
+    return torchaudio.functional.lowpass_biquad(white_noise(samples, generator), RATE, 200.0)
+
+
+SPARSE_NOISES = {"car (under 200 Hz)": car_noise, "brown": brown_noise, "pink": pink_noise, "white": white_noise}
+
+
+@app.command()
+def sparse(checkpoint: Path, pairs: int = 6, threads: int = 1) -> None:
+    """A few words in a long noise: two dev utterances in 40 s of noise (10 s of it before the
+    first, 15 s between, 10 s after) at 10 and 0 dB under the words' power, `pairs` such
+    recordings per condition. Per pause finder, the share of the noise (farther than 0.3 s from
+    the words) decoded as if it were speech, and the CER against the two utterances."""
+    torch.set_num_threads(threads)
+    recognizer = Recognizer.load(checkpoint, "cpu")
+    rows = dev_rows()[: 2 * pairs]
+    waveforms = [torch.from_numpy(soundfile.read(path, dtype="float32")[0]) for _, path, _ in rows]
+    finders = {"las": split_at_pauses, "energy alone (before)": energy_only_spans}
+    print(f"{checkpoint}: {pairs} recordings per condition, default decoding\n")
+    print("| noise | SNR dB | noise decoded: las | energy alone | CER %: las | energy alone |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, noise in SPARSE_NOISES.items():
+        for snr in (10, 0):
+            kept = {finder: [0, 0] for finder in finders}
+            texts: dict[str, list[str]] = {finder: [] for finder in finders}
+            references = []
+            for pair in range(pairs):
+                first, second = waveforms[2 * pair], waveforms[2 * pair + 1]
+                gaps = [torch.zeros(seconds * RATE) for seconds in (10, 15, 10)]
+                clean = torch.cat([gaps[0], first, gaps[1], second, gaps[2]])
+                added = noise(len(clean), torch.Generator().manual_seed(pair))
+                words = torch.cat([first, second])
+                noisy = clean + added * (power(words) / (power(added) * 10 ** (snr / 10))).sqrt()
+                features = recognizer.array_features(noisy, RATE)
+                starts = [len(gaps[0]) // HOP, (len(gaps[0]) + len(first) + len(gaps[1])) // HOP]
+                away = torch.ones(len(features), dtype=torch.bool)  # farther than 0.3 s from the words
+                for start, length in zip(starts, (len(first) // HOP, len(second) // HOP), strict=True):
+                    away[max(0, start - 30) : start + length + 30] = False
+                references.append(f"{rows[2 * pair][2]} {rows[2 * pair + 1][2]}")
+                for finder_name, finder in finders.items():
+                    covered = torch.zeros(len(features), dtype=torch.bool)
+                    for start, end in finder(features, len(features)):
+                        covered[start:end] = True
+                    kept[finder_name][0] += int((covered & away).sum())
+                    kept[finder_name][1] += int(away.sum())
+                    with mock.patch("las.recognizer.split_at_pauses", finder):
+                        texts[finder_name].append(recognizer.recognize(["sparse"], [features])[0].text)
+            shares = [f"{100 * inside / total:.1f}%" for inside, total in kept.values()]
+            errors = [f"{character_error_rate(found, references):.1f}" for found in texts.values()]
+            print(f"| {name} | {snr} | {' | '.join(shares)} | {' | '.join(errors)} |", flush=True)
 
 
 @app.command()
