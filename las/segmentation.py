@@ -21,12 +21,13 @@ QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energ
 LOUDEST_FRAMES = 30  # 0.3 s: a word, longer than a click
 SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
 # Speech rises and falls, overall and band by band. Its frame energies span 7-12 nats (5th to 95th
-# percentile) in AN4, still 1.6 in white noise at 0 dB SNR; silence and white noise a few tenths.
+# percentile) in AN4, still 1.5 in white noise at 0 dB SNR; silence and white noise a few tenths.
 # But noise whose power sits in the low bands (pink, brown, a car, a fan) swells and fades as much
-# as speech in noise does (up to 7 nats) while its band activity spans under 0.45, against at
-# least 0.85 for speech in any of those noises at 0 dB (docs/BENCHMARKS.md, the no-speech rule).
+# as speech in noise does (up to 6 nats) while its band activity spans under 0.25 (a tone 0.45),
+# against at least 0.75 for speech in any of those noises at 0 dB (docs/BENCHMARKS.md, the margin
+# of the no-speech rule).
 SPEECH_CONTRAST = 1.0  # nats of frame energy
-BAND_CONTRAST = 0.6  # nats of band activity
+BAND_CONTRAST = 0.5  # nats of band activity
 BAND_BACKGROUND = 0.1  # a mel band's background level: its 10th percentile over the recording
 ACTIVITY_FRAMES = 5  # band activity is averaged over 50 ms
 # A pause is also quieter than the background's own swings reach: noise as loud as the speech

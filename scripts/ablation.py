@@ -170,13 +170,21 @@ def summary(run: Path, stop_after: int, checkpoints: list[int]) -> list[float] |
 
 
 def cells(values: list[float], stop_after: int, checkpoints: list[int]) -> str:
-    formats = ["{:.1f}"] * (len(checkpoints) + 1) + ["{:.0f}%", "{:.1f}", "{:.1f}/5", "{:.1f}"]
+    """A row's cells; counts of a single seed without decimals, means of several with one."""
+    formats = ["{:.1f}"] * (len(checkpoints) + 1) + ["{:.0f}%", "{}", "{}/5", "{:.1f}"]
     formats += ["{:.1f}", "{:.1f}", "{:.2f}"] * 2
-    text = [form.format(value) for form, value in zip(formats, values, strict=True)]
+    text = [
+        form.format(count(value) if form == "{}" or form == "{}/5" else value)
+        for form, value in zip(formats, values, strict=True)
+    ]
     first = len(checkpoints) + 2
     if values[first] > stop_after:
         text[first] = "never"
     return " | ".join(text)
+
+
+def count(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
 
 
 @app.command()
