@@ -1,8 +1,8 @@
 """Long recordings in utterance-sized pieces, cut at their pauses before the listener sees them:
 content-based attention is trained on utterances of seconds and loses its place on minutes.
 
-Pauses are found in the log-mel features themselves (frame energy against the recording's own
-range, and each band against its own background), so precomputed features, audio files and
+Speech and its pauses are found in the log-mel features themselves (each mel band against its
+own background, the frame energy against its range), so precomputed features, audio files and
 arrays split alike."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from las.data.features import POWER_FLOOR
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
 SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
-QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the energy floor to its peak
+QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the floor to the peak
 LOUDEST_FRAMES = 30  # 0.3 s: a word, longer than a click
 SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch this long inside it
 # Speech rises and falls, overall and band by band. Its frame energies span 7-12 nats (5th to 95th
