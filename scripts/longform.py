@@ -285,10 +285,15 @@ def speech_left_out(spans: list[tuple[int, int]], clean: torch.Tensor) -> tuple[
     heard = ~digital_silence(energy, clean.shape[1])
     floor, peak = energy_range(energy[heard])
     speech = (energy > (floor + peak) / 2) & heard
-    kept = torch.zeros_like(speech)
+    return int((speech & ~covering(spans, len(speech))).sum()), int(speech.sum())
+
+
+def covering(spans: list[tuple[int, int]], frames: int) -> torch.Tensor:
+    """`(frames,)` True inside any of the `[start, end)` spans."""
+    covered = torch.zeros(frames, dtype=torch.bool)
     for start, end in spans:
-        kept[start:end] = True
-    return int((speech & ~kept).sum()), int(speech.sum())
+        covered[start:end] = True
+    return covered
 
 
 @app.command()
@@ -303,7 +308,7 @@ def channels(checkpoint: Path, sets: Path = SETS, threads: int = 1) -> None:
     whole = Recognizer.load(checkpoint, "cpu", segment_seconds=WHOLE_SECONDS)
     longest = round(recognizer.config.decode.segment_seconds * 1000 / recognizer.config.features.hop_ms)
     clean = [recognizer.array_features(CHANNELS["clean"](sets / path), RATE) for _, path, *_ in speakers]
-    finders = {"las (energy and bands)": split_at_pauses, "total energy alone (before)": energy_only_spans}
+    finders = {"las (bands)": split_at_pauses, "total energy alone (before)": energy_only_spans}
     print(f"{checkpoint}, {len(speakers)} recordings of 30-55 s, default decoding, CER %; speech frames left out:\n")
     print(
         "| channel | cut at pauses: las | cut: energy alone (before) | whole | true utterances "
@@ -384,9 +389,7 @@ def sparse(checkpoint: Path, pairs: int = 6, threads: int = 1) -> None:
                     away[max(0, start - 30) : start + length + 30] = False
                 references.append(f"{rows[2 * pair][2]} {rows[2 * pair + 1][2]}")
                 for finder_name, finder in finders.items():
-                    covered = torch.zeros(len(features), dtype=torch.bool)
-                    for start, end in finder(features, len(features)):
-                        covered[start:end] = True
+                    covered = covering(finder(features, len(features)), len(features))
                     kept[finder_name][0] += int((covered & away).sum())
                     kept[finder_name][1] += int(away.sum())
                     with mock.patch("las.recognizer.split_at_pauses", finder):
