@@ -27,6 +27,7 @@ from las.data.manifest import Utterance, read_utterances, warn_about_characters
 from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
+from las.progress import warn
 from las.search import Hypothesis, build_strategy
 from las.segmentation import frame_energy, has_speech, split_at_pauses
 from las.timing import sound_start
@@ -159,7 +160,7 @@ class Recognizer:
         unknown scale are always decoded."""
         hop = self.config.features.hop_ms / 1000
         longest = max(1, round(self.config.decode.segment_seconds / hop))
-        pieces = []
+        pieces, silent = [], []
         for recording, item in enumerate(features):
             audio = from_audio is None or from_audio[recording]
             if len(item) > longest:
@@ -167,6 +168,9 @@ class Recognizer:
             else:
                 spans = [(0, len(item))] if not audio or has_speech(item) else []
             pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
+            silent += [] if spans else [ids[recording]]
+        if silent:  # an empty transcript is a result too, but not a silent one
+            warn(f"no speech (silence, a tone, steady noise) in {len(silent)} recording(s), no text: {silent[0]}, ...")
         dataset = self.dataset(
             [f"{ids[piece.recording]}:{piece.start}" for piece in pieces],
             [features[piece.recording][piece.start : piece.end] for piece in pieces],

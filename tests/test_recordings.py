@@ -56,7 +56,7 @@ def test_speech_without_a_pause_is_cut_at_its_quietest_points_into_pieces_no_lon
 
 
 def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_in_them_does(
-    trained_run: dict[str, Path],
+    trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from las.config import FeatureConfig
     from las.data.channels import add_noise, brown_noise, hum, pink_noise, white_noise
@@ -83,7 +83,9 @@ def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_
         steady += [0.3 * noise / noise.abs().max() for noise in (make(samples) for make in noises.values())]
         for nothing in steady:
             assert not has_speech(extractor(nothing))
+            capsys.readouterr()
             assert recognizer.transcribe(nothing.numpy(), sample_rate=RATE).text == ""
+            assert "warning: no speech" in capsys.readouterr().err  # said, not only an empty text
 
 
 def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
