@@ -170,7 +170,8 @@ class Recognizer:
             pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
             silent += [] if spans else [ids[recording]]
         if silent:  # an empty transcript is a result too, but not a silent one
-            warn(f"no speech (silence, a tone, steady noise) in {len(silent)} recording(s), no text: {silent[0]}, ...")
+            named = ", ".join(silent[:3]) + (", ..." if len(silent) > 3 else "")
+            warn(f"no speech (silence, a tone, steady noise) in {len(silent)} recording(s), no text: {named}")
         dataset = self.dataset(
             [f"{ids[piece.recording]}:{piece.start}" for piece in pieces],
             [features[piece.recording][piece.start : piece.end] for piece in pieces],
