@@ -171,15 +171,11 @@ def summary(run: Path, stop_after: int, checkpoints: list[int]) -> list[float] |
 
 def cells(values: list[float], stop_after: int, checkpoints: list[int]) -> str:
     """A row's cells; counts of a single seed without decimals, means of several with one."""
-    formats = ["{:.1f}"] * (len(checkpoints) + 1) + ["{:.0f}%", "{}", "{}/5", "{:.1f}"]
-    formats += ["{:.1f}", "{:.1f}", "{:.2f}"] * 2
-    text = [
-        form.format(count(value) if form == "{}" or form == "{}/5" else value)
-        for form, value in zip(formats, values, strict=True)
-    ]
-    first = len(checkpoints) + 2
-    if values[first] > stop_after:
-        text[first] = "never"
+    first = len(checkpoints) + 2  # the first diagonal epoch, then how often in the last five
+    text = [f"{value:.1f}" for value in values[: first - 1]] + [f"{values[first - 1]:.0f}%"]
+    text += ["never" if values[first] > stop_after else count(values[first]), f"{count(values[first + 1])}/5"]
+    decimals = [1] + [1, 1, 2] * 2  # s/epoch, then one by one, whole and their ratio, twice
+    text += [f"{value:.{places}f}" for places, value in zip(decimals, values[first + 2 :], strict=True)]
     return " | ".join(text)
 
 
