@@ -118,11 +118,18 @@ class FeatureConfig(Section):
     # Subtract each utterance's per-bin mean before the global normalisation: cancels a fixed
     # channel response (microphone, telephone line), which adds a constant to each log-mel bin.
     utterance_mean: bool = True
+    # Silence or background before and after the speech is cut to at most this much, in training
+    # and decoding alike (las/data/surroundings.py): AN4's utterances open with about 0.33 s of
+    # lead-in, while padded exports and phone apps bring seconds of it, which moved the
+    # per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
+    trim_surroundings: bool = True
+    surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
 
     def extraction(self) -> dict[str, float]:
-        """The settings that decide the features themselves (and the cache's key), not their
-        normalisation."""
-        return {key: value for key, value in dataclasses.asdict(self).items() if key != "utterance_mean"}
+        """The settings that decide the features themselves (and the cache's key), not what is
+        done with them afterwards."""
+        after = ("utterance_mean", "trim_surroundings", "surroundings_seconds")
+        return {key: value for key, value in dataclasses.asdict(self).items() if key not in after}
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,9 @@ class AugmentConfig(Section):
     snr_high: Annotated[float, Range(-10, 60)] = 30.0
     telephone: Fraction = 0.3  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
     gain_db: Annotated[float, Range(0, 40)] = 6.0  # a gain drawn from +-gain_db
+    # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
+    # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).
+    crop: Fraction = 0.25
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8
 
@@ -210,7 +220,7 @@ class AugmentConfig(Section):
 
     @property
     def enabled(self) -> bool:
-        return any((self.reverberation, self.noise, self.telephone, self.gain_db))
+        return any((self.reverberation, self.noise, self.telephone, self.gain_db, self.crop))
 
 
 @dataclass(frozen=True)

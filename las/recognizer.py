@@ -24,12 +24,13 @@ from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.features import FilterbankExtractor, log_mel_features
 from las.data.manifest import Utterance, read_utterances, warn_about_characters
+from las.data.surroundings import Surroundings
 from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.progress import warn
 from las.search import Hypothesis, build_strategy
-from las.segmentation import frame_energy, has_speech, split_at_pauses
+from las.segmentation import Levels, frame_energy, split_at_pauses
 from las.timing import sound_start
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
@@ -99,6 +100,7 @@ class Recognizer:
         self.device = resolve_device(str(device))
         self.model = checkpoint.build_model(self.device)
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
+        self.surroundings = Surroundings.of(self.config)
         self.timing = Timing(0.0, 0.0)
 
     @classmethod
@@ -153,8 +155,9 @@ class Recognizer:
         self, ids: Sequence[str], features: Sequence[torch.Tensor], from_audio: Sequence[bool] | None = None
     ) -> list[Result]:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
-        `decode.segment_seconds` is cut at its pauses into pieces no longer, and every piece of
-        every recording is decoded in the same length-bucketed batches. A recording whose log-mel
+        `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
+        audio to its speech and the model's margin around it (`features.surroundings_seconds`),
+        and every piece of every recording is decoded in the same length-bucketed batches. A recording whose log-mel
         features come `from_audio` (all, by default) and hold no speech — silence, steady noise —
         gives no text, rather than what the decoder makes of noise; precomputed features of
         unknown scale are always decoded."""
@@ -165,8 +168,10 @@ class Recognizer:
             audio = from_audio is None or from_audio[recording]
             if len(item) > longest:
                 spans = split_at_pauses(item, longest)
+            elif not audio:
+                spans = [(0, len(item))]
             else:
-                spans = [(0, len(item))] if not audio or has_speech(item) else []
+                spans = self.speech_span(Levels.of(item))
             pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
             silent += [] if spans else [ids[recording]]
         if silent:  # an empty transcript is a result too, but not a silent one
@@ -198,6 +203,14 @@ class Recognizer:
             self.result(identifier, pieces_of, nbest)
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
         ]
+
+    def speech_span(self, levels: Levels) -> list[tuple[int, int]]:
+        """The `[start, end)` frames to decode of a recording short enough to decode whole, with
+        these `levels`: its speech with the model's margin of what surrounds it (the whole
+        recording where the model heard everything around its speech); none without speech."""
+        if not levels.speech:
+            return []
+        return [self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))]
 
     def dataset(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> SpeechDataset:
         """Utterances with these features `(frames, mel_bins)`, normalised as the model was

@@ -127,6 +127,13 @@ class Levels(NamedTuple):
         recordings")."""
         return self.activity < self.pause_level
 
+    def speech_extent(self) -> tuple[int, int]:
+        """`[start, end)` frames from the first sound to the last that lasts longer than a click
+        (SHORTEST_FRAMES not `pauses` in a row): where the speech is, without what surrounds it.
+        The whole recording when nothing lasts that long."""
+        sounds = [(start, end) for start, end in runs(~self.pauses) if end - start >= SHORTEST_FRAMES]
+        return (sounds[0][0], sounds[-1][1]) if sounds else (0, len(self.pauses))
+
 
 def has_speech(features: torch.Tensor) -> bool:
     """Whether `features` `(frames, mel_bins)` hold speech (`Levels.speech`)."""

@@ -20,6 +20,7 @@ from las.averaging import Snapshot, average_states, load_snapshots, rank_snapsho
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.data.augment import Source, WaveformAugmentation, spec_augment
+from las.data.surroundings import Surroundings
 from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
@@ -125,7 +126,10 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
-    normalizer = normalizer or Normalizer.fit(train_features, config.features.utterance_mean)
+    surroundings = Surroundings.of(config)
+    if normalizer is None:  # from the features as the model hears them
+        heard = train_features if surroundings is None else map(surroundings.trim, train_features)
+        normalizer = Normalizer.fit(heard, config.features.utterance_mean)
     augment = config.train.augment
     perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     augmentation = None
@@ -133,17 +137,28 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         sources = [Source(utterance.audio, utterance.segment) for utterance in train_utterances]
         augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
     train_set = SpeechDataset.from_utterances(
-        train_utterances, train_features, normalizer, vocabulary, True, perturbed, augmentation, [1.0, *speeds]
+        train_utterances,
+        train_features,
+        normalizer,
+        vocabulary,
+        True,
+        perturbed,
+        augmentation,
+        [1.0, *speeds],
+        surroundings,
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)
-    dev_set = SpeechDataset.from_utterances(dev_utterances, dev_features, normalizer, vocabulary, with_targets=False)
+    dev_set = SpeechDataset.from_utterances(
+        dev_utterances, dev_features, normalizer, vocabulary, with_targets=False, surroundings=surroundings
+    )
     return Corpus(train_set, dev_set, normalizer, config)
 
 
 def without_audio_effects(config: Config) -> Config:
-    """Speed perturbation and waveform augmentation need audio. For precomputed features the
-    defaults' are turned off, with a warning; settings a user chose are refused."""
+    """Speed perturbation, waveform augmentation and trimming what surrounds the speech need
+    audio (features of unknown scale tell no pauses). For precomputed features the defaults' are
+    turned off, with a warning; settings a user chose are refused."""
     train, defaults = config.train, TrainConfig()
     effects = {  # setting: (active, chosen)
         "train.speed_perturbation": (
@@ -157,8 +172,9 @@ def without_audio_effects(config: Config) -> Config:
             raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
     if train.speed_perturbation or train.augment.enabled:
         warn(f"{config.data.train}: precomputed features: no speed perturbation or waveform augmentation (need audio)")
-    off = replace(train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0)
-    return replace(config, train=replace(train, speed_perturbation=0.0, augment=off))
+    off = replace(train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0, crop=0.0)
+    features = replace(config.features, trim_surroundings=False)
+    return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
 
 
 def ctc_frames_needed(tokens: list[int]) -> int:

@@ -71,15 +71,19 @@ def augmentation(**probabilities: float) -> WaveformAugmentation:
     return WaveformAugmentation.of(config, FeatureConfig(), [Source(AUDIO)] * 3, seed=0)
 
 
+def draw(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
 def test_augmented_features_are_reproducible_per_seed_and_none_when_nothing_is_drawn() -> None:
     everything = augmentation(reverberation=1.0, noise=1.0, telephone=1.0, gain_db=6.0)
-    first = everything.features(Source(AUDIO), 1.0, seed=7)
+    first = everything.features(Source(AUDIO), 1.0, draw(7))
     assert first is not None and first.shape == (161, 80)  # as the clean features: 1.6 s, 80 bins
-    assert torch.equal(first, everything.features(Source(AUDIO), 1.0, seed=7))
-    assert not torch.equal(first, everything.features(Source(AUDIO), 1.0, seed=8))
-    assert everything.features(Source(AUDIO), 0.9, seed=7).shape[0] > 161  # slower: longer
-    assert augmentation(noise=0.0).features(Source(AUDIO), 1.0, seed=7) is None
-    drawn = [augmentation(noise=0.3).features(Source(AUDIO), 1.0, seed) is not None for seed in range(200)]
+    assert torch.equal(first, everything.features(Source(AUDIO), 1.0, draw(7)))
+    assert not torch.equal(first, everything.features(Source(AUDIO), 1.0, draw(8)))
+    assert everything.features(Source(AUDIO), 0.9, draw(7)).shape[0] > 161  # slower: longer
+    assert augmentation(noise=0.0).features(Source(AUDIO), 1.0, draw(7)) is None
+    drawn = [augmentation(noise=0.3).features(Source(AUDIO), 1.0, draw(seed)) is not None for seed in range(200)]
     assert 0.2 < sum(drawn) / len(drawn) < 0.4  # each effect with its probability
 
 
@@ -89,7 +93,7 @@ def test_augmentation_settings_are_checked() -> None:
 
     assert load_config(None, []).train.augment.enabled  # the default
     off = ["train.augment.noise=0", "train.augment.telephone=0", "train.augment.reverberation=0"]
-    assert not load_config(None, off + ["train.augment.gain_db=0"]).train.augment.enabled
+    assert not load_config(None, off + ["train.augment.gain_db=0", "train.augment.crop=0"]).train.augment.enabled
     with pytest.raises(LasError, match="'train.augment.noise': expected a number >= 0 and <= 1"):
         load_config(None, ["train.augment.noise=2"])
     with pytest.raises(LasError, match="snr_low': 40.0 is above snr_high=30.0"):

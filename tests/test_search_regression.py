@@ -45,6 +45,7 @@ def decode_dev(case: str, cache: Path) -> dict[str, list[list[object]]]:
     from las.recognizer import Recognizer
 
     settings = [f"decode.{key}={value}" for key, value in CASES[case].items()] + [f"data.cache_dir={cache}"]
+    settings.append("features.trim_surroundings=false")  # the outputs were decoded from whole utterances
     recognizer = Recognizer(load_checkpoint(DATA / "model.pt"), "cpu", settings)
     return {result.id: [[text, score] for text, score in result.nbest] for result in recognizer.transcribe(DEV)}
 

@@ -118,10 +118,10 @@ class WaveformAugmentation:
             return babble(self.pool, samples, talkers, generator)
         return (white_noise if kind == "white" else pink_noise)(samples, generator)
 
-    def features(self, source: Source, speed: float, seed: int) -> torch.Tensor | None:
+    def features(self, source: Source, speed: float, generator: torch.Generator) -> torch.Tensor | None:
         """Log-mel features `(frames, mel_bins)` of the utterance at `source` played `speed` times
-        faster and augmented as `seed` draws; None when the draw leaves it as it is."""
-        effects = self.effects(torch.Generator().manual_seed(seed))
+        faster and augmented as `generator` draws; None when the draw leaves it as it is."""
+        effects = self.effects(generator)
         if not effects:
             return None
         waveform = change_speed(load_audio(source.audio, self.rate, source.segment), speed, self.rate)

@@ -14,6 +14,8 @@ from torch.nn.utils.rnn import pad_sequence
 from las.data.augment import Source, WaveformAugmentation
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.manifest import Utterance
+from las.data.surroundings import Surroundings
+from las.segmentation import Levels
 from las.text import Vocabulary
 
 
@@ -61,7 +63,8 @@ class Example:
 
 class Draw(NamedTuple):
     """A training item: utterance `index` in `variant` (0: as recorded, k: the k-th perturbed
-    speed), augmented as `seed` draws (see `WaveformAugmentation`; None: not augmented)."""
+    speed), augmented as `seed` draws (see `WaveformAugmentation` and `Surroundings`; None: not
+    augmented)."""
 
     index: int
     variant: int
@@ -72,7 +75,9 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
     """Utterances and their features (in memory or memory-mapped), normalised as they are read.
 
     An item is an utterance index or a `Draw`. With an `augmentation`, a draw may compute the
-    features anew from the augmented audio at `sources[index]`, at speed `speeds[variant]`.
+    features anew from the augmented audio at `sources[index]`, at speed `speeds[variant]`. With
+    `surroundings` (features from audio), what surrounds the speech is cut to its margin, found in
+    the features as recorded, so that noise drawn into a draw cannot move its edges.
     """
 
     def __init__(
@@ -87,9 +92,11 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         augmentation: WaveformAugmentation | None = None,
         sources: Sequence[Source] = (),
         speeds: Sequence[float] = (1.0,),
+        surroundings: Surroundings | None = None,
     ) -> None:
         """`with_targets=False` for decoding, where transcripts are references at most."""
         self.augmentation = augmentation
+        self.surroundings = surroundings
         self.sources = list(sources)
         self.speeds = list(speeds)  # per variant
         self.ids = list(ids)
@@ -114,6 +121,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         perturbed: Sequence[Sequence[torch.Tensor]] = (),
         augmentation: WaveformAugmentation | None = None,
         speeds: Sequence[float] = (1.0,),
+        surroundings: Surroundings | None = None,
     ) -> SpeechDataset:
         return cls(
             [utterance.id for utterance in utterances],
@@ -126,6 +134,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             augmentation,
             [Source(utterance.audio, utterance.segment) for utterance in utterances if utterance.audio is not None],
             speeds,
+            surroundings,
         )
 
     def __len__(self) -> int:
@@ -133,11 +142,16 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
 
     def __getitem__(self, item: int | Draw) -> Example:
         index, variant, seed = item if isinstance(item, Draw) else (item, 0, None)
+        recorded = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
         features = None
-        if self.augmentation is not None and seed is not None:
-            features = self.augmentation.features(self.sources[index], self.speeds[variant], seed)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        if self.augmentation is not None and generator is not None:
+            features = self.augmentation.features(self.sources[index], self.speeds[variant], generator)
         if features is None:
-            features = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
+            features = recorded
+        if self.surroundings is not None:
+            start, end = self.surroundings.span(Levels.of(recorded), generator)
+            features = features[start:end]
         if self.normalizer is not None:
             features = self.normalizer(features)
         return Example(self.ids[index], features, self.tokens[index], self.texts[index])
