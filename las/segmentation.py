@@ -86,6 +86,7 @@ class Levels(NamedTuple):
     """How loud a recording's frames are, overall and band by band, against its own range."""
 
     energy: torch.Tensor  # (frames,) frame_energy
+    heard: torch.Tensor  # (frames,) True where a frame is not digital silence
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
     activity_range: tuple[float, float]  # of the activity, digital silence left out
@@ -102,7 +103,7 @@ class Levels(NamedTuple):
         lowest, low = torch.quantile(sample, torch.tensor([0.01, 0.05])).tolist()
         swings = low + (1.64 + NOISE_DEVIATIONS) * (low - lowest) / 0.69  # the background's highest
         pause_level = max(floor + QUIET_SHARE * (peak - floor), swings)
-        return cls(energy, activity, energy_range(energy), (floor, peak), pause_level)
+        return cls(energy, heard, activity, energy_range(energy), (floor, peak), pause_level)
 
     @property
     def contrasts(self) -> tuple[float, float]:

@@ -20,11 +20,11 @@ from las.averaging import Snapshot, average_states, load_snapshots, rank_snapsho
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.data.augment import Source, WaveformAugmentation, spec_augment
-from las.data.surroundings import Surroundings
 from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
+from las.data.surroundings import Surroundings
 from las.device import autocast, resolve_precision
 from las.distributed import Distributed
 from las.errors import LasError

@@ -13,6 +13,18 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
     speed-0.9/1.1  Kaldi-style speed change (tempo and pitch)
 
 and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
+
+`build-surroundings CHECKPOINT` writes under `runs/robustness/surroundings/` the same words with
+other surroundings (word edges by CTC forced alignment of the reference with CHECKPOINT's CTC head,
+each start moved back to where its sound rises and each end on to where it falls):
+
+    {silence,background}-{0.5,1,3}-{start,end,both}   digital zeros, or the recording's own
+                   background (overlapped random pieces of its quietest 0.2 s), added around it
+    tight          cut from the first word's start to the last word's end
+    words          every word cut out alone, one clip each; words-telephone: those, through the line
+
+`surroundings CHECKPOINT...` decodes them (the default decoding) and prints CER against the
+unpadded dev set, and for single words the share decoded exactly right.
 `measure` decodes each set with each checkpoint (greedy and the default beam search), and prints
 the CER per condition (mean over the checkpoints, i.e. seeds, with the spread), its ratio to the
 clean CER, and for greedy decoding the longest hypothesis against 1.5 x its reference + 5
@@ -37,11 +49,24 @@ import typer
 
 from las.config import FeatureConfig
 from las.data.audio import load_audio
-from las.data.channels import add_noise, babble, brown_noise, hum, pink_noise, telephone, white_noise
+from las.data.channels import (
+    add_noise,
+    babble,
+    brown_noise,
+    hum,
+    own_background,
+    pink_noise,
+    telephone,
+    white_noise,
+)
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 from las.decode import decode
 from las.files import write_text_atomically
-from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels
+from las.recognizer import Recognizer
+from las.search import Hypothesis
+from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels, frame_energy
+from las.text import PAD_INDEX
+from las.timing import sound_start, token_spans
 from las.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,22 +111,30 @@ def write_audio(path: Path, waveform: torch.Tensor) -> None:
     soundfile.write(path, waveform.numpy(), RATE, subtype="PCM_16")
 
 
+def write_set(out: Path, name: str, items: list[tuple[str, torch.Tensor, str]]) -> None:
+    """`(id, waveform, text)` items as FLAC files in `out/name/` and the manifest `out/name.tsv`."""
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["id\tpath\tduration_s\ttext"]
+    for identifier, waveform, text in items:
+        write_audio(folder / f"{identifier}.flac", waveform)
+        lines.append(f"{identifier}\t{name}/{identifier}.flac\t{len(waveform) / RATE:.2f}\t{text}")
+    (out / f"{name}.tsv").write_text("\n".join(lines) + "\n")
+    print(f"{name}: {len(items)} recordings")
+
+
 @app.command()
 def build(out: Path = SETS, seed: int = 0) -> None:
     """Write the evaluation sets."""
     rows = dev_rows()
     pool = [torch.from_numpy(soundfile.read(DEV.parent / audio, dtype="float32")[0]) for _, audio, _, _ in rows]
     for name, transform in conditions(pool).items():
-        folder = out / name
-        folder.mkdir(parents=True, exist_ok=True)
         generator = torch.Generator().manual_seed(seed)
-        lines = ["id\tpath\tduration_s\ttext"]
-        for index, (identifier, _, _, text) in enumerate(rows):
-            waveform = transform(index, pool[index], generator)
-            write_audio(folder / f"{identifier}.flac", waveform)
-            lines.append(f"{identifier}\t{name}/{identifier}.flac\t{len(waveform) / RATE:.2f}\t{text}")
-        (out / f"{name}.tsv").write_text("\n".join(lines) + "\n")
-        print(f"{name}: {len(rows)} utterances")
+        items = [
+            (identifier, transform(index, pool[index], generator), text)
+            for index, (identifier, _, _, text) in enumerate(rows)
+        ]
+        write_set(out, name, items)
     nonspeech = out / "nonspeech"
     nonspeech.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(seed)
@@ -117,9 +150,11 @@ def transcribe(checkpoint: Path, source: Path, settings: list[str], device: str 
         return read_transcripts(output)
 
 
-def character_error_rate(hypotheses: dict[str, str], references: dict[str, str]) -> float:
+def character_error_rate(hypotheses: dict[str, str], manifest: Path) -> float:
+    """CER of `hypotheses` against the transcripts of `manifest`."""
     from las.metrics import character_error_rate as rate
 
+    references = read_transcripts(manifest)
     identifiers = sorted(references)
     return rate([hypotheses[identifier] for identifier in identifiers], [references[i] for i in identifiers])
 
@@ -144,29 +179,23 @@ def code_digest() -> str:
 
 def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
     """One checkpoint's CER per decoding and condition, and its greedy overruns (and the longest
-    text decoded from each recording without speech). Kept beside the checkpoint in
-    CHECKPOINT.robustness.json, keyed by the settings, the checkpoint's time and las's code, so that seeds
-    measured by separate processes are tabled together at once."""
-    record = checkpoint.with_suffix(".robustness.json")
-    key = f"{checkpoint.stat().st_mtime_ns} {code_digest()} {' '.join(settings)}"
-    saved = json.loads(record.read_text()) if record.exists() else {}
-    if key in saved:
-        return saved[key]
-    references = read_transcripts(DEV)
-    rates: dict[str, dict[str, float]] = {}
-    overruns: dict[str, int] = {}
-    for decoding, decoding_settings in DECODINGS.items():
-        for name in CONDITIONS:
-            source = DEV if name == "clean" else sets / f"{name}.tsv"
-            hypotheses = transcribe(checkpoint, source, decoding_settings + settings, device)
-            rates.setdefault(decoding, {})[name] = character_error_rate(hypotheses, references)
-            if decoding == "greedy":
-                overruns[name] = overrun(hypotheses, references)
-    nonspeech = transcribe(checkpoint, sets / "nonspeech", DECODINGS["greedy"] + settings, device)
-    overruns.update({identifier: len(text) for identifier, text in nonspeech.items()})
-    saved[key] = {"rates": rates, "overruns": overruns}
-    write_text_atomically(record, json.dumps(saved, indent=1))
-    return saved[key]
+    text decoded from each recording without speech), kept beside it (`kept`)."""
+
+    def compute() -> dict[str, dict]:
+        rates: dict[str, dict[str, float]] = {}
+        overruns: dict[str, int] = {}
+        for decoding, decoding_settings in DECODINGS.items():
+            for name in CONDITIONS:
+                source = DEV if name == "clean" else sets / f"{name}.tsv"
+                hypotheses = transcribe(checkpoint, source, decoding_settings + settings, device)
+                rates.setdefault(decoding, {})[name] = character_error_rate(hypotheses, DEV)
+                if decoding == "greedy":
+                    overruns[name] = overrun(hypotheses, read_transcripts(DEV))
+        nonspeech = transcribe(checkpoint, sets / "nonspeech", DECODINGS["greedy"] + settings, device)
+        overruns.update({identifier: len(text) for identifier, text in nonspeech.items()})
+        return {"rates": rates, "overruns": overruns}
+
+    return kept(checkpoint, "robustness", settings, compute)
 
 
 @app.command()
@@ -196,6 +225,123 @@ def measure(
         )
     for identifier in sorted(set(overruns) - set(CONDITIONS)):
         print(f"| {identifier} (no speech) | | | | | {overruns[identifier]} characters at most |")
+
+
+SURROUNDINGS = ROOT / "runs" / "robustness" / "surroundings"
+PADDING = [
+    f"{kind}-{seconds:g}-{side}"
+    for kind in ("silence", "background")
+    for seconds in (0.5, 1, 3)
+    for side in ("start", "end", "both")
+]
+CROPS = ["tight", "words", "words-telephone"]
+
+
+def padded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
+    """`waveform` with the surroundings `condition` names: KIND-SECONDS-SIDE."""
+    kind, seconds, side = condition.split("-")
+    samples = round(float(seconds) * RATE)
+
+    def around() -> torch.Tensor:
+        return torch.zeros(samples) if kind == "silence" else own_background(waveform, samples, RATE, generator)
+
+    before = around() if side in ("start", "both") else torch.zeros(0)
+    after = around() if side in ("end", "both") else torch.zeros(0)
+    return torch.cat([before, waveform, after])
+
+
+def reference_words(recognizer: Recognizer, waveform: torch.Tensor, text: str) -> list[tuple[int, int, str]]:
+    """`(start, end, word)` in samples of each word of the reference `text` in `waveform`: CTC
+    forced alignment, each start moved back to where its sound rises (as las's word times) and
+    each end on to where it falls (the same rule, read backwards), never into a neighbour."""
+    features = recognizer.array_features(waveform, RATE)  # (frames, mel_bins)
+    model = recognizer.model
+    with torch.no_grad():
+        memory = model.listener(recognizer.checkpoint.normalizer(features)[None], torch.tensor([len(features)]))
+        log_probs = model.ctc_head(memory.hidden).float().log_softmax(-1)[0, : int(memory.lengths[0])]
+    tokens = recognizer.vocabulary.encode(text)
+    spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
+    hop = recognizer.config.features.hop_ms / 1000
+    words = recognizer.words(Hypothesis(tokens, 0.0, None, spans, how), 0.0, len(features) * hop, None)
+    energy = frame_energy(features)
+    frames = len(energy)
+    found, previous_end = [], 0
+    for index, word in enumerate(words):
+        first, last = round(word.start / hop), round(word.end / hop)
+        following = round(words[index + 1].start / hop) if index + 1 < len(words) else frames
+        first = sound_start(energy, first, previous_end, features.shape[1])
+        last = frames - sound_start(energy.flip(0), frames - last, frames - following, features.shape[1])
+        found.append((first * RATE // 100, last * RATE // 100, word.word))
+        previous_end = last
+    return found
+
+
+@app.command("build-surroundings")
+def build_surroundings(checkpoint: Path, out: Path = SURROUNDINGS, seed: int = 0) -> None:
+    """Write the surroundings sets; word edges from `checkpoint`'s CTC head."""
+    recognizer = Recognizer.load(checkpoint, device="cpu")
+    generator = torch.Generator().manual_seed(seed)
+    sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + CROPS}
+    for identifier, audio, _, text in dev_rows():
+        waveform = load_audio(DEV.parent / audio, RATE)
+        for condition in PADDING:
+            sets[condition].append((identifier, padded(waveform, condition, generator), text))
+        words = reference_words(recognizer, waveform, text)
+        sets["tight"].append((identifier, waveform[words[0][0] : words[-1][1]], text))
+        for index, (start, end, word) in enumerate(words):
+            clip = waveform[start:end]
+            sets["words"].append((f"{identifier}-{index}", clip, word))
+            sets["words-telephone"].append((f"{identifier}-{index}", telephone(clip, RATE), word))
+    for name, items in sets.items():
+        write_set(out, name, items)
+
+
+def kept(checkpoint: Path, kind: str, settings: list[str], compute: Callable[[], dict]) -> dict:
+    """`compute()`'s results for a checkpoint, kept beside it in CHECKPOINT.KIND.json keyed by the
+    settings, the checkpoint's time and las's code: seeds measured by separate processes are then
+    tabled together at once, and nothing measured with other code is reused."""
+    record = checkpoint.with_suffix(f".{kind}.json")
+    key = f"{checkpoint.stat().st_mtime_ns} {code_digest()} {' '.join(settings)}"
+    saved = json.loads(record.read_text()) if record.exists() else {}
+    if key not in saved:
+        saved[key] = compute()
+        write_text_atomically(record, json.dumps(saved, indent=1))
+    return saved[key]
+
+
+def surroundings_rates(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
+    """CER of the unpadded dev set and of every surroundings set, and the share of words right."""
+
+    def compute() -> dict[str, dict]:
+        rates, right = {"unpadded": character_error_rate(transcribe(checkpoint, DEV, settings, device), DEV)}, {}
+        for name in PADDING + CROPS:
+            manifest = sets / f"{name}.tsv"
+            hypotheses = transcribe(checkpoint, manifest, settings, device)
+            rates[name] = character_error_rate(hypotheses, manifest)
+            references = read_transcripts(manifest)
+            right[name] = 100 * statistics.mean(hypotheses[key] == text for key, text in references.items())
+        return {"rates": rates, "right": right}
+
+    return kept(checkpoint, "surroundings", settings, compute)
+
+
+@app.command("surroundings")
+def measure_surroundings(
+    checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
+    sets: Path = SURROUNDINGS,
+    settings: list[str] = typer.Option([], "--set", help="decode.* (or features.*) settings for every decoding."),
+    device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+) -> None:
+    """CER per surroundings condition with the default decoding, over the checkpoints (seeds)."""
+    results = [surroundings_rates(checkpoint, sets, settings, device) for checkpoint in checkpoints]
+    unpadded = statistics.mean(result["rates"]["unpadded"] for result in results)
+    print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x unpadded: ratio of means\n")
+    print("| condition | CER | x unpadded | recordings exactly right, % |")
+    print("| --- | --- | --- | --- |")
+    for name in ["unpadded", *PADDING, *CROPS]:
+        rates = [result["rates"][name] for result in results]
+        right = summary([result["right"][name] for result in results]) if name != "unpadded" else ""
+        print(f"| {name} | {summary(rates)} | {statistics.mean(rates) / unpadded:.2f} | {right} |")
 
 
 NOISES: dict[str, Callable[[int, torch.Generator], torch.Tensor]] = {

@@ -90,3 +90,24 @@ def reverberate(waveform: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
     """`waveform` heard in the room of `response`, at the same loudness."""
     wet = audio.fftconvolve(waveform, response)[: len(waveform)]
     return wet * torch.sqrt(power(waveform) / power(wet))
+
+
+BACKGROUND_SECONDS = 0.2  # the quietest stretch this long of a recording is its background
+PIECE_SECONDS = 0.05  # own_background is made of random pieces this long of it, overlapped
+
+
+def own_background(waveform: torch.Tensor, samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
+    """`(samples,)` of a recording's own background, as if it had gone on recording before or after
+    its speech: random pieces of its quietest BACKGROUND_SECONDS (by power in 10 ms blocks),
+    overlapped by half under Hann windows, which then sum to one, so the level stays."""
+    block, stretch, piece = rate // 100, round(BACKGROUND_SECONDS * rate), round(PIECE_SECONDS * rate)
+    blocks = waveform[: len(waveform) // block * block].reshape(-1, block).pow(2).mean(dim=1)  # (blocks,)
+    span = min(len(blocks), stretch // block)
+    quietest = int(blocks.unfold(0, span, 1).mean(dim=1).argmin()) * block
+    pool = waveform[quietest : quietest + max(stretch, piece)]
+    window = torch.hann_window(piece, periodic=True)
+    out = torch.zeros(samples + piece)
+    for start in range(0, samples, piece // 2):
+        offset = int(torch.randint(len(pool) - piece + 1, (), generator=generator))
+        out[start : start + piece] += window * pool[offset : offset + piece]
+    return out[:samples]

@@ -12,7 +12,7 @@ import torchaudio
 from las.config import FeatureConfig
 from las.errors import LasError
 
-FEATURE_VERSION = 3  # bump when the extraction code or the cache's index changes what it holds
+FEATURE_VERSION = 4  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -71,9 +71,7 @@ class FilterbankExtractor:
         )
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
-        # A constant offset on the samples (a microphone's or sound card's DC bias) leaks into the
-        # lowest bins of every frame and swamps them; it carries nothing, so it goes first.
-        waveform = waveform - waveform.mean(dtype=torch.float64).to(waveform.dtype)
+        waveform = without_offset(waveform, self.window)
         # Log power has an absolute floor (POWER_FLOOR), under which a quiet recording's speech vanishes:
         # one quieter than any training audio is raised to that level first.
         peak = float(waveform.abs().max()) if len(waveform) else 0.0
@@ -92,6 +90,28 @@ class FilterbankExtractor:
                 dim=1,
             )  # (mel_bins, frames)
         return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
+
+
+def without_offset(waveform: torch.Tensor, silent_run: int) -> torch.Tensor:
+    """`waveform` `(samples,)` without its constant offset (a microphone's or sound card's DC bias:
+    it leaks into the lowest bins of every frame and swamps them, and carries nothing). Runs of
+    exact zeros `silent_run` samples or longer (padding, the gaps of a joined file) are not
+    recorded sound: they count in no mean and stay zero, where subtracting the offset would turn
+    digital silence into a constant that the lowest bins hear."""
+    zero = torch.nn.functional.pad((waveform == 0).to(torch.int8), (1, 1))
+    changes = torch.diff(zero).nonzero().flatten()  # alternately starts and ends of zero runs
+    starts, ends = changes[0::2], changes[1::2]
+    long = ends - starts >= silent_run
+    if not long.any():
+        return waveform - waveform.mean(dtype=torch.float64).to(waveform.dtype)
+    edges = torch.zeros(len(waveform) + 1, dtype=torch.int32)
+    edges.index_add_(0, starts[long], torch.ones(int(long.sum()), dtype=torch.int32))
+    edges.index_add_(0, ends[long], -torch.ones(int(long.sum()), dtype=torch.int32))
+    recorded = edges.cumsum(0)[:-1] == 0  # (samples,)
+    if not recorded.any():
+        return waveform
+    offset = waveform[recorded].mean(dtype=torch.float64).to(waveform.dtype)
+    return torch.where(recorded, waveform - offset, torch.zeros((), dtype=waveform.dtype))
 
 
 def log_mel_features(extractor: FilterbankExtractor, waveform: torch.Tensor, where: str) -> torch.Tensor:

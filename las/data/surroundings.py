@@ -34,10 +34,15 @@ class Surroundings:
 
     def span(self, levels: Levels, generator: torch.Generator | None = None) -> tuple[int, int]:
         """`[start, end)` frames of a recording with these `levels` to hear: its speech with at most
-        `margin` frames around it. With a `generator` (a training draw), with probability `crop`,
-        the lead-in and the trail are each cut to a uniform share of themselves, down to none."""
+        `margin` frames around it, and none of the digital silence beyond (exact zeros sit at the
+        log floor, far below any background a model has heard). With a `generator` (a training
+        draw), with probability `crop`, the lead-in and the trail are each cut to a uniform share
+        of themselves, down to none."""
         first, last = levels.speech_extent()
-        lead, trail = min(first, self.margin), min(len(levels.pauses) - last, self.margin)
+        lead, trail = (
+            min(heard_run(levels.heard[:first].flip(0)), self.margin),
+            min(heard_run(levels.heard[last:]), self.margin),
+        )
         if generator is not None and self.crop > 0 and torch.rand((), generator=generator).item() < self.crop:
             lead = int(torch.randint(lead + 1, (), generator=generator))
             trail = int(torch.randint(trail + 1, (), generator=generator))
@@ -47,3 +52,9 @@ class Surroundings:
         """`features` `(frames, mel_bins)` as heard outside training: `span` without a draw."""
         start, end = self.span(Levels.of(features))
         return features[start:end]
+
+
+def heard_run(heard: torch.Tensor) -> int:
+    """How many of the flags `(frames,)` are True before the first False."""
+    silent = (~heard).nonzero()
+    return int(silent[0]) if len(silent) else len(heard)

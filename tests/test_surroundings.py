@@ -1,0 +1,116 @@
+"""What surrounds the speech of a recording: cut to the model's margin in training and decoding,
+so the same words decode the same with seconds of silence or background around them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from las.config import FeatureConfig, load_config
+from las.data.audio import load_audio
+from las.data.channels import own_background
+from las.data.features import FilterbankExtractor
+from las.data.surroundings import Surroundings
+from las.segmentation import Levels
+
+from .conftest import AN4
+
+RATE = 16000
+SPEECH = AN4 / "audio" / "an10-fjmd-b.flac"  # "G TWO EIGHTY NINE": its speech starts 0.34 s in
+
+
+def features_of(waveform: torch.Tensor) -> torch.Tensor:
+    return FilterbankExtractor(FeatureConfig())(waveform)
+
+
+def background_like(waveform: torch.Tensor, samples: int, seed: int = 0) -> torch.Tensor:
+    """The recording's own background, as if it had gone on recording."""
+    return own_background(waveform, samples, RATE, torch.Generator().manual_seed(seed))
+
+
+def test_the_speech_is_kept_with_at_most_the_margin_around_it_whatever_surrounds_it() -> None:
+    speech = load_audio(SPEECH, RATE)
+    surroundings = Surroundings(margin=30)
+    start, end = surroundings.span(Levels.of(features_of(speech)))
+    assert 0 < start <= 10 and end == len(features_of(speech))  # 0.34 s of lead-in, 0.16 s of trail: kept
+    # Of digital silence, none is kept: exact zeros sit at the log floor, which no model has heard.
+    # Against its own background, quieter than its trail (a breath, the room), the speech's end
+    # is read up to 0.1 s later.
+    cases = ((torch.zeros(3 * RATE), (30, 16), 3), (background_like(speech, 3 * RATE), (30, 30), 10))
+    for pad, kept, frames in cases:
+        padded = torch.cat([pad, speech, pad])
+        levels = Levels.of(features_of(padded))
+        first, last = levels.speech_extent()
+        start, end = surroundings.span(levels)
+        assert (first - start, end - last) == kept  # the margin at each end, no more
+        assert abs(first - 300 - 34) <= frames and abs(last - 300 - 145) <= frames  # the speech itself
+
+
+def test_training_draws_tight_crops_reproducibly_and_never_cut_into_the_speech() -> None:
+    silence = torch.zeros(RATE)
+    levels = Levels.of(features_of(torch.cat([silence, load_audio(SPEECH, RATE), silence])))
+    first, last = levels.speech_extent()
+    surroundings = Surroundings(margin=30, crop=0.5)
+    levels = levels._replace(heard=torch.ones_like(levels.heard))  # as if the silence were background
+    whole = surroundings.span(levels)
+    assert whole == (first - 30, last + 30)  # outside training: never cropped
+    spans = [surroundings.span(levels, torch.Generator().manual_seed(seed)) for seed in range(400)]
+    assert spans == [surroundings.span(levels, torch.Generator().manual_seed(seed)) for seed in range(400)]
+    assert all(first - 30 <= start <= first and last <= end <= last + 30 for start, end in spans)
+    cropped = [span for span in spans if span != whole]
+    assert 0.4 < len(cropped) / len(spans) < 0.6  # with probability 0.5 (a draw may keep the margin)
+    leads = {first - start for start, _ in cropped}
+    assert min(leads) <= 2 and max(leads) >= 28  # down to none, up to the margin
+
+
+def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_features() -> None:
+    config = load_config(None, [])
+    assert Surroundings.of(config) == Surroundings(margin=30, crop=0.25)
+    assert Surroundings.of(load_config(None, ["features.trim_surroundings=false"])) is None
+    assert "trim_surroundings" not in config.features.extraction()  # the cached features stay valid
+
+
+@pytest.mark.parametrize("kind", ["silence", "background"])
+def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_around_it(kind: str) -> None:
+    """On a small trained model (tests/data/search: 55% greedy dev CER, trained on whole AN4
+    utterances), so its choices are not rehearsed answers. With digital silence around them, its
+    trimmed features are those of the utterance alone; with the recording's own background, the
+    speech's edges are read against a quieter background and move by a few frames, which this
+    weak model's wrong guesses follow (25 of the first 40 dev utterances decode the same), and
+    what it decodes right alone, it decodes right padded (8 of 8)."""
+    from las.recognizer import Recognizer
+
+    from .test_search_regression import DATA
+
+    recognizer = Recognizer.load(DATA / "model.pt", device="cpu", strategy="greedy")
+    rows = [line.split("\t") for line in (AN4 / "dev.tsv").read_text().splitlines()[1:17]]
+    compared = 0
+    for index, (_, audio, _, text) in enumerate(rows):
+        speech = load_audio(AN4 / audio, RATE)
+        alone = recognizer.transcribe(speech, sample_rate=RATE)
+        if kind == "background" and alone.text != text:
+            continue
+        # Not whole frames: 1.37 s before and 2.21 s after, or the frames would simply line up.
+        before, after = round(1.37 * RATE), round(2.21 * RATE)
+        if kind == "silence":
+            pads = torch.zeros(before), torch.zeros(after)
+        else:
+            pads = background_like(speech, before, index), background_like(speech, after, index + 100)
+        padded = recognizer.transcribe(torch.cat([pads[0], speech, pads[1]]), sample_rate=RATE)
+        assert alone.text and padded.text == alone.text
+        assert padded.words[0].start == pytest.approx(alone.words[0].start + 1.37, abs=0.05)
+        compared += 1
+    assert compared >= 3
+
+
+def test_digital_silence_stays_silent_under_a_recording_with_a_dc_offset() -> None:
+    from las.data.features import without_offset
+
+    speech = load_audio(SPEECH, RATE) + 0.05  # a biased sound card
+    padded = torch.cat([torch.zeros(RATE), speech, torch.zeros(RATE)])
+    level = without_offset(padded, silent_run=400)
+    assert (level[:RATE] == 0).all() and (level[-RATE:] == 0).all()
+    assert torch.allclose(level[RATE:-RATE], speech - speech.mean(), atol=1e-5)
+    gap = torch.cat([speech[:8000], torch.zeros(100), speech[8000:]])  # shorter than a window: sound
+    assert torch.allclose(without_offset(gap, silent_run=400), gap - gap.mean(), atol=1e-6)
+    assert torch.equal(without_offset(torch.zeros(1000), silent_run=400), torch.zeros(1000))
