@@ -50,8 +50,38 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 
 
 def save_atomically(path: str | Path, payload: object) -> None:
-    """`torch.save` through `write_atomically`."""
-    write_atomically(path, lambda file: torch.save(payload, file))
+    """`torch.save` through `write_atomically`. torch.save turns an error of the file it writes
+    (a full disk, a quota, an I/O error) into a RuntimeError that names no cause ("unexpected
+    pos"): the file's own error is kept and raised instead, so that it is reported as one."""
+
+    def save(file: BinaryIO) -> None:
+        kept = KeptErrors(file)
+        try:
+            torch.save(payload, kept)
+        except RuntimeError:
+            if kept.error is not None:
+                raise kept.error from None
+            raise
+
+    write_atomically(path, save)
+
+
+class KeptErrors:
+    """A binary file that remembers the OSError its `write` raised."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def sync_directory(directory: Path) -> None:

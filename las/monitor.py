@@ -8,13 +8,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from las.config import Config, flat_settings
 from las.errors import LasError
-from las.progress import say
+from las.progress import say, warn
 
 EXAMPLES = 4  # dev transcripts shown beside their references each epoch
 
@@ -53,8 +55,10 @@ class Monitor:
         if settings.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            threading.excepthook = quiet_event_writer(threading.excepthook)
             self.writer = SummaryWriter(str(out / "tensorboard"))
-            self.writer.add_text("config", "```\n" + json.dumps(config.to_dict(), indent=1) + "\n```")
+            text = "```\n" + json.dumps(config.to_dict(), indent=1) + "\n```"
+            self.tensorboard(lambda writer: writer.add_text("config", text))
         if settings.wandb_project:
             self.wandb = start_wandb(settings.wandb_project, out, config)
 
@@ -103,13 +107,17 @@ class Monitor:
         )
         table = "| id | reference | hypothesis |\n| --- | --- | --- |\n" + lines
         if self.writer is not None:
-            if attention is not None:
-                from matplotlib.image import imread
 
-                pixels = imread(attention)[..., :3]  # (height, width, RGB) in [0, 1]
-                self.writer.add_image("dev/attention", pixels, step, dataformats="HWC")
-            self.writer.add_text("dev/transcripts", table, step)
-            self.writer.flush()
+            def write(writer: Any) -> None:
+                if attention is not None:
+                    from matplotlib.image import imread
+
+                    pixels = imread(attention)[..., :3]  # (height, width, RGB) in [0, 1]
+                    writer.add_image("dev/attention", pixels, step, dataformats="HWC")
+                writer.add_text("dev/transcripts", table, step)
+                writer.flush()
+
+            self.tensorboard(write)
         if self.wandb is not None:
             columns = ["id", "reference", "hypothesis"]
             logged: dict[str, Any] = {
@@ -119,25 +127,53 @@ class Monitor:
                 logged["dev/attention"] = self.wandb.Image(str(attention))
             self.wandb.log(logged, step=step)
 
+    def tensorboard(self, write: Callable[[Any], None]) -> None:
+        """`write(writer)` to the TensorBoard event file; where that fails (a full disk, a quota),
+        one warning, and the run goes on without events: its checkpoints and metrics.jsonl are
+        what it cannot lose, and their own writes stop it with one line if the disk stays full."""
+        if self.writer is None:
+            return
+        try:
+            write(self.writer)
+        except OSError as error:
+            self.writer = None
+            warn(f"cannot write TensorBoard events ({error.strerror or error}): none for the rest of this run")
+
     def scalars(self, values: dict[str, float], step: int) -> None:
-        if self.writer is not None:
+        def write(writer: Any) -> None:
             for name, value in values.items():
-                self.writer.add_scalar(name, value, step)
+                writer.add_scalar(name, value, step)
+
+        self.tensorboard(write)
         if self.wandb is not None:
             self.wandb.log(values, step=step)
 
     def close(self, best_cer: float) -> None:
         """The run's settings beside its best dev CER (TensorBoard's HPARAMS view), and flushes."""
-        if self.writer is not None:
-            settings = {
-                key: value if isinstance(value, (float, int, str, bool)) else str(value)
-                for key, value in flat_settings(self.config.to_dict()).items()
-            }
-            self.writer.add_hparams(settings, {"hparam/best_dev_cer": best_cer}, run_name=".")
-            self.writer.close()
+        settings = {
+            key: value if isinstance(value, (float, int, str, bool)) else str(value)
+            for key, value in flat_settings(self.config.to_dict()).items()
+        }
+
+        def write(writer: Any) -> None:
+            writer.add_hparams(settings, {"hparam/best_dev_cer": best_cer}, run_name=".")
+            writer.close()
+
+        self.tensorboard(write)
         if self.wandb is not None:
             self.wandb.summary["best_dev_cer"] = best_cer
             self.wandb.finish()
+
+
+def quiet_event_writer(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`threading.excepthook` without the traceback of TensorBoard's writer thread when its disk
+    fails: the next event raises the same error in the main thread, which reports it in one line."""
+
+    def quiet(arguments: Any) -> None:
+        if not (type(arguments.thread).__name__ == "_AsyncWriterThread" and issubclass(arguments.exc_type, OSError)):
+            hook(arguments)
+
+    return quiet if getattr(hook, "__name__", "") != "quiet" else hook
 
 
 def wandb_module(project: str) -> Any:

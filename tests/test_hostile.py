@@ -300,6 +300,96 @@ def test_a_full_disk_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monk
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
 
 
+class FillingFile:
+    """A file on a disk that fills up after `room` bytes: its writes raise ENOSPC from there on."""
+
+    def __init__(self, file, room: list[int]) -> None:
+        self.file, self.room = file, room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self.room[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room[0] -= len(data)
+        return self.file.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.file.close()
+
+
+def fill_the_disk_after(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
+    """Every file las publishes from now on shares `room` bytes of free disk."""
+    from las import files
+
+    left = [room]
+    monkeypatch.setattr(files, "open", lambda path, mode="r": FillingFile(open(path, mode), left), raising=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 256 KiB tmpfs where this process may mount one (root, as CI runs); else the test is skipped
+    (`fill_the_disk_after` injects the same fault everywhere)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_checkpoint_on_a_full_file_system_is_one_line_and_keeps_the_old_one(small_disk: Path) -> None:
+    from las.files import save_atomically
+
+    target = small_disk / "last.pt"
+    save_atomically(target, {"weights": torch.zeros(10)})
+    # torch.save itself reports a full disk as "RuntimeError: [enforce fail ...] unexpected pos".
+    with pytest.raises(LasError, match=f"cannot write {target}: No space left on device"):
+        save_atomically(target, {"weights": torch.zeros(200_000)})
+    assert torch.equal(torch.load(target)["weights"], torch.zeros(10))
+    assert [path.name for path in small_disk.iterdir()] == ["last.pt"]  # no temporary left behind
+
+
+def test_training_on_a_filling_disk_stops_with_one_line_and_resumes_from_the_last_good_checkpoint(
+    tiny_config: Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = ["train.average_best=0", "train.tensorboard=false"]
+    config = replace(tiny_config.replace(settings), train=replace(tiny_config.train, epochs=1, average_best=0))
+    run_directory = train(config)
+    saved = load_checkpoint(run_directory / "last.pt").training_state["progress"]["step"]
+    fill_the_disk_after(monkeypatch, room=100_000)  # less than a checkpoint
+    with pytest.raises(LasError, match=r"cannot write .*\.pt: No space left on device"):
+        train(config, resume=True, assignments=["train.epochs=2"])
+    assert load_checkpoint(run_directory / "last.pt").training_state["progress"]["step"] == saved  # the last good
+    assert not [path for path in run_directory.rglob("*.tmp")]
+    monkeypatch.undo()  # room again
+    train(config, resume=True, assignments=["train.epochs=2"])
+    assert load_checkpoint(run_directory / "last.pt").training_state["progress"]["epoch"] == 2
+
+
+def test_tensorboard_on_a_full_file_system_is_one_warning_and_the_run_goes_on(
+    small_disk: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from las.monitor import Monitor
+
+    monitor = Monitor(Config(), small_disk, total_steps=10)
+    for step in range(400):  # each flush writes a transcript table of 1 KB: the disk fills up
+        monitor.epoch(
+            {"step": step, "dev_cer": 1.0, "dev_wer": 1.0, "dev_diagonal_share": 0.5, "train_loss": 1.0},
+            None,
+            [("id", "x" * 1000, "y")],
+        )
+    monitor.close(best_cer=1.0)
+    error = capfd.readouterr().err
+    assert error.count("cannot write TensorBoard events (No space left on device)") == 1
+    assert "Traceback" not in error
+
+
 # --- Config values ----------------------------------------------------------------------------
 
 
