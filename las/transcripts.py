@@ -33,8 +33,8 @@ def write_transcripts(transcripts: Iterable[Transcript], output_format: str, str
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(["id", "label"])
         writer.writerows([transcript.id, transcript.text] for transcript in transcripts)
-    elif output_format == "kaldi":
-        stream.writelines(f"{transcript.id} {transcript.text}\n" for transcript in transcripts)
+    elif output_format == "kaldi":  # one line each, split at whitespace: a newline or tab in a text is a space
+        stream.writelines(f"{transcript.id} {' '.join(transcript.text.split())}\n" for transcript in transcripts)
     elif output_format == "jsonl":
         for transcript in transcripts:
             stream.write(
