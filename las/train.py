@@ -6,12 +6,14 @@ import contextlib
 import json
 import math
 import os
+import random
 import resource
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -290,14 +292,17 @@ class Trainer:
         self.progress = Progress()
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
+        restored = False
         if checkpoint:
-            self.restore(checkpoint)
+            restored = self.restore(checkpoint)
         elif settings.speller_init:
             load_speller(self.model.speller, settings.speller_init, self.vocabulary)
-        if distributed.enabled:  # ranks share the model, not their augmentation draws
+        if distributed.enabled and not restored:  # ranks share the model, not their dropout or masks
             torch.manual_seed(settings.seed + 1_000_003 * distributed.rank + self.progress.step)
 
-    def restore(self, checkpoint: Checkpoint) -> None:
+    def restore(self, checkpoint: Checkpoint) -> bool:
+        """The training state of `checkpoint`; whether this rank's random state was in it (not
+        when it was saved by another number of processes)."""
         try:
             self.model.load_state_dict(checkpoint.model_state)
         except RuntimeError:
@@ -309,7 +314,7 @@ class Trainer:
             self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
             self.scaler.load_state_dict(checkpoint.training_state.get("scaler", {}))
             self.progress = Progress(**checkpoint.training_state["progress"])
-            restore_rng(self.progress.rng)
+            return restore_rng(self.progress.rng, self.distributed)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise LasError(
                 f"{self.out / 'last.pt'}: its training state is missing or damaged ({type(error).__name__}); "
@@ -317,9 +322,13 @@ class Trainer:
             ) from None
 
     def save(self, path: Path) -> None:
-        """The whole training state, taken at a batch boundary, so that it resumes exactly."""
+        """The whole training state, taken at a batch boundary, so that it resumes exactly; every
+        rank calls it at the same point, and rank 0 writes every rank's random state with it."""
+        ranks = [state for (state,) in self.distributed.gather([capture_rng()])]
+        if not self.distributed.is_main:
+            return
         self.saved_at = time.monotonic()
-        self.progress.rng = capture_rng()
+        self.progress.rng = {"ranks": ranks}
         state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -365,8 +374,7 @@ class Trainer:
 
     def save_and_stop(self) -> None:
         """Save `last.pt` where training stands (a batch boundary) and end the run on a stop request."""
-        if self.distributed.is_main:
-            self.save(self.out / "last.pt")
+        self.save(self.out / "last.pt")
         received = self.stop_requests.received
         raise LasError(
             f"stopped by {received.name if received else 'another process'}: saved {self.out / 'last.pt'} at epoch "
@@ -411,7 +419,7 @@ class Trainer:
                     self.skip_bad_batch()
                 if step.stop:
                     return True
-                if step.save and distributed.is_main:
+                if step.save:  # every rank: each gives its random state
                     self.save(self.out / "last.pt")
         finally:
             progress.train_seconds += time.perf_counter() - started
@@ -549,14 +557,16 @@ class Trainer:
             "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         }
         self.progress = progress.next_epoch(dev_cer, seconds)
-        if not self.distributed.is_main:
-            return
-        append_line(self.out / "metrics.jsonl", json.dumps(record))
-        dropped = self.keep_snapshot(dev_cer, record["epoch"])
+        dropped = []
+        if self.distributed.is_main:
+            append_line(self.out / "metrics.jsonl", json.dumps(record))
+            dropped = self.keep_snapshot(dev_cer, record["epoch"])
         # best.pt before last.pt: a run killed between the two re-runs this epoch exactly on resume.
-        if dev_cer <= self.progress.best_cer:
+        if dev_cer <= self.progress.best_cer:  # the same dev CER on every rank
             self.save(self.out / "best.pt")
         self.save(self.out / "last.pt")
+        if not self.distributed.is_main:
+            return
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
         self.report_epoch(record, dev, plot)
@@ -657,17 +667,36 @@ class DevResult:
 
 
 def capture_rng() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state()}
+    """This process's random states: torch's (CPU and CUDA), Python's and NumPy's, in types that a
+    checkpoint loads without unpickling code (NumPy's key as a tensor)."""
+    name, key, position, has_gauss, gauss = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(key.astype(np.int64)), position, has_gauss, gauss),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def restore_rng(state: dict[str, Any]) -> None:
-    if "torch" in state:
-        torch.set_rng_state(state["torch"])
+def restore_rng(saved: dict[str, Any], distributed: Distributed) -> bool:
+    """This rank's random states from a checkpoint's (every rank's, or before they were kept, the
+    one process's); False where it holds none for this rank (another number of processes)."""
+    ranks = saved.get("ranks", [saved] if saved else [])
+    if len(ranks) != distributed.world_size:
+        return False
+    state = ranks[distributed.rank]
+    torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in state:
+        name, key, position, has_gauss, gauss = state["numpy"]
+        np.random.set_state((name, key.numpy().astype(np.uint32), position, has_gauss, gauss))
+    return True
 
 
 def keep_metrics_until(path: Path, epochs: int) -> None:

@@ -28,8 +28,10 @@ def train_command(processes: int) -> list[str]:
     return [sys.executable, *launcher, "-m", "las", "train"]
 
 
-def run_training(tmp_path: Path, processes: int, extra: tuple[str, ...] = ()) -> Path:
-    out = tmp_path / f"run_{processes}"
+def run_training(
+    tmp_path: Path, processes: int, extra: tuple[str, ...] = (), name: str = "", resume: bool = False
+) -> Path:
+    out = tmp_path / (name or f"run_{processes}")
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 8, longest_seconds=2.0))
     settings = TINY + [
         f"data.train={manifest}",
@@ -44,7 +46,7 @@ def run_training(tmp_path: Path, processes: int, extra: tuple[str, ...] = ()) ->
     # One thread per process: two processes on two cores, and sums in a fixed order.
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [*train_command(processes), "--out", str(out), *arguments],
+        [*train_command(processes), "--out", str(out), *arguments, *(["--resume"] if resume else [])],
         capture_output=True,
         text=True,
         env=environment,
@@ -73,3 +75,25 @@ def test_two_gloo_processes_follow_the_single_process_trajectory(tmp_path: Path)
         torch.testing.assert_close(weights[1][name], value, rtol=1e-3, atol=1e-4, msg=name)
     # Rank 0 alone wrote the run: one metrics line per epoch, one attention plot per epoch.
     assert len(list((double / "attention").glob("*.png"))) == 3
+
+
+# Every draw that differs between ranks: dropout, sampled teacher forcing and SpecAugment masks.
+RANDOM = ("model.dropout=0.2", "train.teacher_forcing_final=0.5", "train.teacher_forcing_decay_epochs=1")
+RANDOM += ("train.specaugment_start_epoch=0", "train.final_learning_rate_scale=1.0", "train.average_best=0")
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch built without gloo")
+def test_two_processes_resume_bit_exactly_with_every_ranks_random_state(tmp_path: Path) -> None:
+    # A constant learning rate after warm-up, so that extending the run from 1 to 2 epochs leaves
+    # the schedule alone: what must carry over is every rank's random state and the optimizer.
+    straight = run_training(tmp_path, 2, (*RANDOM, "train.epochs=2"), name="straight")
+    split = run_training(tmp_path, 2, (*RANDOM, "train.epochs=1"), name="split")
+    ranks = load_checkpoint(split / "last.pt").training_state["progress"]["rng"]["ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
+    run_training(tmp_path, 2, (*RANDOM, "train.epochs=2"), name="split", resume=True)
+    weights = [load_checkpoint(run / "last.pt").model_state for run in (straight, split)]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(weights[1][name], value, rtol=0, atol=0, msg=name)
+    timings = ("seconds", "elapsed_seconds", "train_frames_per_second", "peak_memory_mb")
+    records = [[{k: v for k, v in r.items() if k not in timings} for r in metrics(run)] for run in (straight, split)]
+    assert records[0] == records[1]
