@@ -10,6 +10,7 @@ import functools
 import inspect
 import os
 import sys
+import time
 import typing
 from collections.abc import Callable
 from enum import StrEnum
@@ -353,6 +354,63 @@ def plot(
     check_writable(out, "--out")
     plot_runs(runs, out)
     typer.echo(f"wrote {out}")
+
+
+cache_app = typer.Typer(help="What the feature cache holds, and trimming it.", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+CacheDirectory = Annotated[
+    str, typer.Option("--cache-dir", help="The cache root (data.cache_dir): auto is the user's cache folder.")
+]
+
+
+@cache_app.command(name="info")
+@reports_errors
+def cache_info(cache_dir: CacheDirectory = "auto") -> None:
+    """Per feature-settings folder: size, entries, shards, orphan shards, last use and where its audio came from."""
+    from las.data.cache import cache_directory
+    from las.data.cache_usage import human, survey
+
+    root = cache_directory(cache_dir)
+    folders = survey(root)
+    typer.echo(f"{root}: {len(folders)} folder(s), {human(sum(folder.size for folder in folders))}")
+    for folder in folders:
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(folder.last_used))
+        typer.echo(
+            f"  {folder.path.name}  {human(folder.size):>10}  {folder.entries} entries in {folder.shards} shards, "
+            f"{len(folder.orphans)} orphan(s), last used {used}"
+        )
+        for source, count in folder.sources[:3]:
+            typer.echo(f"      {count:>8} from {source}")
+        if len(folder.sources) > 3:
+            typer.echo(
+                f"      {sum(count for _, count in folder.sources[3:]):>8} from {len(folder.sources) - 3} other folders"
+            )
+
+
+@cache_app.command(name="prune")
+@reports_errors
+def cache_prune(
+    older_than: Annotated[
+        float | None, typer.Option("--older-than", help="Remove folders unused for these days.")
+    ] = None,
+    max_size: Annotated[
+        str | None, typer.Option("--max-size", help="Keep at most this much (e.g. 20G), least recently used out first.")
+    ] = None,
+    cache_dir: CacheDirectory = "auto",
+) -> None:
+    """Remove orphan shards and temporaries, and whole folders by age or size; folders in use by a
+    running process are left alone."""
+    from las.data.cache import cache_directory
+    from las.data.cache_usage import human, parse_size, prune
+
+    if older_than is not None and older_than < 0:
+        raise LasError(f"--older-than {older_than:g}: expected days >= 0")
+    removed, busy = prune(cache_directory(cache_dir), older_than, parse_size(max_size) if max_size else None)
+    for removal in removed:
+        typer.echo(f"removed {removal.path} ({human(removal.size)}): {removal.why}")
+    for path in busy:
+        typer.echo(f"left {path}: in use by a running process")
+    typer.echo(f"freed {human(sum(removal.size for removal in removed))}")
 
 
 def main() -> None:

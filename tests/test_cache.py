@@ -70,3 +70,47 @@ def test_extraction_leaves_the_callers_threads_alone(tmp_path: Path, utterances:
     threads = torch.get_num_threads()
     FeatureCache(tmp_path / "cache", FeatureConfig(), workers=workers).load(utterances)
     assert torch.get_num_threads() == threads
+
+
+def test_cache_info_names_what_it_holds_and_prune_removes_orphans_and_old_folders(
+    tmp_path: Path, utterances: list
+) -> None:
+    from .conftest import run
+
+    root = tmp_path / "cache"
+    cache = FeatureCache(root, FeatureConfig(), workers=0)
+    cache.load(utterances)
+    cache.in_use.close()  # this process is done with it
+    folder = cache.directory
+    (folder / "shard-0123456789abcdef.npy").write_bytes(b"\0" * 1000)  # an entry dropped as damaged left it
+    old = root / "0000000000000000"  # the features of settings long gone
+    old.mkdir()
+    (old / "shard-aaaaaaaaaaaaaaaa.npy").write_bytes(b"\0" * 5000)
+    (old / "last-used").write_text("0\n")
+    code, stdout, _ = run("cache", "info", "--cache-dir", root)
+    assert code == 0
+    assert f"{folder.name}" in stdout and "6 entries in 2 shards, 1 orphan(s)" in stdout
+    assert f"6 from {utterances[0].audio.parent}" in stdout and "last used 1970-01-01" in stdout
+    code, stdout, _ = run("cache", "prune", "--older-than", "30", "--cache-dir", root)
+    assert code == 0 and "unused for" in stdout and "no index line names it" in stdout
+    assert not old.exists() and not (folder / "shard-0123456789abcdef.npy").exists()
+    again = FeatureCache(root, FeatureConfig(), workers=0)
+    assert again.pending(utterances, 1.0)[1] == {}  # every entry kept: nothing to extract
+
+
+def test_prune_leaves_a_folder_in_use_alone_so_a_reader_never_loses_an_entry(tmp_path: Path, utterances: list) -> None:
+    from las.data.cache_usage import prune
+
+    root = tmp_path / "cache"
+    FeatureCache(root, FeatureConfig(), workers=0).load(utterances).frame_counts()
+    reader = FeatureCache(root, FeatureConfig(), workers=0)  # has read the index, mapped nothing yet
+    removed, busy = prune(root, older_than_days=0, max_bytes=0)
+    assert removed == [] and busy == [reader.directory]
+    features = reader.load(utterances)
+    assert [len(item) for item in features] == features.frame_counts()  # every entry served
+    reader.in_use.close()
+    import gc
+
+    gc.collect()  # the first cache object, unreferenced, lets go of its lock too
+    removed, busy = prune(root, max_bytes=0)
+    assert busy == [] and [removal.path for removal in removed] == [reader.directory]

@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import Segment, load_audio, read_bytes
+from las.data.cache_usage import use
 from las.data.features import (
     FEATURE_VERSION,
     FeatureSet,
@@ -149,6 +150,7 @@ class FeatureCache:
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
         self.writable = True
+        self.in_use = use(self.directory)  # so that `las cache prune` leaves this folder alone
         self.read_index()
 
     @property
