@@ -35,6 +35,9 @@ ACTIVITY_FRAMES = 5  # band activity is averaged over 50 ms
 # decoded as words. Its spread is read from its low tail (the 1st to 5th percentile: 0.69
 # standard deviations of a normal distribution, whose 5th percentile lies 1.64 under its mean).
 NOISE_DEVIATIONS = 3.0
+# What surrounds the speech is this many nats (8.7 dB) under it in median frame energy, or it is
+# taken for speech: a recording in noise worse than that keeps all of it.
+SURROUNDINGS_CONTRAST = 2.0
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -129,11 +132,29 @@ class Levels(NamedTuple):
         return self.activity < self.pause_level
 
     def speech_extent(self) -> tuple[int, int]:
-        """`[start, end)` frames from the first sound to the last that lasts longer than a click
-        (SHORTEST_FRAMES not `pauses` in a row): where the speech is, without what surrounds it.
-        The whole recording when nothing lasts that long."""
-        sounds = [(start, end) for start, end in runs(~self.pauses) if end - start >= SHORTEST_FRAMES]
-        return (sounds[0][0], sounds[-1][1]) if sounds else (0, len(self.pauses))
+        """`[start, end)` frames from the start of the first sound region to the end of the last
+        (`sound_regions`): where the speech is, without the pauses that surround it. Only a pause
+        (PAUSE_FRAMES or longer) is left out: in a clip cut at its words, the quietest tenth of
+        the frames that band activity is read against is speech, and shorter quiet stretches
+        there are soft words (a tight crop trimmed at every quiet run lost its last words)."""
+        frames = len(self.pauses)
+        regions = sound_regions(self.pauses)
+        if not regions:
+            return 0, frames
+        first, last = regions[0][0], regions[-1][1]
+        # And only what is clearly quieter than the speech: where nothing around it is, band
+        # activity is read against the speech itself, and whole words can pass for a pause.
+        speech = self.energy[first:last][self.heard[first:last]]
+        level = float(speech.median()) - SURROUNDINGS_CONTRAST if len(speech) else math.inf
+
+        def surroundings(part: slice) -> bool:
+            sound = self.energy[part][self.heard[part]]
+            return not len(sound) or float(sound.median()) < level
+
+        heard = self.heard.nonzero().flatten()  # digital silence is never speech
+        start = first if surroundings(slice(0, first)) else int(heard[0])
+        end = last if surroundings(slice(last, frames)) else int(heard[-1]) + 1
+        return start, end
 
 
 def has_speech(features: torch.Tensor) -> bool:
@@ -155,17 +176,23 @@ def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, 
     return spans
 
 
+def sound_regions(quiet: torch.Tensor, pause_frames: int = PAUSE_FRAMES) -> list[tuple[int, int]]:
+    """Spans between pauses (quiet runs of `pause_frames` or more, and the recording's ends) with
+    at least SHORTEST_FRAMES loud frames: speech, not clicks or breaths."""
+    bounds = [0, *[edge for pause in pause_runs(quiet, pause_frames) for edge in pause], len(quiet)]
+    spans = zip(bounds[0::2], bounds[1::2], strict=True)
+    return [(start, end) for start, end in spans if int((~quiet[start:end]).sum()) >= SHORTEST_FRAMES]
+
+
+def pause_runs(quiet: torch.Tensor, pause_frames: int) -> list[tuple[int, int]]:
+    return [(start, end) for start, end in runs(quiet) if end - start >= pause_frames]
+
+
 def loud_regions(quiet: torch.Tensor, pause_frames: int = PAUSE_FRAMES) -> list[tuple[int, int]]:
-    """Spans between pauses (quiet runs of `pause_frames` or more) with enough loud frames, each
-    widened by up to MARGIN_FRAMES of its pauses."""
-    frames = len(quiet)
-    pauses = [(start, end) for start, end in runs(quiet) if end - start >= pause_frames]
-    # Speech lies between consecutive pauses (and the recording's ends).
-    bounds = [0, *[edge for pause in pauses for edge in pause], frames]
+    """`sound_regions`, each widened by up to MARGIN_FRAMES of its pauses."""
+    pauses = pause_runs(quiet, pause_frames)
     regions = []
-    for start, end in zip(bounds[0::2], bounds[1::2], strict=True):
-        if int((~quiet[start:end]).sum()) < SHORTEST_FRAMES:
-            continue
+    for start, end in sound_regions(quiet, pause_frames):
         before = next((pause for pause in pauses if pause[1] == start), None)
         after = next((pause for pause in pauses if pause[0] == end), None)
         widen_before = min(MARGIN_FRAMES, (before[1] - before[0]) // 2) if before else 0

@@ -25,7 +25,6 @@ import hashlib
 import json
 import math
 import multiprocessing
-import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import Segment, load_audio, read_bytes
-from las.data.cache_usage import use
+from las.data.cache_usage import cache_directory, use
 from las.data.features import (
     FEATURE_VERSION,
     FeatureSet,
@@ -125,14 +124,6 @@ class StoredFeatures(FeatureSet):
 
     def dimensions(self) -> set[int]:
         return {item.shape[1] if isinstance(item, torch.Tensor) else item.dimension for item in self.items}
-
-
-def cache_directory(setting: str | Path) -> Path:
-    """Where `data.cache_dir` puts the cache: "auto" is the user's cache folder (XDG), so that
-    decoding a file never litters the current directory."""
-    if str(setting) != "auto":
-        return Path(setting).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "las" / "features"
 
 
 class FeatureCache:

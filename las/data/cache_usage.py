@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import shutil
 import time
 from collections import Counter
@@ -24,6 +25,14 @@ from las.errors import LasError
 
 LOCK = ".lock"
 LAST_USED = "last-used"
+
+
+def cache_directory(setting: str | Path) -> Path:
+    """Where `data.cache_dir` puts the cache: "auto" is the user's cache folder (XDG), so that
+    decoding a file never litters the current directory."""
+    if str(setting) != "auto":
+        return Path(setting).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "las" / "features"
 
 
 def use(folder: Path) -> IO[str] | None:

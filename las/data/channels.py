@@ -100,7 +100,10 @@ def own_background(waveform: torch.Tensor, samples: int, rate: int, generator: t
     """`(samples,)` of a recording's own background, as if it had gone on recording before or after
     its speech: random pieces of its quietest BACKGROUND_SECONDS (by power in 10 ms blocks),
     overlapped by half under Hann windows, which then sum to one, so the level stays."""
-    block, stretch, piece = rate // 100, round(BACKGROUND_SECONDS * rate), round(PIECE_SECONDS * rate)
+    block, stretch = rate // 100, round(BACKGROUND_SECONDS * rate)
+    piece = min(round(PIECE_SECONDS * rate), len(waveform) // 2 * 2)  # even: a Hann window's halves
+    if piece < 2 or len(waveform) < block:
+        return torch.zeros(samples)  # nothing recorded to draw a background from
     blocks = waveform[: len(waveform) // block * block].reshape(-1, block).pow(2).mean(dim=1)  # (blocks,)
     span = min(len(blocks), stretch // block)
     quietest = int(blocks.unfold(0, span, 1).mean(dim=1).argmin()) * block
