@@ -132,16 +132,19 @@ class Levels(NamedTuple):
         return self.activity < self.pause_level
 
     def speech_extent(self) -> tuple[int, int]:
-        """`[start, end)` frames from the start of the first sound region to the end of the last
-        (`sound_regions`): where the speech is, without the pauses that surround it. Only a pause
-        (PAUSE_FRAMES or longer) is left out: in a clip cut at its words, the quietest tenth of
-        the frames that band activity is read against is speech, and shorter quiet stretches
-        there are soft words (a tight crop trimmed at every quiet run lost its last words)."""
+        """`[start, end)` frames from the first loud frame of the first sound region to the last
+        of the last (`sound_regions`): where the speech is, without what surrounds it. Sounds
+        that a pause (PAUSE_FRAMES or longer) does not set apart count as speech: in a clip cut
+        at its words, the quietest tenth of the frames that band activity is read against is
+        speech, and shorter quiet stretches there are soft words (a tight crop trimmed at every
+        quiet run lost its last words)."""
         frames = len(self.pauses)
         regions = sound_regions(self.pauses)
         if not regions:
             return 0, frames
-        first, last = regions[0][0], regions[-1][1]
+        loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
+        first = int(loud[loud >= regions[0][0]][0])
+        last = int(loud[loud < regions[-1][1]][-1]) + 1
         # And only what is clearly quieter than the speech: where nothing around it is, band
         # activity is read against the speech itself, and whole words can pass for a pause.
         speech = self.energy[first:last][self.heard[first:last]]
