@@ -372,6 +372,47 @@ def test_training_on_a_filling_disk_stops_with_one_line_and_resumes_from_the_las
     assert load_checkpoint(run_directory / "last.pt").training_state["progress"]["epoch"] == 2
 
 
+def write_each_kind(kind: str, folder: Path) -> None:
+    """What las writes, each through the function that writes it, with more than a small disk holds."""
+    from las.files import save_atomically, write_text_atomically
+    from las.train import append_line
+
+    big = "x" * 400_000
+    if kind == "checkpoint, snapshot, averaged weights":
+        save_atomically(folder / "last.pt", {"weights": torch.zeros(100_000)})
+    elif kind == "transcripts, subtitles, config, records":
+        write_text_atomically(folder / "dev.srt", big)
+    elif kind == "metrics line":
+        append_line(folder / "metrics.jsonl", big)
+    elif kind == "cache shard":
+        write_atomically(folder / "shard-0.npy", lambda file: np.save(file, np.zeros(100_000, dtype=np.float32)))
+    elif kind == "attention plot":
+        from las.plots import plot_hypothesis
+        from las.search import Hypothesis
+        from las.text import Vocabulary
+
+        vocabulary = Vocabulary.from_texts(["AB"])
+        attention = torch.rand(400, 2000)
+        plot_hypothesis(
+            "x", Hypothesis([4] * 399, 0.0, attention / attention.sum(1, keepdim=True)), vocabulary, folder / "a.png"
+        )
+
+
+KINDS = ["checkpoint, snapshot, averaged weights", "transcripts, subtitles, config, records", "metrics line"]
+KINDS += ["cache shard", "attention plot"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_of_file_on_a_full_file_system_is_one_line_and_keeps_the_old_file(
+    small_disk: Path, kind: str
+) -> None:
+    before = {path.name: path.read_bytes() for path in small_disk.iterdir()}
+    with pytest.raises(LasError, match=r"cannot write .*: (No space left on device|\d+ requested and \d+ written)"):
+        write_each_kind(kind, small_disk)
+    leftovers = [path.name for path in small_disk.iterdir() if path.name not in before and path.stat().st_size]
+    assert leftovers in ([], ["metrics.jsonl"])  # an appended line may be cut short: `keep_metrics_until` drops it
+
+
 def test_tensorboard_on_a_full_file_system_is_one_warning_and_the_run_goes_on(
     small_disk: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
