@@ -140,7 +140,7 @@ class Levels(NamedTuple):
         quiet run lost its last words)."""
         frames = len(self.pauses)
         regions = sound_regions(self.pauses)
-        if not regions:
+        if not regions or not self.heard.any():
             return 0, frames
         loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
         first = int(loud[loud >= regions[0][0]][0])

@@ -110,3 +110,15 @@ def test_digital_silence_stays_silent_under_a_recording_with_a_dc_offset() -> No
     gap = torch.cat([speech[:8000], torch.zeros(100), speech[8000:]])  # shorter than a window: sound
     assert torch.allclose(without_offset(gap, silent_run=400), gap - gap.mean(), atol=1e-6)
     assert torch.equal(without_offset(torch.zeros(1000), silent_run=400), torch.zeros(1000))
+
+
+def test_a_clip_cut_at_its_words_or_all_silence_keeps_every_frame() -> None:
+    """The class that lost words: with no background around it, band activity is read against the
+    speech itself, and soft words looked like surroundings (tight crops decoded 1.47x worse)."""
+    speech = load_audio(SPEECH, RATE)
+    first, last = Levels.of(features_of(speech)).speech_extent()
+    for crop in (speech[first * 160 : last * 160], speech[(first + 20) * 160 : (last - 20) * 160]):
+        levels = Levels.of(features_of(crop))
+        assert Surroundings(margin=30).span(levels) == (0, len(levels.pauses))
+    silent = Levels.of(features_of(torch.zeros(RATE)))
+    assert Surroundings(margin=30, crop=1.0).span(silent, torch.Generator().manual_seed(0)) == (0, 101)
