@@ -297,6 +297,27 @@ def decode(
     )
 
 
+@app.command()
+@reports_errors
+def align(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint of a model with a CTC head.")],
+    input_path: Annotated[
+        Path, typer.Argument(metavar="DATA", help="Utterances with transcripts: manifest, data folder, HW4 features.")
+    ],
+    input_format: Annotated[
+        InputFormat, typer.Option("--input-format", help="How to read DATA (auto: by what it is).")
+    ] = InputFormat.auto,
+    out: Annotated[Path | None, typer.Option("--out", help="CTM file to write (default: stdout).")] = None,
+    device: Annotated[Device, typer.Option("--device", help="Where to run the model.")] = Device.auto,
+) -> None:
+    """Word times of the transcripts by CTC forced alignment, as CTM (utterance 1 start duration
+    word): for train.augment.words, or to cut and inspect words."""
+    from las.forced_alignment import align_file
+
+    aligned, _ = align_file(checkpoint, input_path, out, input_format.value, device.value)
+    typer.echo(f"aligned {aligned} utterances", err=True)
+
+
 @app.command(name="eval")
 @reports_errors
 def evaluate(

@@ -137,6 +137,10 @@ class DataConfig(Section):
     name: ClassVar[str] = "data"
     train: PathText = "data/an4/train.tsv"
     dev: PathText = "data/an4/dev.tsv"
+    # Word times of the training utterances (CTM, from `las align`) for train.augment.words;
+    # auto: the training manifest's name with .ctm (a data folder's words.ctm) where there is one;
+    # "" for none.
+    train_alignment: str = "auto"
     input_format: InputFormat = "auto"
     # Feature cache shared by all runs; keyed by audio content and feature settings.
     # Feature cache; auto: $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
@@ -210,6 +214,9 @@ class AugmentConfig(Section):
     # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
     # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).
     crop: Fraction = 0.25
+    # Of the draws, this share becomes one word of its utterance cut at its word times
+    # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
+    words: Fraction = 0.2
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8
 

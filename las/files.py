@@ -21,6 +21,16 @@ import torch
 from las.errors import LasError
 
 
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file's content (a byte-order mark dropped); any failure one line."""
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise LasError(f"file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise LasError(f"cannot read {path}: {error}") from None
+
+
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     """Publish `path` with the bytes `write` puts in the file it is given; one LasError on failure."""
     path = Path(path)

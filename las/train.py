@@ -24,6 +24,7 @@ from las.config import Config, TrainConfig
 from las.data.augment import Source, WaveformAugmentation, spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
+from las.data.excerpts import WordExcerpts
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.data.surroundings import Surroundings
@@ -148,6 +149,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         augmentation,
         [1.0, *speeds],
         surroundings,
+        WordExcerpts.of(config, [utterance.id for utterance in train_utterances]),
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from las.data.manifest import manifest_rows
 from las.errors import LasError
+from las.files import read_text
 
 FORMATS = ("csv", "kaldi", "jsonl")
 
@@ -47,12 +48,7 @@ def write_transcripts(transcripts: Iterable[Transcript], output_format: str, str
 def read_transcripts(path: str | Path) -> dict[str, str]:
     """id -> text of a CSV, JSONL, TSV manifest or Kaldi text file; duplicate ids are an error."""
     path = Path(path)
-    try:
-        content = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise LasError(f"file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise LasError(f"cannot read {path}: {error}") from None
+    content = read_text(path)
     suffix = path.suffix.lower()
     reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(
         suffix, _kaldi_rows

@@ -62,11 +62,9 @@ from las.data.channels import (
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 from las.decode import decode
 from las.files import write_text_atomically
+from las.forced_alignment import align
 from las.recognizer import Recognizer
-from las.search import Hypothesis
-from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels, frame_energy
-from las.text import PAD_INDEX
-from las.timing import sound_start, token_spans
+from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels
 from las.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -251,29 +249,9 @@ def padded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -
 
 
 def reference_words(recognizer: Recognizer, waveform: torch.Tensor, text: str) -> list[tuple[int, int, str]]:
-    """`(start, end, word)` in samples of each word of the reference `text` in `waveform`: CTC
-    forced alignment, each start moved back to where its sound rises (as las's word times) and
-    each end on to where it falls (the same rule, read backwards), never into a neighbour."""
-    features = recognizer.array_features(waveform, RATE)  # (frames, mel_bins)
-    model = recognizer.model
-    with torch.no_grad():
-        memory = model.listener(recognizer.checkpoint.normalizer(features)[None], torch.tensor([len(features)]))
-        log_probs = model.ctc_head(memory.hidden).float().log_softmax(-1)[0, : int(memory.lengths[0])]
-    tokens = recognizer.vocabulary.encode(text)
-    spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
-    hop = recognizer.config.features.hop_ms / 1000
-    words = recognizer.words(Hypothesis(tokens, 0.0, None, spans, how), 0.0, len(features) * hop, None)
-    energy = frame_energy(features)
-    frames = len(energy)
-    found, previous_end = [], 0
-    for index, word in enumerate(words):
-        first, last = round(word.start / hop), round(word.end / hop)
-        following = round(words[index + 1].start / hop) if index + 1 < len(words) else frames
-        first = sound_start(energy, first, previous_end, features.shape[1])
-        last = frames - sound_start(energy.flip(0), frames - last, frames - following, features.shape[1])
-        found.append((first * RATE // 100, last * RATE // 100, word.word))
-        previous_end = last
-    return found
+    """`(start, end, word)` in samples of each word of the reference `text` in `waveform` (`las align`)."""
+    words = align(recognizer, recognizer.array_features(waveform, RATE), text)
+    return [(round(word.start * RATE), round(word.end * RATE), word.word) for word in words]
 
 
 @app.command("build-surroundings")

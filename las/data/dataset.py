@@ -12,6 +12,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from las.data.augment import Source, WaveformAugmentation
+from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.manifest import Utterance
 from las.data.surroundings import Surroundings
@@ -77,7 +78,8 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
     An item is an utterance index or a `Draw`. With an `augmentation`, a draw may compute the
     features anew from the augmented audio at `sources[index]`, at speed `speeds[variant]`. With
     `surroundings` (features from audio), what surrounds the speech is cut to its margin, found in
-    the features as recorded, so that noise drawn into a draw cannot move its edges.
+    the features as recorded, so that noise drawn into a draw cannot move its edges. With
+    `excerpts`, a draw may instead be one word of its utterance.
     """
 
     def __init__(
@@ -93,10 +95,12 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         sources: Sequence[Source] = (),
         speeds: Sequence[float] = (1.0,),
         surroundings: Surroundings | None = None,
+        excerpts: WordExcerpts | None = None,
     ) -> None:
         """`with_targets=False` for decoding, where transcripts are references at most."""
         self.augmentation = augmentation
         self.surroundings = surroundings
+        self.excerpts = excerpts
         self.sources = list(sources)
         self.speeds = list(speeds)  # per variant
         self.ids = list(ids)
@@ -122,6 +126,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         augmentation: WaveformAugmentation | None = None,
         speeds: Sequence[float] = (1.0,),
         surroundings: Surroundings | None = None,
+        excerpts: WordExcerpts | None = None,
     ) -> SpeechDataset:
         return cls(
             [utterance.id for utterance in utterances],
@@ -135,6 +140,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             [Source(utterance.audio, utterance.segment) for utterance in utterances if utterance.audio is not None],
             speeds,
             surroundings,
+            excerpts,
         )
 
     def __len__(self) -> int:
@@ -149,12 +155,19 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             features = self.augmentation.features(self.sources[index], self.speeds[variant], generator)
         if features is None:
             features = recorded
+        whole, tokens, text = features, self.tokens[index], self.texts[index]
         if self.surroundings is not None:
             start, end = self.surroundings.span(Levels.of(recorded), generator)
             features = features[start:end]
+        # Drawn last, so that the draws before it are the same with or without it.
+        if self.excerpts is not None and generator is not None:
+            excerpt = self.excerpts.draw(index, self.speeds[variant], len(whole), generator)
+            if excerpt is not None:
+                features, text = whole[excerpt.start : excerpt.end], excerpt.word
+                tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
         if self.normalizer is not None:
             features = self.normalizer(features)
-        return Example(self.ids[index], features, self.tokens[index], self.texts[index])
+        return Example(self.ids[index], features, tokens, text)
 
     def subset(self, indices: Sequence[int]) -> SpeechDataset:
         """The utterances at `indices`, in that order (a rank's share of the dev set)."""

@@ -1,0 +1,45 @@
+"""Word times as NIST CTM (`utterance channel start duration word`), the format scoring and
+alignment tools exchange them in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple, TextIO
+
+from las.errors import LasError
+from las.files import read_text
+
+
+class WordTime(NamedTuple):
+    word: str
+    start: float  # seconds from the utterance's start
+    end: float
+
+
+def write_ctm(alignments: Iterable[tuple[str, list[WordTime]]], stream: TextIO) -> None:
+    for identifier, words in alignments:
+        for word in words:
+            stream.write(f"{identifier} 1 {word.start:.3f} {word.end - word.start:.3f} {word.word}\n")
+
+
+def read_ctm(path: str | Path) -> dict[str, list[WordTime]]:
+    """Each utterance's words in time order from a CTM file (a sixth field, a confidence, is
+    allowed and ignored)."""
+    alignments: dict[str, list[WordTime]] = {}
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        fields = line.split()
+        if not fields or line.startswith(";;"):
+            continue
+        where = f"{path}:{number}"
+        if len(fields) not in (5, 6):
+            raise LasError(f"{where}: expected 'utterance channel start duration word', got {line.strip()!r}")
+        try:
+            start, duration = float(fields[2]), float(fields[3])
+        except ValueError:
+            raise LasError(f"{where}: start and duration are not seconds: {fields[2]!r}, {fields[3]!r}") from None
+        if not (math.isfinite(start) and math.isfinite(duration)) or start < 0 or duration < 0:
+            raise LasError(f"{where}: start and duration must be finite and not negative, got {start} and {duration}")
+        alignments.setdefault(fields[0], []).append(WordTime(fields[4], start, start + duration))
+    return {identifier: sorted(words, key=lambda word: word.start) for identifier, words in alignments.items()}

@@ -1,0 +1,79 @@
+"""Single words cut out of training utterances at their word times (`train.augment.words`).
+
+A model that has only heard whole AN4 utterances spells an isolated "TWO" as the command "GO":
+one-word utterances it knows are commands. Drawing some training items as one word of their
+utterance, with a little of what surrounds it, teaches it that any word can stand alone, and how
+a word sounds when it is cut at its edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from las.config import Config
+from las.data.ctm import WordTime, read_ctm
+from las.progress import warn
+
+MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it on each side
+
+
+class Excerpt(NamedTuple):
+    start: int  # [start, end) feature frames of the utterance at the draw's speed
+    end: int
+    word: str
+
+
+@dataclass(frozen=True)
+class WordExcerpts:
+    share: float  # of the training draws that become one word of their utterance
+    frame_seconds: float
+    word_times: Sequence[Sequence[WordTime]]  # per training utterance; empty where unknown
+
+    @classmethod
+    def of(cls, config: Config, utterance_ids: Sequence[str]) -> WordExcerpts | None:
+        """From `data.train_alignment` (`auto`: the training manifest's CTM beside it, when there
+        is one), for utterances in this order; None when off or when no utterance has word times."""
+        share, path = config.train.augment.words, alignment_path(config.data.train, config.data.train_alignment)
+        if not share or path is None:
+            return None
+        times: Mapping[str, list[WordTime]] = read_ctm(path)
+        word_times = [times.get(identifier, []) for identifier in utterance_ids]
+        known = sum(bool(words) for words in word_times)
+        if not known:
+            warn(f"{path}: no word times for any training utterance; train.augment.words is off")
+            return None
+        if known < len(utterance_ids):
+            warn(f"{path}: word times for {known} of {len(utterance_ids)} training utterances")
+        return cls(share, config.features.hop_ms / 1000, word_times)
+
+    def draw(self, index: int, speed: float, frames: int, generator: torch.Generator) -> Excerpt | None:
+        """One word of utterance `index` heard at `speed` (its features `frames` long), with up to
+        MARGIN_SECONDS of its surroundings on each side, never reaching into a neighbouring word;
+        None when this draw keeps the whole utterance (and always for a single word)."""
+        words = self.word_times[index]
+        chance, pick, before, after = torch.rand(4, generator=generator, dtype=torch.float64).tolist()
+        if len(words) < 2 or chance >= self.share:
+            return None
+        chosen = min(int(pick * len(words)), len(words) - 1)
+        word = words[chosen]
+        previous_end = words[chosen - 1].end if chosen > 0 else 0.0
+        next_start = words[chosen + 1].start if chosen + 1 < len(words) else float("inf")
+        start = word.start - before * min(MARGIN_SECONDS, max(0.0, word.start - previous_end))
+        end = word.end + after * min(MARGIN_SECONDS, max(0.0, next_start - word.end))
+        scale = 1 / (speed * self.frame_seconds)  # seconds as recorded -> frames at this speed
+        first = min(max(0, round(start * scale)), frames - 1)
+        return Excerpt(first, min(frames, max(first + 1, round(end * scale))), word.word)
+
+
+def alignment_path(train: str, alignment: str) -> Path | None:
+    """The CTM file of the training utterances' word times: `alignment`, or for `auto` the
+    manifest's name with `.ctm` (a folder's `words.ctm`) where that exists; None for none."""
+    if alignment != "auto":
+        return Path(alignment) if alignment else None
+    found = Path(train) / "words.ctm" if Path(train).is_dir() else Path(train).with_suffix(".ctm")
+    return found if found.is_file() else None

@@ -1,0 +1,85 @@
+"""Word times of known transcripts (`las align`): CTC forced alignment of each reference, each
+word's start moved back to where its sound rises and its end on to where it falls, never into a
+neighbour, written as CTM (las.data.ctm)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import torch
+
+from las.checkpoint import load_checkpoint
+from las.data.ctm import WordTime, write_ctm
+from las.data.manifest import read_utterances, unknown_characters
+from las.errors import LasError
+from las.files import check_writable, write_text_atomically
+from las.progress import progress_bar, warn
+from las.recognizer import Recognizer
+from las.search import Hypothesis
+from las.segmentation import frame_energy
+from las.text import PAD_INDEX
+from las.timing import sound_start, token_spans
+
+
+def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[WordTime]:
+    """The words of `text` in the utterance with these log-mel `features` `(frames, mel_bins)`;
+    none where its encoder frames are too few for CTC to place every character."""
+    model = recognizer.model
+    if model.ctc_head is None:
+        raise LasError("las align needs a model with a CTC head (trained with model.ctc_weight > 0)")
+    tokens = recognizer.vocabulary.encode(text)
+    with torch.no_grad():
+        normalized = recognizer.checkpoint.normalizer(features)[None].to(recognizer.device)
+        memory = model.listener(normalized, torch.tensor([len(features)]))
+        log_probs = model.ctc_head(memory.hidden).float().log_softmax(-1)[0, : int(memory.lengths[0])]
+    repeats = sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
+    if not tokens or len(log_probs) < len(tokens) + repeats:
+        return []
+    spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
+    hop = recognizer.config.features.hop_ms / 1000
+    words = recognizer.words(Hypothesis(tokens, 0.0, None, spans, how), 0.0, len(features) * hop, None)
+    energy, frames, mel_bins = frame_energy(features), len(features), features.shape[1]
+    found, previous_end = [], 0
+    for index, word in enumerate(words):
+        first, last = round(word.start / hop), round(word.end / hop)
+        following = round(words[index + 1].start / hop) if index + 1 < len(words) else frames
+        first = sound_start(energy, first, previous_end, mel_bins)
+        last = frames - sound_start(energy.flip(0), frames - last, frames - following, mel_bins)
+        found.append(WordTime(word.word, first * hop, last * hop))
+        previous_end = last
+    return found
+
+
+def align_file(
+    checkpoint: str | Path,
+    input_path: str | Path,
+    out: str | Path | None = None,
+    input_format: str = "auto",
+    device: str = "auto",
+) -> tuple[int, int]:
+    """Write the word times of every transcribed utterance of `input_path` as CTM to `out`
+    (stdout for None): how many utterances were aligned, and how many left out (characters the
+    model never saw, or too few frames for their characters)."""
+    recognizer = Recognizer(load_checkpoint(checkpoint), device)
+    if out is not None:
+        check_writable(out, "--out")
+    skip = recognizer.config.data.bad_utterances == "skip"
+    utterances = read_utterances(input_path, require_text=True, input_format=input_format, skip_bad=skip)
+    utterances, features = recognizer.utterance_features(utterances, input_path)
+    alignments = []
+    for utterance, found in zip(progress_bar(utterances, "aligning", "utterances"), features, strict=True):
+        words = [] if unknown_characters(utterance, recognizer.vocabulary) else align(recognizer, found, utterance.text)
+        if words:
+            alignments.append((utterance.id, words))
+    text = io.StringIO()
+    write_ctm(alignments, text)
+    if out is None:
+        sys.stdout.write(text.getvalue())
+    else:
+        write_text_atomically(out, text.getvalue())
+    left_out = len(utterances) - len(alignments)
+    if left_out:
+        warn(f"{input_path}: {left_out} utterance(s) not aligned (characters outside the vocabulary, or too short)")
+    return len(alignments), left_out
