@@ -41,5 +41,5 @@ def read_ctm(path: str | Path) -> dict[str, list[WordTime]]:
             raise LasError(f"{where}: start and duration are not seconds: {fields[2]!r}, {fields[3]!r}") from None
         if not (math.isfinite(start) and math.isfinite(duration)) or start < 0 or duration < 0:
             raise LasError(f"{where}: start and duration must be finite and not negative, got {start} and {duration}")
-        alignments.setdefault(fields[0], []).append(WordTime(fields[4], start, start + duration))
+        alignments.setdefault(fields[0], []).append(WordTime(fields[4], start, round(start + duration, 6)))
     return {identifier: sorted(words, key=lambda word: word.start) for identifier, words in alignments.items()}
