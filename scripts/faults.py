@@ -2,6 +2,7 @@
 compare the final weights and metrics with those of an uninterrupted run: they must be identical.
 
     python scripts/faults.py resume --trials 3 --interrupts 3
+    python scripts/faults.py resume --ranks 2 --out runs/faults-ranks
     python scripts/faults.py lstm-signals --runs 30
 
 A small model trains on AN4 utterances (the tests' tiny configuration, a few epochs) with a
@@ -12,6 +13,11 @@ the same in every process. Each trial starts a run, sends the signal at a random
 run was killed before its first save), and repeats `--interrupts` times before letting it finish.
 Prints a Markdown table; exits non-zero if any trial differs from the reference.
 
+With `--ranks 2` every run is `torchrun --nproc-per-node=2` (gloo), the reference too. torchrun
+starts its workers in sessions of their own, so the signals go as a scheduler sends them: SIGKILL
+to every process of the job at once (a node lost, the OOM killer on the job), SIGINT and SIGTERM
+to the launcher, which passes them on to its workers (Ctrl-C, `scancel`, Kubernetes).
+
 `lstm-signals` shows why training blocks SIGINT/SIGTERM on its main thread (las/stopping.py):
 a process trains a BLSTM on the CPU with a Python SIGINT handler, receives SIGINT at a random
 moment mid-training, and either finishes or crashes; counted per variant.
@@ -19,6 +25,7 @@ moment mid-training, and either finishes or crashes; counted per variant.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -70,8 +77,9 @@ def write_manifests(directory: Path, train_count: int, dev_count: int) -> tuple[
     return paths[0], paths[1]
 
 
-def command(out: Path, settings: list[str], resume: bool) -> list[str]:
-    arguments = [sys.executable, "-m", "las", "train", "--out", str(out)]
+def command(out: Path, settings: list[str], resume: bool, ranks: int) -> list[str]:
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"] if ranks > 1 else []
+    arguments = [sys.executable, *launcher, "-m", "las", "train", "--out", str(out)]
     arguments += [item for setting in settings for item in ("--set", setting)]
     return arguments + (["--resume"] if resume and (out / "last.pt").exists() else [])
 
@@ -80,19 +88,44 @@ def environment() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def run_to_end(out: Path, settings: list[str]) -> float:
+def run_to_end(out: Path, settings: list[str], ranks: int) -> float:
     """Train (or resume) until the run finishes; its wall-clock seconds."""
     started = time.perf_counter()
-    result = subprocess.run(command(out, settings, resume=True), env=environment(), capture_output=True, text=True)
+    arguments = command(out, settings, True, ranks)
+    result = subprocess.run(arguments, env=environment(), capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"training failed in {out}:\n{result.stderr}")
     return time.perf_counter() - started
 
 
-def interrupt(out: Path, settings: list[str], signal_number: int, after: float) -> str:
+def descendants(parent: int) -> list[int]:
+    """Every process below `parent` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, waiting = [], [parent]
+    while waiting:
+        below = children.get(waiting.pop(), [])
+        found += below
+        waiting += below
+    return found
+
+
+def kill_all(process: subprocess.Popen) -> None:
+    """SIGKILL to `process` and every process below it at once, as a lost node ends a job."""
+    for pid in [process.pid, *descendants(process.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def interrupt(out: Path, settings: list[str], signal_number: int, after: float, ranks: int) -> str:
     """Start (or resume) training and send `signal_number` after `after` seconds; what happened."""
     process = subprocess.Popen(
-        command(out, settings, resume=True),
+        command(out, settings, True, ranks),
         env=environment(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -103,7 +136,10 @@ def interrupt(out: Path, settings: list[str], signal_number: int, after: float) 
         process.wait(timeout=after)
         return "finished first"
     except subprocess.TimeoutExpired:
-        process.send_signal(signal_number)
+        if signal_number == signal.SIGKILL:
+            kill_all(process)
+        else:
+            process.send_signal(signal_number)
     _, stderr = process.communicate()
     if process.returncode == 0:
         return "finished first"  # the signal came as the run ended
@@ -111,8 +147,11 @@ def interrupt(out: Path, settings: list[str], signal_number: int, after: float) 
         return "killed"
     if "stopped by" in stderr:
         return "saved and stopped"
-    if process.returncode == 130 or process.returncode == -signal_number:
-        return "stopped before training began"  # during start-up or feature loading: nothing to save
+    # During start-up or feature loading there is nothing to save: the process ends by the signal,
+    # or torchrun, having passed it on to its workers, reports it.
+    launcher_stopped = f"got signal: {signal_number}" in stderr
+    if process.returncode in (130, -signal_number) or launcher_stopped:
+        return "stopped before training began"
     name = signal.Signals(signal_number).name
     raise RuntimeError(f"unexpected end after {name} in {out} (exit code {process.returncode}): {stderr.strip()}")
 
@@ -137,6 +176,7 @@ def resume(
     train_count: int = typer.Option(32, help="Training utterances."),
     checkpoint_seconds: float = typer.Option(2.0, help="Mid-epoch checkpoint interval."),
     seed: int = typer.Option(0, help="Seeds the interruption moments."),
+    ranks: int = typer.Option(1, help="Processes per run (torchrun, gloo) when more than one."),
 ) -> None:
     import shutil
 
@@ -150,10 +190,13 @@ def resume(
         f"train.epochs={epochs}",
         f"train.checkpoint_minutes={checkpoint_seconds / 60}",
     ]
-    run_to_end(out / "warm-cache", settings)  # features cached once, so every run starts alike
-    duration = run_to_end(out / "reference", settings)
+    run_to_end(out / "warm-cache", settings, ranks)  # features cached once, so every run starts alike
+    duration = run_to_end(out / "reference", settings, ranks)
     reference_weights, reference_metrics = outcome(out / "reference")
-    print(f"reference run: {duration:.1f}s, {epochs} epochs, final dev CER {reference_metrics[-1][1]:.2f}%")
+    print(
+        f"reference run: {ranks} process(es), {duration:.1f}s, {epochs} epochs, "
+        f"final dev CER {reference_metrics[-1][1]:.2f}%"
+    )
     generator = random.Random(seed)
     rows, failures = [], 0
     for name, number in SIGNALS.items():
@@ -162,9 +205,9 @@ def resume(
         for trial in range(trials):
             run = out / f"{name.lower()}-{trial}"
             for _ in range(interrupts):
-                what = interrupt(run, settings, number, generator.uniform(0.5, duration))
+                what = interrupt(run, settings, number, generator.uniform(0.5, duration), ranks)
                 counts[what] = counts.get(what, 0) + 1
-            run_to_end(run, settings)
+            run_to_end(run, settings, ranks)
             weights, metrics = outcome(run)
             same_weights += identical(reference_weights, weights)
             same_metrics += metrics == reference_metrics

@@ -1,0 +1,176 @@
+"""A corpus of HW4P2's size built from AN4, for measuring las at scale (issue 27).
+
+    python scripts/scale.py build                 # runs/scale: train (28,539) and dev recordings
+    python scripts/scale.py rows --rows 1000000   # runs/scale/rows-1000000.tsv: symlinks, for start-up
+
+HW4P2 trained LAS on LibriSpeech train-clean-100: 28,539 utterances, 100.6 hours, 12.7 s on
+average, up to about 25 s. `build` joins AN4 training utterances, each at a speed drawn from 0.9
+to 1.1, with gaps of 0.2 to 0.8 s of the recording's own background between them and their
+transcripts joined, into recordings whose lengths are drawn to match those figures: real speech
+with HW4P2's size and lengths. It writes them as FLAC with a TSV manifest (`train.tsv`) and as
+HW4P2-style features (`hw4/train/mfcc/<id>.npy`, log-mel as las computes them, and
+`hw4/train/transcript/<id>.npy`, characters between <sos> and <eos>). The dev set is built the
+same way from AN4 dev, whose speakers are not in train. Everything is drawn from one seed per
+recording, so a build is the same on any machine and with any number of workers.
+
+Lengths: train-clean-100's published summary (mean 12.69 s, at most 24.5 s, most recordings 11 to
+17 s, a tail of short ones where a chapter's segmentation left them) is drawn as 85% a normal of
+mean 14.0 s and deviation 2.3 s within 10-24.5 s, and 15% uniform over 1-10 s.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+import typer
+
+from las.config import FeatureConfig
+from las.data.audio import load_audio
+from las.data.channels import own_background
+from las.data.features import FilterbankExtractor, change_speed
+
+ROOT = Path(__file__).resolve().parent.parent
+AN4 = ROOT / "data" / "an4"
+OUT = ROOT / "runs" / "scale"
+RATE = 16000
+LONGEST = 24.5
+HEADER = "id\tpath\tduration_s\ttext"
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def target_length(generator: torch.Generator) -> float:
+    """Seconds, drawn to follow train-clean-100's lengths (see the module's docstring)."""
+    short, normal, uniform = torch.rand(3, generator=generator, dtype=torch.float64).tolist()
+    if short < 0.15:
+        return 1.0 + 9.0 * uniform
+    while True:
+        length = 14.0 + 2.3 * float(torch.randn((), generator=generator, dtype=torch.float64))
+        if 10.0 <= length <= LONGEST:
+            return length
+
+
+def joined(pool: list[tuple[torch.Tensor, str]], seed: int) -> tuple[torch.Tensor, str]:
+    """One recording: utterances of `pool` (waveform, text) drawn at random, each at a speed from
+    0.9 to 1.1, with 0.2-0.8 s of background between them, until the drawn length is reached;
+    an utterance that would overshoot it by more than a second is passed over (ten tries)."""
+    generator = torch.Generator().manual_seed(seed)
+    target = round(target_length(generator) * RATE)
+    pieces: list[torch.Tensor] = []
+    texts: list[str] = []
+    length = 0
+    for _ in range(200):
+        index = int(torch.randint(len(pool), (), generator=generator))
+        speed = round(0.9 + 0.2 * float(torch.rand((), generator=generator)), 2)  # 0.01 steps: small kernels
+        waveform, text = pool[index]
+        expected = round(len(waveform) / speed)
+        gap = round(RATE * (0.2 + 0.6 * float(torch.rand((), generator=generator)))) if pieces else 0
+        if pieces and length + gap + expected > target + RATE:
+            if length >= target - RATE:
+                break
+            continue
+        if gap:
+            pieces.append(own_background(pieces[-1], gap, RATE, generator))
+        pieces.append(change_speed(waveform, speed, RATE))
+        texts.append(text)
+        length = sum(len(piece) for piece in pieces)
+        if length >= target:
+            break
+    return torch.cat(pieces), " ".join(texts)
+
+
+def read_pool(split: str) -> list[tuple[torch.Tensor, str]]:
+    rows = [line.split("\t") for line in (AN4 / f"{split}.tsv").read_text().splitlines()[1:]]
+    return [(load_audio(AN4 / audio, RATE), text) for _, audio, _, text in rows]
+
+
+def write_recording(out: Path, split: str, identifier: str, waveform: torch.Tensor, text: str) -> str:
+    """FLAC, HW4P2 features and transcript of one recording; its manifest row."""
+    peak = float(waveform.abs().max())
+    if peak > 0.999:
+        waveform = waveform * (0.999 / peak)
+    soundfile.write(out / split / "audio" / f"{identifier}.flac", waveform.numpy(), RATE, subtype="PCM_16")
+    features = FilterbankExtractor(FeatureConfig())(waveform)  # (frames, mel_bins) as las computes them
+    np.save(out / "hw4" / split / "mfcc" / f"{identifier}.npy", features.numpy().astype(np.float32))
+    np.save(out / "hw4" / split / "transcript" / f"{identifier}.npy", np.array(["<sos>", *text, "<eos>"]))
+    return f"{identifier}\t{split}/audio/{identifier}.flac\t{len(waveform) / RATE:.2f}\t{text}"
+
+
+def build_part(job: tuple[Path, str, int, int, int]) -> list[str]:
+    """Recordings `first` to `last` - 1 of a split (one worker's share)."""
+    out, split, first, last, seed = job
+    torch.set_num_threads(1)
+    pool = read_pool("train" if split == "train" else "dev")
+    rows = []
+    for number in range(first, last):
+        waveform, text = joined(pool, seed * 1_000_003 + number)
+        rows.append(write_recording(out, split, f"{split}-{number:06d}", waveform, text))
+    return rows
+
+
+@app.command()
+def build(
+    out: Path = typer.Option(OUT, help="Where the corpus goes (git-ignored under runs/)."),
+    train: int = typer.Option(28539, help="Training recordings (train-clean-100 has 28,539)."),
+    dev: int = typer.Option(300, help="Dev recordings, from AN4 dev's speakers."),
+    workers: int = typer.Option(os.cpu_count() or 1, help="Processes."),
+    seed: int = 0,
+) -> None:
+    started = time.perf_counter()
+    for split, count in (("train", train), ("dev", dev)):
+        for folder in (out / split / "audio", out / "hw4" / split / "mfcc", out / "hw4" / split / "transcript"):
+            folder.mkdir(parents=True, exist_ok=True)
+        step = 200
+        jobs = [(out, split, first, min(first + step, count), seed) for first in range(0, count, step)]
+        with multiprocessing.get_context("spawn").Pool(workers) as processes:
+            rows = [row for part in processes.imap(build_part, jobs) for row in part]
+        (out / f"{split}.tsv").write_text("\n".join([HEADER, *rows]) + "\n")
+        lengths = [float(row.split("\t")[2]) for row in rows]
+        print(
+            f"{split}: {len(rows)} recordings, {sum(lengths) / 3600:.1f} h, mean {statistics.mean(lengths):.2f} s, "
+            f"median {statistics.median(lengths):.2f} s, {min(lengths):.2f}-{max(lengths):.2f} s"
+        )
+    print(f"built in {time.perf_counter() - started:.0f} s with {workers} processes")
+
+
+@app.command()
+def histogram(manifest: Path = typer.Argument(OUT / "train.tsv")) -> None:
+    """Recordings per 2-second band of length, as a Markdown table."""
+    lengths = [float(line.split("\t")[2]) for line in manifest.read_text().splitlines()[1:]]
+    print("| seconds | recordings | share |\n| --- | --- | --- |")
+    for low in range(0, 26, 2):
+        count = sum(low <= length < low + 2 for length in lengths)
+        print(f"| {low}-{low + 2} | {count} | {100 * count / len(lengths):.1f}% |")
+
+
+@app.command()
+def rows(
+    count: int = typer.Option(1_000_000, "--rows", help="Rows of the manifest."),
+    out: Path = typer.Option(OUT, help="Where the manifest and its links go."),
+) -> None:
+    """A manifest of `count` rows, each a symbolic link to an AN4 training recording (cycled), for
+    measuring start-up at a corpus of that many utterances without its audio."""
+    source = [line.split("\t") for line in (AN4 / "train.tsv").read_text().splitlines()[1:]]
+    links = out / f"rows-{count}"
+    links.mkdir(parents=True, exist_ok=True)
+    lines = [HEADER]
+    for number in range(count):
+        identifier, audio, duration, text = source[number % len(source)]
+        link = links / f"{number:07d}.flac"
+        if not link.is_symlink():
+            link.symlink_to((AN4 / audio).resolve())
+        lines.append(f"row{number:07d}-{identifier}\t{links.name}/{link.name}\t{duration}\t{text}")
+    manifest = out / f"rows-{count}.tsv"
+    manifest.write_text("\n".join(lines) + "\n")
+    print(f"{manifest}: {count} rows")
+
+
+if __name__ == "__main__":
+    app()
