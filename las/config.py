@@ -148,6 +148,10 @@ class DataConfig(Section):
     batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
     max_batch_frames: Count = 8000
+    # Batches by frames (> 0): utterances of similar length, as many as fit this many padded
+    # input frames, so every batch costs about the same whatever the corpus's lengths (batch_size
+    # and max_batch_frames then set nothing). 0: batches of batch_size utterances.
+    batch_frames: NonNegative = 0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
     # An utterance that cannot be used — missing, unreadable, empty or non-finite audio or features,

@@ -279,9 +279,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
-        self.sampler = BucketBatchSampler(
-            corpus.train.frame_counts(), config.data.batch_size, config.data.max_batch_frames, seed=settings.seed
-        )
+        self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,

@@ -1,3 +1,4 @@
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -5,7 +6,7 @@ import pytest
 import soundfile
 import torch
 
-from las.config import FeatureConfig
+from las.config import DataConfig, FeatureConfig
 from las.data import cache as cache_module
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
@@ -175,6 +176,26 @@ def test_bucket_sampler_covers_everything_once_with_little_padding() -> None:
     assert sampler.batches() == batches  # same epoch, same batches (resumable)
     sampler.set_epoch(1)
     assert sampler.batches() != batches
+
+
+def test_batches_by_frames_stay_near_their_budget_whatever_the_lengths() -> None:
+    generator = torch.Generator().manual_seed(0)
+    short = torch.randint(60, 300, (3000,), generator=generator).tolist()  # AN4-like
+    long = torch.randint(100, 2500, (3000,), generator=generator).tolist()  # 1-25 s, HW4P2-like
+    data = DataConfig(batch_size=16, batch_frames=20_000)
+    for lengths in (short, long):
+        batches = BucketBatchSampler.for_training(lengths, data, seed=1).batches()
+        assert sorted(index for batch in batches for index in batch) == list(range(len(lengths)))
+        padded = [max(lengths[i] for i in batch) * len(batch) for batch in batches]
+        assert all(frames <= 20_000 for frames in padded)
+        # Every batch but the last closes near the budget: the next utterance would not fit.
+        full = sorted(padded)[1:]
+        assert min(full) > 0.8 * 20_000 and statistics.mean(full) > 0.9 * 20_000
+        assert sum(padded) < 1.1 * sum(lengths)
+        assert BucketBatchSampler.for_training(lengths, data, seed=1).batches() == batches  # resumable
+    # By count, the long corpus's batches hold 16 whatever their frames: a 16x spread in cost.
+    by_count = BucketBatchSampler.for_training(long, DataConfig(batch_size=16, max_batch_frames=10**9), 1).batches()
+    assert {len(batch) for batch in by_count} <= {16, 3000 % 16}
 
 
 def test_collate_pads_features_and_targets() -> None:

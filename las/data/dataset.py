@@ -11,6 +11,7 @@ from typing import NamedTuple
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from las.config import DataConfig
 from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
@@ -248,6 +249,13 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+
+    @classmethod
+    def for_training(cls, lengths: Sequence[int], data: DataConfig, seed: int) -> BucketBatchSampler:
+        """By `data.batch_frames` where it is set, else by `data.batch_size` (within `max_batch_frames`)."""
+        if data.batch_frames:
+            return cls(lengths, max(1, len(lengths)), data.batch_frames, seed=seed)
+        return cls(lengths, data.batch_size, data.max_batch_frames, seed=seed)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
