@@ -11,6 +11,7 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
     babble-N       4 other dev utterances mixed in at N dB SNR (20, 10, 5): dev speakers, not train
     white-N        white noise at N dB SNR
     speed-0.9/1.1  Kaldi-style speed change (tempo and pitch)
+    room-0.6       a synthetic room of RT60 0.6 s (the family training draws from: optimistic)
 
 and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
 
@@ -56,6 +57,8 @@ from las.data.channels import (
     hum,
     own_background,
     pink_noise,
+    reverberate,
+    room_response,
     telephone,
     white_noise,
 )
@@ -73,7 +76,7 @@ RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-CONDITIONS += ["speed-0.9", "speed-1.1"]
+CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6"]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -97,6 +100,9 @@ def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tenso
     for snr in SNRS:
         made[f"babble-{snr}"] = lambda i, w, g, snr=snr: add_noise(w, other_talkers(i, w, g), snr)
         made[f"white-{snr}"] = lambda i, w, g, snr=snr: add_noise(w, white_noise(len(w), g), snr)
+    # A synthetic room of RT60 0.6 s: the kind training draws from (0.2-0.8 s), so this reads
+    # how well it learned that family, not how it fares in rooms it has never met.
+    made["room-0.6"] = lambda i, w, g: reverberate(w, room_response(RATE, 0.6, g))
     for speed in (0.9, 1.1):
         made[f"speed-{speed}"] = lambda i, w, g, speed=speed: change_speed(w, speed, RATE)
     return made
