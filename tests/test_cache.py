@@ -1,9 +1,11 @@
 """The sharded float16 feature cache: computed once in worker processes, read memory-mapped."""
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile
 import torch
 
 from las.config import FeatureConfig
@@ -42,9 +44,28 @@ def test_a_second_run_extracts_nothing_and_rehashes_nothing(
         raise AssertionError("work done despite the cache")
 
     monkeypatch.setattr(cache_module, "extract_chunk", fail)
-    monkeypatch.setattr(cache_module, "read_bytes", fail)  # unchanged files are known by path, size, mtime
+    monkeypatch.setattr(cache_module, "read_bytes", fail)  # unchanged files are known without reading them
     again = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_a_file_replaced_with_its_size_and_modification_time_kept_is_recomputed(tmp_path: Path) -> None:
+    """As `cp -p`, `rsync -t` and `tar` replace a file: other audio of the same size, the old mtime."""
+    first_audio, second_audio = (load_audio(Path(row[1]), 16000) for row in an4_rows("train", 2))
+    samples = min(len(first_audio), len(second_audio))
+    audio = tmp_path / "a.wav"
+    soundfile.write(audio, first_audio[:samples].numpy(), 16000, subtype="PCM_16")
+    utterances = read_utterances(write_manifest(tmp_path / "one.tsv", [["a", str(audio), "1.0", "A"]]))
+    first = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)[0]
+    status = audio.stat()
+    soundfile.write(audio, second_audio[:samples].numpy(), 16000, subtype="PCM_16")  # in place, same size
+    os.utime(audio, ns=(status.st_atime_ns, status.st_mtime_ns))
+    changed = audio.stat()
+    assert (changed.st_size, changed.st_mtime_ns, changed.st_ino) == (status.st_size, status.st_mtime_ns, status.st_ino)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)[0]
+    direct = FilterbankExtractor(FeatureConfig())(load_audio(audio, 16000))
+    torch.testing.assert_close(again, direct, atol=0.02, rtol=2e-3)
+    assert not torch.allclose(first, again, atol=0.5)
 
 
 def test_a_line_cut_short_by_a_killed_run_is_recomputed(tmp_path: Path, utterances: list) -> None:

@@ -7,8 +7,9 @@ Layout under `<cache_dir>/<digest of the feature settings>/`:
 
 An utterance's key is the sha256 of its audio bytes plus its segment and speed factor, so a
 renamed or moved file is still found and an edited one is recomputed. Each line also records the
-path, size and modification time the key was computed from, so that a later run re-hashes only
-files that changed.
+path, size, modification time, inode and change time the key was computed from, so that a later
+run re-hashes only files that changed: the change time catches a file replaced with its size and
+modification time kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
 
 The cache never serves features it cannot vouch for. Each index line carries a checksum of
 itself, and each entry one of its float16 frames; before a process first serves an entry it
@@ -52,6 +53,7 @@ from las.files import make_directory, write_atomically, write_text_atomically
 from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
+Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Missing:
     key: str
     audio: Path
     segment: Segment | None
-    source: tuple[str, int, int]  # (path, size, mtime) it was read from
+    source: Source  # the file it was read from, as `source_of` identifies it
     digest: str  # sha256 of the audio bytes
 
 
@@ -136,7 +138,7 @@ class FeatureCache:
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key
         self.records: dict[str, dict[str, Any]] = {}  # by key: the index line of each entry
-        self.digests: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> audio digest
+        self.digests: dict[Source, str] = {}  # file (`source_of`) -> audio digest
         self.verified: set[str] = set()  # keys whose entries this process has checked
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
@@ -224,7 +226,7 @@ class FeatureCache:
         """One utterance's features `(frames, dim)`."""
         return self.load([utterance], speed=speed)[0]
 
-    def digest(self, path: Path, source: tuple[str, int, int]) -> str:
+    def digest(self, path: Path, source: Source) -> str:
         if source not in self.digests:
             self.digests[source] = hashlib.sha256(read_bytes(path)).hexdigest()
         return self.digests[source]
@@ -336,14 +338,16 @@ def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
     return checksum(np.ascontiguousarray(shard[entry.offset : entry.offset + entry.frames])) == entry.checksum
 
 
-def source_of(path: Path) -> tuple[str, int, int]:
-    """What identifies an unchanged file without reading it: (absolute path, size, mtime in ns)."""
+def source_of(path: Path) -> Source:
+    """What identifies an unchanged file without reading it: its absolute path, size, mtime, inode
+    and ctime (ns). A file replaced with its size and mtime kept (`cp -p`, `rsync -t`, `tar`)
+    still has a new ctime, which no tool can set: the kernel stamps it at every change."""
     try:
         status = path.stat()
     except OSError:
         read_bytes(path)  # raises the one-line error for a missing or unreadable file
         raise
-    return (str(path.resolve()), status.st_size, status.st_mtime_ns)
+    return (str(path.resolve()), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
 
 
 def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
