@@ -293,6 +293,21 @@ def kept(checkpoint: Path, kind: str, settings: list[str], compute: Callable[[],
     return saved[key]
 
 
+DIGITS = {"ZERO", "OH", "ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT", "NINE"}
+WORD_KINDS = ("spelled letters", "digits", "other words")
+
+
+def word_kind(word: str) -> str:
+    """Which kind of single word a clip holds: AN4 spells letters, reads digits and numbers, and
+    has a few commands."""
+    return WORD_KINDS[0] if len(word) == 1 else WORD_KINDS[1] if word in DIGITS else WORD_KINDS[2]
+
+
+def share_right(hypotheses: dict[str, str], references: dict[str, str]) -> float:
+    """% of the references decoded exactly."""
+    return 100 * statistics.mean(hypotheses[key] == text for key, text in references.items())
+
+
 def surroundings_rates(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
     """CER of the unpadded dev set and of every surroundings set, and the share of words right."""
 
@@ -303,7 +318,11 @@ def surroundings_rates(checkpoint: Path, sets: Path, settings: list[str], device
             hypotheses = transcribe(checkpoint, manifest, settings, device)
             rates[name] = character_error_rate(hypotheses, manifest)
             references = read_transcripts(manifest)
-            right[name] = 100 * statistics.mean(hypotheses[key] == text for key, text in references.items())
+            right[name] = share_right(hypotheses, references)
+            if name.startswith("words"):
+                for kind in WORD_KINDS:
+                    mine = {key: text for key, text in references.items() if word_kind(text) == kind}
+                    right[f"{name}: {kind}"] = share_right(hypotheses, mine)
         return {"rates": rates, "right": right}
 
     return kept(checkpoint, "surroundings", settings, compute)
@@ -326,6 +345,8 @@ def measure_surroundings(
         rates = [result["rates"][name] for result in results]
         right = summary([result["right"][name] for result in results]) if name != "unpadded" else ""
         print(f"| {name} | {summary(rates)} | {statistics.mean(rates) / unpadded:.2f} | {right} |")
+    for name in [f"{crop}: {kind}" for crop in CROPS if crop.startswith("words") for kind in WORD_KINDS]:
+        print(f"| {name} | | | {summary([result['right'][name] for result in results])} |")
 
 
 NOISES: dict[str, Callable[[int, torch.Generator], torch.Tensor]] = {
