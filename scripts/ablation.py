@@ -16,7 +16,8 @@ Every variant keeps the default schedule (its `--epochs`), so the learning-rate 
 teacher-forcing curves agree up to the stopping epoch; only the named settings differ. With
 `--parallel N`, N variants train at once, each on one thread (on a small model that is more
 throughput than N threads on one), so their seconds per epoch compare with each other only.
-Finished variants are not retrained: delete their run directory to redo one.
+Finished variants are not retrained and unfinished ones resume from their last.pt: delete a
+run directory to redo it.
 """
 
 from __future__ import annotations
@@ -64,15 +65,22 @@ def records(run: Path) -> list[dict]:
 def start(run: Path, assignments: list[str], threads: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "las", "train", "--out", str(run)]
     command += [item for assignment in assignments for item in ("--set", assignment)]
+    if (run / "last.pt").exists():  # a run stopped before stop_after (a reboot, a kill) goes on
+        command.append("--resume")
     # SIGINT back to its default in the child: a shell starts background jobs with it ignored,
     # and the Ctrl-C that stops training would then never arrive.
     return subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
-        stderr=open(run.with_suffix(".log"), "w"),  # noqa: SIM115 - the child owns it
+        stderr=open(log(run), "a"),  # noqa: SIM115 - the child owns it
         env={**os.environ, "OMP_NUM_THREADS": str(threads)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def log(run: Path) -> Path:
+    """Beside the run directory; not with_suffix, which would cut a name like "words-0.1-seed2"."""
+    return run.parent / f"{run.name}.log"
 
 
 def interrupt(process: subprocess.Popen) -> None:
@@ -102,7 +110,7 @@ def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None
                 interrupt(process)
             if process.poll() is not None:
                 if len(records(run)) < stop_after:  # the others go on: a failed run is a result too
-                    print(f"{run} stopped after {len(records(run))} epochs; see {run.with_suffix('.log')}")
+                    print(f"{run} stopped after {len(records(run))} epochs; see {log(run)}")
                 del running[run]
 
 
