@@ -131,7 +131,10 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     surroundings = Surroundings.of(config)
     if normalizer is None:  # from the features as the model hears them
-        heard = train_features if surroundings is None else map(surroundings.trim, train_features)
+        sample = normalizer_sample(len(train_features), config.train.seed)
+        heard = (train_features[index] for index in sample)
+        if surroundings is not None:
+            heard = map(surroundings.trim, heard)
         normalizer = Normalizer.fit(heard, config.features.utterance_mean)
     augment = config.train.augment
     perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
@@ -157,6 +160,18 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         dev_utterances, dev_features, normalizer, vocabulary, with_targets=False, surroundings=surroundings
     )
     return Corpus(train_set, dev_set, normalizer, config)
+
+
+NORMALIZER_UTTERANCES = 2000  # statistics of 80 means and deviations: settled long before this
+
+
+def normalizer_sample(count: int, seed: int) -> list[int]:
+    """The training utterances the normaliser is fitted on: all of a corpus up to
+    NORMALIZER_UTTERANCES, else that many drawn with the run's seed, in corpus order (reads
+    stay sequential). Reading every feature of a large corpus once per run is minutes at 1,000 hours."""
+    if count <= NORMALIZER_UTTERANCES:
+        return list(range(count))
+    return sorted(random.Random(seed).sample(range(count), NORMALIZER_UTTERANCES))
 
 
 def without_audio_effects(config: Config) -> Config:

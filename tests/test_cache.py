@@ -1,5 +1,6 @@
 """The sharded float16 feature cache: computed once in worker processes, read memory-mapped."""
 
+import json
 import os
 from pathlib import Path
 
@@ -46,6 +47,49 @@ def test_a_second_run_extracts_nothing_and_rehashes_nothing(
     monkeypatch.setattr(cache_module, "extract_chunk", fail)
     monkeypatch.setattr(cache_module, "read_bytes", fail)  # unchanged files are known without reading them
     again = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_symbolic_links_to_cached_files_are_served_without_reading_them(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus of links (a symlink farm, a moved tree of links) is the same files: known by
+    their inode, size and times, not by the path."""
+    first = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    rows = []
+    for number, utterance in enumerate(utterances):
+        link = tmp_path / "links" / f"{number}.flac"
+        link.parent.mkdir(exist_ok=True)
+        link.symlink_to(utterance.audio)
+        rows.append([f"link{number}", str(link), "1.0", utterance.text])
+    linked = read_utterances(write_manifest(tmp_path / "links.tsv", rows))
+
+    def fail(*_: object) -> None:
+        raise AssertionError("work done despite the cache")
+
+    monkeypatch.setattr(cache_module, "extract_chunk", fail)
+    monkeypatch.setattr(cache_module, "read_bytes", fail)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(linked)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_an_index_written_by_an_older_las_keeps_its_entries(
+    tmp_path: Path, utterances: list, capsys: pytest.CaptureFixture
+) -> None:
+    """Sources of older versions had fewer fields (no ctime): their files are re-hashed once and
+    found again by content; no line is called damaged and nothing is recomputed."""
+    first = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    index = next((tmp_path / "cache").rglob("index.jsonl"))
+    records = [json.loads(line) for line in index.read_text().splitlines()]
+    for record in records:
+        del record["check"]
+        record["source"] = record["source"][:4]  # path, size, mtime, inode
+    index.write_text(cache_module.index_lines(records))
+    capsys.readouterr()
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    assert len(cache.entries) == len(utterances) and "damaged" not in capsys.readouterr().err
+    again = cache.load(utterances)
+    assert len(list((tmp_path / "cache").rglob("shard-*.npy"))) == 1  # nothing recomputed
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 

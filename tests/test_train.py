@@ -225,3 +225,12 @@ def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: P
     assert f"1 utterances have fewer encoder frames than CTC needs for their transcripts (e.g. {rows[1][0]!r})" in (
         capsys.readouterr().err
     )
+
+
+def test_the_normaliser_reads_a_seeded_sample_of_a_large_corpus_and_all_of_a_small_one() -> None:
+    limit = train_module.NORMALIZER_UTTERANCES
+    assert train_module.normalizer_sample(848, seed=1) == list(range(848))  # AN4: every utterance
+    sample = train_module.normalizer_sample(1_000_000, seed=1)
+    assert len(set(sample)) == limit and sample == sorted(sample) and 0 <= sample[0] and sample[-1] < 1_000_000
+    assert sample == train_module.normalizer_sample(1_000_000, seed=1)  # the same on resume and on every rank
+    assert sample != train_module.normalizer_sample(1_000_000, seed=2)

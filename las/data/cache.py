@@ -26,6 +26,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
+FileIdentity = tuple[int, int, int, int]  # a Source without its path: the same file under any name
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ class FeatureCache:
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key
         self.records: dict[str, dict[str, Any]] = {}  # by key: the index line of each entry
-        self.digests: dict[Source, str] = {}  # file (`source_of`) -> audio digest
+        self.digests: dict[FileIdentity, str] = {}  # file (`source_of`, any path to it) -> audio digest
         self.verified: set[str] = set()  # keys whose entries this process has checked
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
@@ -168,10 +170,9 @@ class FeatureCache:
 
     def remember(self, record: dict[str, Any]) -> None:
         entry = Entry(record["shard"], record["offset"], record["frames"], record["dimension"], record["checksum"])
-        source = tuple(record["source"])
         self.entries[record["key"]] = entry
         self.records[record["key"]] = record
-        self.digests[source] = record["digest"]  # type: ignore[index]
+        self.digests[identity(record["source"])] = record["digest"]
 
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
         """Every utterance's features: precomputed ones as they are, else log-mels (of the audio
@@ -227,9 +228,10 @@ class FeatureCache:
         return self.load([utterance], speed=speed)[0]
 
     def digest(self, path: Path, source: Source) -> str:
-        if source not in self.digests:
-            self.digests[source] = hashlib.sha256(read_bytes(path)).hexdigest()
-        return self.digests[source]
+        file = identity(source)
+        if file not in self.digests:
+            self.digests[file] = hashlib.sha256(read_bytes(path)).hexdigest()
+        return self.digests[file]
 
     def verify(self, keys: Iterable[str]) -> None:
         """Check the cached entries of `keys` against their shards (once per process); drop the
@@ -339,15 +341,24 @@ def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
 
 
 def source_of(path: Path) -> Source:
-    """What identifies an unchanged file without reading it: its absolute path, size, mtime, inode
-    and ctime (ns). A file replaced with its size and mtime kept (`cp -p`, `rsync -t`, `tar`)
-    still has a new ctime, which no tool can set: the kernel stamps it at every change."""
+    """What identifies an unchanged file without reading it: its size, mtime, inode and ctime (ns),
+    after symbolic links; and its absolute path, for `las cache info`. A file replaced with its size
+    and mtime kept (`cp -p`, `rsync -t`, `tar`) still has a new ctime, which no tool can set: the
+    kernel stamps it at every change. The path is not resolved: at a million rows that alone took
+    minutes, and the identity needs no path."""
     try:
-        status = path.stat()
+        status = os.stat(path)
     except OSError:
         read_bytes(path)  # raises the one-line error for a missing or unreadable file
         raise
-    return (str(path.resolve()), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+    return (os.path.abspath(path), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+
+
+def identity(source: Source | list) -> FileIdentity:
+    """Which file a source is, whatever the path (a symbolic link, a moved tree): its size, mtime,
+    inode and ctime. Nanosecond times make two files that agree on all four the same file. An
+    index line of an older las has fewer fields: its entry stays, and its file is re-hashed once."""
+    return tuple(source[1:])  # type: ignore[return-value]
 
 
 def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
