@@ -125,7 +125,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     if skip:  # only utterances whose features can be computed, at every speed
         train_utterances = cache.usable(train_utterances, data.train, [1.0, *speeds])
         dev_utterances = cache.usable(dev_utterances, data.dev)
-    train_features = cache.load(train_utterances, "train features")
+    train_features, *perturbed = cache.load_at_speeds(train_utterances, "train features", [1.0, *speeds])
     dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
@@ -137,7 +137,6 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
             heard = map(surroundings.trim, heard)
         normalizer = Normalizer.fit(heard, config.features.utterance_mean)
     augment = config.train.augment
-    perturbed = [cache.load(train_utterances, f"train features x{speed:g}", speed) for speed in speeds]
     augmentation = None
     if augment.enabled:
         sources = [Source(utterance.audio, utterance.segment) for utterance in train_utterances]

@@ -177,12 +177,24 @@ class FeatureCache:
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
         """Every utterance's features: precomputed ones as they are, else log-mels (of the audio
         played `speed` times faster) from the cache, computing the misses first."""
+        return self.load_at_speeds(utterances, description, [speed])[0]
+
+    def load_at_speeds(
+        self, utterances: Sequence[Utterance], description: str, speeds: Sequence[float]
+    ) -> list[FeatureSet]:
+        """`load` at each of `speeds`, each file looked at once (a stat, or a read if it is new)."""
         if all(utterance.features is not None for utterance in utterances):
-            return InMemoryFeatures([torch.from_numpy(utterance.features) for utterance in utterances])
-        keys, missing = self.pending(utterances, speed)
-        if missing:
-            self.extract(list(missing.values()), speed, description)
-        return StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys])
+            features = InMemoryFeatures([torch.from_numpy(utterance.features) for utterance in utterances])
+            return [features for _ in speeds]
+        sources, digests = self.identify(utterances)
+        loaded = []
+        for speed in speeds:
+            keys, missing = self.pending(utterances, speed, sources, digests)
+            if missing:
+                label = description if speed == 1.0 else f"{description} x{speed:g}"
+                self.extract(list(missing.values()), speed, label)
+            loaded.append(StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys]))
+        return loaded
 
     def usable(
         self, utterances: Sequence[Utterance], source: str | Path, speeds: Sequence[float] = (1.0,)
@@ -192,14 +204,18 @@ class FeatureCache:
         if all(utterance.features is not None for utterance in utterances):
             return list(utterances)
         problems: dict[str, str] = {}  # by utterance id
+        readable, sources, digests = [], [], []
         for utterance in utterances:
             try:
-                self.digest(utterance.audio, source_of(utterance.audio))
+                source = source_of(utterance.audio)
+                digests.append(self.digest(utterance.audio, source))
             except LasError as error:
                 problems[utterance.id] = str(error)
-        readable = [utterance for utterance in utterances if utterance.id not in problems]
+                continue
+            readable.append(utterance)
+            sources.append(source)
         for speed in speeds:
-            keys, missing = self.pending(readable, speed)
+            keys, missing = self.pending(readable, speed, sources, digests)
             if missing:
                 self.extract(list(missing.values()), speed, f"{source} x{speed:g}", skip_bad=True)
             for utterance, key in zip(readable, keys, strict=True):
@@ -208,10 +224,17 @@ class FeatureCache:
         report_skipped(source, list(problems.values()))
         return [utterance for utterance in utterances if utterance.id not in problems]
 
-    def pending(self, utterances: Sequence[Utterance], speed: float) -> tuple[list[str], dict[str, Missing]]:
-        """Each utterance's cache key at `speed`, and those not cached (or damaged) to compute."""
+    def identify(self, utterances: Sequence[Utterance]) -> tuple[list[Source], list[str]]:
+        """Each utterance's file (`source_of`) and audio digest: a stat per file, and a read only
+        for files this cache has not seen."""
         sources = [source_of(utterance.audio) for utterance in utterances]
         digests = [self.digest(utterance.audio, source) for utterance, source in zip(utterances, sources, strict=True)]
+        return sources, digests
+
+    def pending(
+        self, utterances: Sequence[Utterance], speed: float, sources: list[Source], digests: list[str]
+    ) -> tuple[list[str], dict[str, Missing]]:
+        """Each utterance's cache key at `speed`, and those not cached (or damaged) to compute."""
         keys = [
             cache_key(digest, utterance.segment, speed) for digest, utterance in zip(digests, utterances, strict=True)
         ]
@@ -351,7 +374,7 @@ def source_of(path: Path) -> Source:
     except OSError:
         read_bytes(path)  # raises the one-line error for a missing or unreadable file
         raise
-    return (os.path.abspath(path), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+    return (str(path) if path.is_absolute() else os.path.abspath(path), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
 
 
 def identity(source: Source | list) -> FileIdentity:
