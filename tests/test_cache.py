@@ -50,6 +50,31 @@ def test_a_second_run_extracts_nothing_and_rehashes_nothing(
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+def test_a_cache_used_before_opens_without_reading_its_features(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards unchanged since their entries were found intact are not read again; one written to
+    since (even with the same bytes) is checked entry by entry."""
+    first = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+    checked: list[str] = []
+    intact = cache_module.entry_is_intact
+
+    def counted(entry: cache_module.Entry, shard: np.ndarray | None) -> bool:
+        checked.append(entry.shard)
+        return intact(entry, shard)
+
+    monkeypatch.setattr(cache_module, "entry_is_intact", counted)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert checked == [] and all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    shard = sorted((tmp_path / "cache").rglob("shard-*.npy"))[0]
+    shard.write_bytes(shard.read_bytes())  # a write, as a copy over it or a restore from backup is
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert set(checked) == {shard.name} and len(checked) == 3  # its 3 entries, the other shard not read
+    checked.clear()
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert checked == []  # found intact: recorded again
+
+
 def test_symbolic_links_to_cached_files_are_served_without_reading_them(
     tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,7 +13,9 @@ modification time kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
 
 The cache never serves features it cannot vouch for. Each index line carries a checksum of
 itself, and each entry one of its float16 frames; before a process first serves an entry it
-checks the entry against its shard (shape, bounds, checksum). Damaged lines and entries (a
+checks the entry against its shard (shape, bounds, checksum), unless the shard and its entries
+are unchanged since they were last found intact (las/data/checked_shards.py): a run reads no
+features to open a cache it has used before. Damaged lines and entries (a
 truncated, overwritten or deleted shard, shifted offsets) are dropped and recomputed with a
 warning. Shards are written under a temporary name, flushed and renamed before their index
 lines are appended, so a killed run leaves no entry pointing at a half-written shard; a cache that
@@ -40,6 +42,7 @@ from tqdm import tqdm
 from las.config import FeatureConfig
 from las.data.audio import Segment, load_audio, read_bytes
 from las.data.cache_usage import cache_directory, use
+from las.data.checked_shards import CheckedShards
 from las.data.features import (
     FEATURE_VERSION,
     FeatureSet,
@@ -146,6 +149,7 @@ class FeatureCache:
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
         self.writable = True
         self.in_use = use(self.directory)  # so that `las cache prune` leaves this folder alone
+        self.checked = CheckedShards(self.directory)
         self.read_index()
 
     @property
@@ -257,21 +261,28 @@ class FeatureCache:
         return self.digests[file]
 
     def verify(self, keys: Iterable[str]) -> None:
-        """Check the cached entries of `keys` against their shards (once per process); drop the
-        damaged ones, so that they are recomputed."""
-        shards: dict[str, np.ndarray | None] = {}
+        """Check the cached entries of `keys` against their shards (once per process), reading only
+        the shards that changed since their entries were last found intact (`CheckedShards`); drop
+        the damaged entries, so that they are recomputed."""
+        shards = {self.entries[key].shard for key in keys if key in self.entries and key not in self.verified}
+        if not shards:
+            return
+        contents: dict[str, list[str]] = {shard: [] for shard in shards}  # shard -> keys of all its entries
+        for key, entry in self.entries.items():
+            if entry.shard in contents:
+                contents[entry.shard].append(key)
         damaged = 0
-        for key in keys:
-            entry = self.entries.get(key)
-            if entry is None or key in self.verified:
-                continue
-            if entry.shard not in shards:
-                shards[entry.shard] = map_shard(self.directory / entry.shard)
-            if entry_is_intact(entry, shards[entry.shard]):
-                self.verified.add(key)
-            else:
-                del self.entries[key], self.records[key]
-                damaged += 1
+        for shard, shard_keys in contents.items():
+            if not self.checked.trusted(shard, (self.entries[key] for key in shard_keys)):
+                mapped = map_shard(self.directory / shard)
+                intact = [key for key in shard_keys if entry_is_intact(self.entries[key], mapped)]
+                for key in set(shard_keys) - set(intact):
+                    del self.entries[key], self.records[key]
+                damaged += len(shard_keys) - len(intact)
+                shard_keys = intact
+                self.checked.remember(shard, (self.entries[key] for key in intact))
+            self.verified.update(shard_keys)
+        self.checked.save()
         if damaged:
             warn(f"feature cache {self.directory}: {damaged} damaged entries dropped; recomputing them")
             self.rewrite_index()
@@ -298,6 +309,7 @@ class FeatureCache:
         else:
             self.index(map(extract_chunk, chunks), bar)
         bar.close()
+        self.checked.save()
 
     def index(self, results: Iterable[list[Extracted]], bar: tqdm) -> None:
         """Append each chunk's records to the index once its shard is in place; keep in memory
@@ -315,6 +327,8 @@ class FeatureCache:
             for record in stored:
                 self.remember(record)
                 self.verified.add(record["key"])  # computed by this run
+            if stored and self.writable:  # a chunk is one new shard, whole
+                self.checked.remember(stored[0]["shard"], (self.entries[record["key"]] for record in stored))
             bar.update(len(extracted))
 
     def append_index(self, records: list[dict[str, Any]]) -> None:
@@ -374,7 +388,8 @@ def source_of(path: Path) -> Source:
     except OSError:
         read_bytes(path)  # raises the one-line error for a missing or unreadable file
         raise
-    return (str(path) if path.is_absolute() else os.path.abspath(path), status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
+    name = str(path) if path.is_absolute() else os.path.abspath(path)
+    return (name, status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
 
 
 def identity(source: Source | list) -> FileIdentity:
