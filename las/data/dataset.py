@@ -249,6 +249,7 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.composed: tuple[int, list[list[int]]] | None = None  # (epoch, its batches)
 
     @classmethod
     def for_training(cls, lengths: Sequence[int], data: DataConfig, seed: int) -> BucketBatchSampler:
@@ -261,15 +262,22 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         self.epoch = epoch
 
     def batches(self) -> list[list[int]]:
+        """This epoch's batches; composed once per epoch (at a million utterances, seconds)."""
+        if self.composed is None or self.composed[0] != self.epoch:
+            self.composed = (self.epoch, self.compose())
+        return self.composed[1]
+
+    def compose(self) -> list[list[int]]:
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         keys = self.lengths
         if self.shuffle:
             keys = keys * (1 + 0.1 * (torch.rand(len(keys), generator=generator, dtype=torch.float64) - 0.5))
+        lengths = self.lengths.tolist()
         batches: list[list[int]] = []
         current: list[int] = []
         longest = 0.0
         for index in torch.argsort(keys).tolist():
-            length = self.lengths[index].item()
+            length = lengths[index]
             too_many = max(longest, length) * (len(current) + 1) > self.max_batch_frames
             if current and (len(current) == self.batch_size or too_many):
                 batches.append(current)
