@@ -1,6 +1,7 @@
 """A corpus of HW4P2's size built from AN4, for measuring las at scale (issue 27).
 
     python scripts/scale.py build                 # runs/scale: train (28,539) and dev recordings
+    python scripts/scale.py padding               # the share of padding, batched by count and by frames
     python scripts/scale.py rows --rows 1000000   # runs/scale/rows-1000000.tsv: symlinks, for start-up
 
 HW4P2 trained LAS on LibriSpeech train-clean-100: 28,539 utterances, 100.6 hours, 12.7 s on
@@ -31,9 +32,10 @@ import soundfile
 import torch
 import typer
 
-from las.config import FeatureConfig
+from las.config import DataConfig, FeatureConfig
 from las.data.audio import load_audio
 from las.data.channels import own_background
+from las.data.dataset import BucketBatchSampler
 from las.data.features import FilterbankExtractor, change_speed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,6 +150,28 @@ def histogram(manifest: Path = typer.Argument(OUT / "train.tsv")) -> None:
     for low in range(0, 26, 2):
         count = sum(low <= length < low + 2 for length in lengths)
         print(f"| {low}-{low + 2} | {count} | {100 * count / len(lengths):.1f}% |")
+
+
+@app.command()
+def padding(
+    manifest: Path = typer.Argument(OUT / "train.tsv"),
+    budgets: list[int] = typer.Option([8000, 16000, 32000], "--budget", help="data.batch_frames to try."),
+) -> None:
+    """The share of padded input frames in an epoch's batches of `manifest` (100 frames per second
+    of its duration_s), batched as training batches them: by count (data.batch_size within
+    data.max_batch_frames, the defaults) and by frames at each budget (data.batch_frames)."""
+    lengths = [round(100 * float(line.split("\t")[2])) for line in manifest.read_text().splitlines()[1:]]
+    default = DataConfig()
+    ways = {f"by count: {default.batch_size} within {default.max_batch_frames} frames": default}
+    ways |= {f"by frames: data.batch_frames={budget}": DataConfig(batch_frames=budget) for budget in budgets}
+    print("| batching | batches | utterances per batch, median | padded frames per batch, median | padding |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, data in ways.items():
+        batches = BucketBatchSampler.for_training(lengths, data, seed=1).batches()
+        padded = [max(lengths[index] for index in batch) * len(batch) for batch in batches]
+        share = 1 - sum(lengths) / sum(padded)
+        sizes = statistics.median(len(batch) for batch in batches)
+        print(f"| {name} | {len(batches)} | {sizes:g} | {statistics.median(padded):.0f} | {100 * share:.1f}% |")
 
 
 @app.command()
