@@ -220,7 +220,7 @@ class AugmentConfig(Section):
     crop: Fraction = 0.25
     # Of the draws, this share becomes one word of its utterance cut at its word times
     # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
-    words: Fraction = 0.2
+    words: Fraction = 0.1
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8
 
