@@ -3,6 +3,7 @@
     python scripts/scale.py build                 # runs/scale: train (28,539) and dev recordings
     python scripts/scale.py padding               # the share of padding, batched by count and by frames
     python scripts/scale.py rows --rows 1000000   # runs/scale/rows-1000000.tsv: symlinks, for start-up
+    python scripts/scale.py startup data/an4/train.tsv runs/scale/rows-1000000.tsv  # seconds, memory
 
 HW4P2 trained LAS on LibriSpeech train-clean-100: 28,539 utterances, 100.6 hours, 12.7 s on
 average, up to about 25 s. `build` joins AN4 training utterances, each at a speed drawn from 0.9
@@ -24,6 +25,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,6 +176,49 @@ def padding(
         share = 1 - sum(lengths) / sum(padded)
         sizes = statistics.median(len(batch) for batch in batches)
         print(f"| {name} | {len(batches)} | {sizes:g} | {statistics.median(padded):.0f} | {100 * share:.1f}% |")
+
+
+FIRST_STEP = """
+import sys, time
+import las.train
+
+class FirstStep(Exception):
+    pass
+
+def step(self, *arguments, **settings):
+    raise FirstStep
+
+las.train.Trainer.step = step
+from las.config import load_config
+try:
+    las.train.train(load_config(None, sys.argv[1:]))
+except FirstStep:
+    pass
+"""
+
+
+@app.command()
+def startup(
+    manifests: list[Path] = typer.Argument(..., help="Training manifests, e.g. runs/scale/rows-1000000.tsv."),
+    dev: Path = typer.Option(AN4 / "dev.tsv"),
+) -> None:
+    """Seconds from starting `las train` to its first training step, and the process's peak
+    memory by then, for each manifest (a fresh process each, the feature cache as it is)."""
+    print("| training manifest | rows | seconds to the first step | peak memory, MiB |\n| --- | --- | --- | --- |")
+    for manifest in manifests:
+        with tempfile.TemporaryDirectory() as out:
+            settings = [f"data.train={manifest}", f"data.dev={dev}", f"train.out={out}/run", "train.device=cpu"]
+            started = time.perf_counter()
+            with open(f"{out}/stderr", "w+") as errors:
+                child = subprocess.Popen([sys.executable, "-c", FIRST_STEP, *settings], stderr=errors)
+                _, status, usage = os.wait4(child.pid, 0)  # this child's own peak memory
+                seconds = time.perf_counter() - started
+                if os.waitstatus_to_exitcode(status) != 0:
+                    errors.seek(0)
+                    raise SystemExit(f"{manifest}: las train failed:\n{errors.read()}")
+        peak = usage.ru_maxrss / 1024
+        count = sum(1 for _ in open(manifest)) - 1
+        print(f"| {manifest} | {count:,} | {seconds:.1f} | {peak:.0f} |")
 
 
 @app.command()
