@@ -98,6 +98,19 @@ def test_symbolic_links_to_cached_files_are_served_without_reading_them(
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
+def test_a_link_pointed_at_another_recording_gets_that_recordings_features(tmp_path: Path, utterances: list) -> None:
+    """A link is known by the file it points to, so pointing it elsewhere is a new file."""
+    link = tmp_path / "link.flac"
+    link.symlink_to(utterances[0].audio)
+    manifest = write_manifest(tmp_path / "link.tsv", [["a", str(link), "1.0", "A"]])
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(read_utterances(manifest))
+    link.unlink()
+    link.symlink_to(utterances[1].audio)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(read_utterances(manifest))[0]
+    direct = FilterbankExtractor(FeatureConfig())(load_audio(utterances[1].audio, 16000))
+    torch.testing.assert_close(again, direct, atol=0.02, rtol=2e-3)
+
+
 def test_an_index_written_by_an_older_las_keeps_its_entries(
     tmp_path: Path, utterances: list, capsys: pytest.CaptureFixture
 ) -> None:
