@@ -609,7 +609,7 @@ def test_bad_utterances_can_be_skipped_with_a_counted_warning(
     assert code == 0, stderr
     assert [line.split(",")[0] for line in stdout.splitlines()[1:]] == [row[0] for row in good]
     assert "skipped 1 unusable utterances" in stderr and "audio file not found" in stderr  # read: missing
-    assert "skipped 3 unusable utterances" in stderr  # computed: non-finite, too short, empty
+    assert f"{manifest}: skipped 3 unusable utterances" in stderr  # computed: non-finite, too short, empty
     code, _, stderr = run("decode", trained_run["run"] / "best.pt", manifest)
     assert_clear_error(code, stderr, "audio file not found")  # the default: refuse
 

@@ -211,13 +211,13 @@ class FeatureCache:
         readable, sources, digests = [], [], []
         for utterance in utterances:
             try:
-                source = source_of(utterance.audio)
-                digests.append(self.digest(utterance.audio, source))
+                file = source_of(utterance.audio)
+                digests.append(self.digest(utterance.audio, file))
             except LasError as error:
                 problems[utterance.id] = str(error)
                 continue
             readable.append(utterance)
-            sources.append(source)
+            sources.append(file)
         for speed in speeds:
             keys, missing = self.pending(readable, speed, sources, digests)
             if missing:
