@@ -217,8 +217,8 @@ def startup(
                     errors.seek(0)
                     raise SystemExit(f"{manifest}: las train failed:\n{errors.read()}")
         peak = usage.ru_maxrss / 1024
-        count = sum(1 for _ in open(manifest)) - 1
-        print(f"| {manifest} | {count:,} | {seconds:.1f} | {peak:.0f} |")
+        count = f"{sum(1 for _ in open(manifest)) - 1:,}" if manifest.is_file() else "a folder"
+        print(f"| {manifest} | {count} | {seconds:.1f} | {peak:.0f} |")
 
 
 @app.command()
