@@ -15,6 +15,7 @@ from las.data.ctm import WordTime, write_ctm
 from las.data.manifest import read_utterances, unknown_characters
 from las.errors import LasError
 from las.files import check_writable, write_text_atomically
+from las.losses import ctc_frames_needed
 from las.progress import progress_bar, warn
 from las.recognizer import Recognizer
 from las.search import Hypothesis
@@ -34,8 +35,7 @@ def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[Wor
         normalized = recognizer.checkpoint.normalizer(features)[None].to(recognizer.device)
         memory = model.listener(normalized, torch.tensor([len(features)]))
         log_probs = model.ctc_head(memory.hidden).float().log_softmax(-1)[0, : int(memory.lengths[0])]
-    repeats = sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
-    if not tokens or len(log_probs) < len(tokens) + repeats:
+    if not tokens or len(log_probs) < ctc_frames_needed(tokens):
         return []
     spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
     hop = recognizer.config.features.hop_ms / 1000

@@ -14,6 +14,11 @@ from las.model.las import LASOutput
 from las.text import PAD_INDEX as PAD
 
 
+def ctc_frames_needed(tokens: list[int]) -> int:
+    """Encoder frames a CTC alignment of `tokens` needs: one per character, and a blank between repeats."""
+    return len(tokens) + sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
+
+
 def attention_loss(
     logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float, characters: int | None = None
 ) -> torch.Tensor:

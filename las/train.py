@@ -33,7 +33,7 @@ from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
-from las.losses import joint_loss
+from las.losses import ctc_frames_needed, joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.model.pretrained import load_speller
@@ -193,11 +193,6 @@ def without_audio_effects(config: Config) -> Config:
     off = replace(train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0, crop=0.0)
     features = replace(config.features, trim_surroundings=False)
     return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
-
-
-def ctc_frames_needed(tokens: list[int]) -> int:
-    """Encoder frames a CTC alignment of `tokens` needs: one per character, and a blank between repeats."""
-    return len(tokens) + sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
 
 
 def warn_about_ctc_alignments(dataset: SpeechDataset, pyramid_layers: int, source: str) -> None:

@@ -212,7 +212,8 @@ def test_compiled_speller_step_trains_like_the_eager_one(
 
 
 def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: Path, capsys) -> None:
-    from las.train import ctc_frames_needed, load_corpus
+    from las.losses import ctc_frames_needed
+    from las.train import load_corpus
 
     from .conftest import an4_rows, write_manifest
 
