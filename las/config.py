@@ -142,8 +142,8 @@ class DataConfig(Section):
     # "" for none.
     train_alignment: str = "auto"
     input_format: InputFormat = "auto"
-    # Feature cache shared by all runs; keyed by audio content and feature settings.
-    # Feature cache; auto: $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
+    # Feature cache shared by all runs, keyed by audio content and feature settings; auto:
+    # $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
     cache_dir: PathText = "auto"
     batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
