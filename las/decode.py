@@ -51,7 +51,7 @@ def decode(
         make_directory(directory, "--plot-dir")
     utterances, features = recognizer.utterance_features(utterances, input_path)
     identifiers = [utterance.id for utterance in utterances]
-    results = recognizer.recognize(identifiers, features, [utterance.features is None for utterance in utterances])
+    results = recognizer.recognize(identifiers, features, [utterance.audio is not None for utterance in utterances])
     write_output(results, output_format, out, subtitles_per_file)
     for result in results[:plot_attention]:
         for number, segment in enumerate(result.segments):

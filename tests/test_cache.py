@@ -1,4 +1,4 @@
-"""The sharded float16 feature cache: computed once in worker processes, read memory-mapped."""
+"""The sharded feature cache: computed once in worker processes, read memory-mapped."""
 
 import json
 import os
@@ -15,6 +15,7 @@ from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
+from las.errors import LasError
 
 from .conftest import an4_rows, write_manifest
 
@@ -148,6 +149,67 @@ def test_a_file_replaced_with_its_size_and_modification_time_kept_is_recomputed(
     direct = FilterbankExtractor(FeatureConfig())(load_audio(audio, 16000))
     torch.testing.assert_close(again, direct, atol=0.02, rtol=2e-3)
     assert not torch.allclose(first, again, atol=0.5)
+
+
+def feature_folder(folder: Path, count: int = 5, dimension: int = 40) -> list[np.ndarray]:
+    """HW4P2's layout, `folder/mfcc/<id>.npy`: float32 features of made-up sizes (not float16-exact)."""
+    (folder / "mfcc").mkdir(parents=True)
+    arrays = [
+        np.random.default_rng(index).normal(size=(30 + index, dimension)).astype(np.float32) for index in range(count)
+    ]
+    for index, array in enumerate(arrays):
+        np.save(folder / "mfcc" / f"utt{index}.npy", array)
+    return arrays
+
+
+def test_feature_files_are_copied_into_float32_shards_and_served_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus of per-utterance `.npy` features is never held in memory: read once into shards,
+    memory-mapped from there, and a second run neither reads nor rehashes the files."""
+    arrays = feature_folder(tmp_path / "corpus")
+    utterances = read_utterances(tmp_path / "corpus", require_text=False)
+    assert all(utterance.features is None and utterance.feature_file is not None for utterance in utterances)
+    features = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
+    shards = sorted((tmp_path / "cache").rglob("shard-*.npy"))
+    assert shards and all(np.load(shard, mmap_mode="r").dtype == np.float32 for shard in shards)
+    assert all(torch.equal(stored, torch.from_numpy(array)) for stored, array in zip(features, arrays, strict=True))
+
+    def fail(*_: object) -> None:
+        raise AssertionError("a feature file read despite the cache")
+
+    monkeypatch.setattr(cache_module, "read_feature_file", fail)
+    monkeypatch.setattr(cache_module, "read_bytes", fail)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert all(torch.equal(a, b) for a, b in zip(features, again, strict=True))
+
+
+def test_a_changed_feature_file_is_read_again(tmp_path: Path) -> None:
+    feature_folder(tmp_path / "corpus", count=2)
+    utterances = read_utterances(tmp_path / "corpus", require_text=False)
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    changed = np.full((31, 40), 2.5, np.float32)  # the same size as the file it replaces
+    np.save(tmp_path / "corpus" / "mfcc" / "utt1.npy", changed)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert torch.equal(again[1], torch.from_numpy(changed))
+
+
+def test_bad_feature_files_are_one_line_each_or_left_out(tmp_path: Path) -> None:
+    feature_folder(tmp_path / "corpus", count=3)
+    broken = np.ones((20, 40), np.float32)
+    broken[2, 3] = np.inf
+    np.save(tmp_path / "corpus" / "mfcc" / "utt1.npy", broken)
+    utterances = read_utterances(tmp_path / "corpus", require_text=False)
+    with pytest.raises(LasError, match=r"utt1.npy: 1 feature values are not finite"):
+        FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    kept = FeatureCache(tmp_path / "cache", FeatureConfig()).usable(utterances, "corpus")
+    assert [utterance.id for utterance in kept] == ["utt0", "utt2"]
+    np.save(tmp_path / "corpus" / "mfcc" / "utt1.npy", np.ones((20, 41), np.float32))
+    with pytest.raises(LasError, match=r"utt1.npy: features of dimension 41, others 40"):
+        FeatureCache(tmp_path / "other", FeatureConfig()).load(utterances)
+    (tmp_path / "corpus" / "mfcc" / "utt1.npy").unlink()  # after the folder was read
+    with pytest.raises(LasError, match=r"^feature file not found: .*utt1.npy$"):
+        FeatureCache(tmp_path / "other", FeatureConfig()).load(utterances)
 
 
 def test_a_line_cut_short_by_a_killed_run_is_recomputed(tmp_path: Path, utterances: list) -> None:

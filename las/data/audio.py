@@ -111,10 +111,10 @@ def read_size(path: Path) -> int:
         raise LasError(f"cannot read audio file {path}: {error.strerror}") from None
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path, what: str = "audio file") -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise LasError(f"audio file not found: {path}") from None
+        raise LasError(f"{what} not found: {path}") from None
     except OSError as error:
-        raise LasError(f"cannot read audio file {path}: {error.strerror}") from None
+        raise LasError(f"cannot read {what} {path}: {error.strerror}") from None

@@ -1,18 +1,20 @@
-"""The on-disk feature cache: float16 shards, memory-mapped for reading, and an index.
+"""The on-disk feature cache: shards of features, memory-mapped for reading, and an index.
 
 Layout under `<cache_dir>/<digest of the feature settings>/`:
 
-    shard-<id>.npy  float16 `(frames, dim)`: the features of a chunk of utterances, end to end
+    shard-<id>.npy  `(frames, dim)`: the features of a chunk of utterances, end to end; float16
+                    log-mels computed from audio, or precomputed features (HW4P2's per-utterance
+                    `.npy` files) copied as they are, float32
     index.jsonl     one line per cached utterance: its key, shard, offset, frame count, checksum
 
-An utterance's key is the sha256 of its audio bytes plus its segment and speed factor, so a
+An utterance's key is the sha256 of its file's bytes plus its segment and speed factor, so a
 renamed or moved file is still found and an edited one is recomputed. Each line also records the
 path, size, modification time, inode and change time the key was computed from, so that a later
 run re-hashes only files that changed: the change time catches a file replaced with its size and
 modification time kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
 
 The cache never serves features it cannot vouch for. Each index line carries a checksum of
-itself, and each entry one of its float16 frames; before a process first serves an entry it
+itself, and each entry one of its frames; before a process first serves an entry it
 checks the entry against its shard (shape, bounds, checksum), unless the shard and its entries
 are unchanged since they were last found intact (las/data/checked_shards.py): a run reads no
 features to open a cache it has used before. Damaged lines and entries (a
@@ -51,7 +53,7 @@ from las.data.features import (
     change_speed,
     log_mel_features,
 )
-from las.data.manifest import Utterance, report_skipped
+from las.data.manifest import Utterance, read_feature_file, report_skipped
 from las.errors import LasError
 from las.files import make_directory, write_atomically, write_text_atomically
 from las.progress import progress_bar, warn
@@ -66,10 +68,11 @@ class Missing:
     """An utterance to extract: its cache key and where its audio is."""
 
     key: str
-    audio: Path
+    file: Path  # its audio, or its precomputed features (`precomputed`)
     segment: Segment | None
     source: Source  # the file it was read from, as `source_of` identifies it
-    digest: str  # sha256 of the audio bytes
+    digest: str  # sha256 of the file's bytes
+    precomputed: bool = False  # `file` is a `.npy` of features, copied as they are (float32)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Entry:
     offset: int  # first frame in the shard
     frames: int
     dimension: int
-    checksum: str  # of the entry's float16 frames
+    checksum: str  # of the entry's frames as stored
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ class FeatureCache:
         self.workers = workers
         self.entries: dict[str, Entry] = {}  # by key
         self.records: dict[str, dict[str, Any]] = {}  # by key: the index line of each entry
-        self.digests: dict[FileIdentity, str] = {}  # file (`source_of`, any path to it) -> audio digest
+        self.digests: dict[FileIdentity, str] = {}  # file (`source_of`, any path to it) -> digest of its bytes
         self.verified: set[str] = set()  # keys whose entries this process has checked
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
@@ -211,8 +214,8 @@ class FeatureCache:
         readable, sources, digests = [], [], []
         for utterance in utterances:
             try:
-                file = source_of(utterance.audio)
-                digests.append(self.digest(utterance.audio, file))
+                file = source_of(utterance)
+                digests.append(self.digest(utterance, file))
             except LasError as error:
                 problems[utterance.id] = str(error)
                 continue
@@ -231,8 +234,8 @@ class FeatureCache:
     def identify(self, utterances: Sequence[Utterance]) -> tuple[list[Source], list[str]]:
         """Each utterance's file (`source_of`) and audio digest: a stat per file, and a read only
         for files this cache has not seen."""
-        sources = [source_of(utterance.audio) for utterance in utterances]
-        digests = [self.digest(utterance.audio, source) for utterance, source in zip(utterances, sources, strict=True)]
+        sources = [source_of(utterance) for utterance in utterances]
+        digests = [self.digest(utterance, source) for utterance, source in zip(utterances, sources, strict=True)]
         return sources, digests
 
     def pending(
@@ -244,7 +247,7 @@ class FeatureCache:
         ]
         self.verify(keys)
         missing = {
-            key: Missing(key, utterance.audio, utterance.segment, source, digest)
+            key: Missing(key, utterance.file, utterance.segment, source, digest, utterance.audio is None)
             for key, utterance, source, digest in zip(keys, utterances, sources, digests, strict=True)
             if key not in self.entries and key not in self.memory
         }
@@ -254,10 +257,10 @@ class FeatureCache:
         """One utterance's features `(frames, dim)`."""
         return self.load([utterance], speed=speed)[0]
 
-    def digest(self, path: Path, source: Source) -> str:
+    def digest(self, utterance: Utterance, source: Source) -> str:
         file = identity(source)
         if file not in self.digests:
-            self.digests[file] = hashlib.sha256(read_bytes(path)).hexdigest()
+            self.digests[file] = hashlib.sha256(read_bytes(utterance.file, utterance.file_kind)).hexdigest()
         return self.digests[file]
 
     def verify(self, keys: Iterable[str]) -> None:
@@ -361,12 +364,12 @@ def cache_key(digest: str, segment: Segment | None, speed: float) -> str:
 
 
 def map_shard(path: Path) -> np.ndarray | None:
-    """A shard memory-mapped, or None when it is missing or not a float16 matrix."""
+    """A shard memory-mapped, or None when it is missing or not a float16 or float32 matrix."""
     try:
         shard = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError):
         return None
-    return shard if shard.dtype == np.float16 and shard.ndim == 2 else None
+    return shard if shard.dtype in (np.float16, np.float32) and shard.ndim == 2 else None
 
 
 def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
@@ -377,16 +380,17 @@ def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
     return checksum(np.ascontiguousarray(shard[entry.offset : entry.offset + entry.frames])) == entry.checksum
 
 
-def source_of(path: Path) -> Source:
+def source_of(utterance: Utterance) -> Source:
     """What identifies an unchanged file without reading it: its size, mtime, inode and ctime (ns),
     after symbolic links; and its absolute path, for `las cache info`. A file replaced with its size
     and mtime kept (`cp -p`, `rsync -t`, `tar`) still has a new ctime, which no tool can set: the
     kernel stamps it at every change. The path is not resolved: at a million rows that alone took
     minutes, and the identity needs no path."""
+    path = utterance.file
     try:
         status = os.stat(path)
     except OSError:
-        read_bytes(path)  # raises the one-line error for a missing or unreadable file
+        read_bytes(path, utterance.file_kind)  # raises the one-line error for a missing or unreadable file
         raise
     name = str(path) if path.is_absolute() else os.path.abspath(path)
     return (name, status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
@@ -400,10 +404,15 @@ def identity(source: Source | list) -> FileIdentity:
 
 
 def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
-    """Log-mel features `(frames, mel_bins)` of one utterance, played `speed` times faster."""
+    """Log-mel features `(frames, mel_bins)` float16 of one utterance, played `speed` times
+    faster; or its precomputed features `(frames, dim)` float32, exactly as its file holds them."""
+    if item.precomputed:
+        if speed != 1.0:
+            raise LasError(f"{item.file}: precomputed features cannot be played at speed {speed:g}")
+        return read_feature_file(item.file)
     rate = extractor.config.sample_rate
-    waveform = change_speed(load_audio(item.audio, rate, item.segment), speed, rate)
-    return log_mel_features(extractor, waveform, describe(item.audio, item.segment)).numpy()
+    waveform = change_speed(load_audio(item.file, rate, item.segment), speed, rate)
+    return log_mel_features(extractor, waveform, describe(item.file, item.segment)).numpy().astype(np.float16)
 
 
 def describe(audio: Path, segment: Segment | None) -> str:
@@ -411,16 +420,19 @@ def describe(audio: Path, segment: Segment | None) -> str:
 
 
 def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], bool]) -> list[Extracted]:
-    """Features of a chunk of utterances -> one float16 shard in `directory` (None: no shard,
-    the features come back in memory); its index records. With `skip_bad`, an utterance that
-    cannot be computed comes back as an error instead of stopping the chunk."""
+    """Features of a chunk of utterances -> one shard in `directory` (None: no shard, the
+    features come back in memory); its index records. With `skip_bad`, an utterance that cannot be
+    computed comes back as an error instead of stopping the chunk. A shard holds one dtype and
+    one dimension: float16 log-mels, or float32 precomputed features (a chunk is one or the other)."""
     directory, config, speed, items, skip_bad = job
     extractor = FilterbankExtractor(config)
     arrays, records, failures, offset = [], [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
     for item in items:
         try:
-            features = extract_features(item, extractor, speed).astype(np.float16)
+            features = extract_features(item, extractor, speed)
+            if arrays and features.shape[1] != arrays[0].shape[1]:
+                raise LasError(f"{item.file}: features of dimension {features.shape[1]}, others {arrays[0].shape[1]}")
         except LasError as error:
             if not skip_bad:
                 raise

@@ -27,6 +27,19 @@ class Utterance:
     text: str | None = None  # None when transcripts are unknown (decoding raw audio)
     features: np.ndarray | None = None  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
     segment: Segment | None = None  # the part of `audio` this utterance is (None: all of it)
+    # A `.npy` of (frames, dim) precomputed features (HW4P2's per-utterance files), copied into the
+    # feature cache on first use and memory-mapped from there: a corpus of them is never in memory.
+    feature_file: Path | None = None
+
+    @property
+    def file(self) -> Path:
+        """The file this utterance is read from: its audio, or its precomputed features."""
+        return self.audio if self.audio is not None else self.feature_file  # type: ignore[return-value]
+
+    @property
+    def file_kind(self) -> str:
+        """What `file` is, as errors name it."""
+        return "audio file" if self.audio is not None else "feature file"
 
 
 def read_utterances(
@@ -122,12 +135,9 @@ def _problem(utterance: Utterance) -> str | None:
     """What makes an utterance unusable, if anything."""
     if utterance.text is not None and not utterance.text:
         return f"empty transcript for {utterance.id!r}"
-    if utterance.features is None and not utterance.audio.is_file():
-        return f"audio file not found: {utterance.audio}"
-    if utterance.features is not None and not np.isfinite(utterance.features).all():
-        non_finite = int(utterance.features.size - np.isfinite(utterance.features).sum())
-        return f"{non_finite} feature values are not finite (NaN or infinity); repair or remove it"
-    return None
+    if utterance.features is None and not utterance.file.is_file():
+        return f"{utterance.file_kind} not found: {utterance.file}"
+    return None if utterance.features is None else non_finite_problem(utterance.features)
 
 
 def report_skipped(source: str | Path, skipped: list[str]) -> None:
@@ -313,7 +323,16 @@ def _feature_folder_records(directory: Path) -> Records:
             if not (transcripts / file.name).is_file():
                 raise LasError(f"{file}: no transcript {transcripts / file.name}")
             text = _transcript_text(load_array(transcripts / file.name))
-        yield str(file), Utterance(file_id(file), None, text, _feature_matrix(load_array(file), str(file)))
+        yield str(file), Utterance(file_id(file), None, text, feature_file=file)
+
+
+def read_feature_file(path: Path) -> np.ndarray:
+    """The precomputed features `(frames, dim)` float32 in the `.npy` file at `path`, checked."""
+    array = _feature_matrix(load_array(path), str(path))
+    problem = non_finite_problem(array)
+    if problem:
+        raise LasError(f"{path}: {problem}")
+    return array
 
 
 def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
@@ -324,6 +343,13 @@ def _feature_matrix(array: np.ndarray, where: str) -> np.ndarray:
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
         raise LasError(f"{where}: expected a (frames, dim) array of features, got shape {array.shape}")
     return array
+
+
+def non_finite_problem(features: np.ndarray) -> str | None:
+    finite = np.isfinite(features)
+    if finite.all():
+        return None
+    return f"{int(features.size - finite.sum())} feature values are not finite (NaN or infinity); repair or remove it"
 
 
 def _transcript_text(items: np.ndarray | str | bytes) -> str:
