@@ -4,6 +4,7 @@
     python scripts/scale.py padding               # the share of padding, batched by count and by frames
     python scripts/scale.py rows --rows 1000000   # runs/scale/rows-1000000.tsv: symlinks, for start-up
     python scripts/scale.py startup data/an4/train.tsv runs/scale/rows-1000000.tsv  # seconds, memory
+    python scripts/scale.py memory CHECKPOINT     # peak memory against utterance length, train and decode
 
 HW4P2 trained LAS on LibriSpeech train-clean-100: 28,539 utterances, 100.6 hours, 12.7 s on
 average, up to about 25 s. `build` joins AN4 training utterances, each at a speed drawn from 0.9
@@ -22,6 +23,7 @@ mean 14.0 s and deviation 2.3 s within 10-24.5 s, and 15% uniform over 1-10 s.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import statistics
@@ -36,7 +38,7 @@ import soundfile
 import torch
 import typer
 
-from las.config import DataConfig, FeatureConfig
+from las.config import DataConfig, FeatureConfig, load_config
 from las.data.audio import load_audio
 from las.data.channels import own_background
 from las.data.dataset import BucketBatchSampler
@@ -219,6 +221,149 @@ def startup(
         peak = usage.ru_maxrss / 1024
         count = f"{sum(1 for _ in open(manifest)) - 1:,}" if manifest.is_file() else "a folder"
         print(f"| {manifest} | {count} | {seconds:.1f} | {peak:.0f} |")
+
+
+PEAK = """
+import json, sys, torch
+
+def resident() -> dict[str, int]:
+    status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {name: int(status[name].split()[0]) // 1024 for name in ("VmRSS", "VmHWM")}  # MiB
+
+def reset_peak() -> int:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    with open("/proc/self/clear_refs", "w") as file:
+        file.write("5")  # the kernel's peak resident size starts again from now
+    return resident()["VmRSS"]
+
+def report(before: int, **extra) -> None:
+    cuda = torch.cuda.max_memory_allocated() // 2**20 if torch.cuda.is_available() else None
+    print(json.dumps({"before": before, "peak": resident()["VmHWM"], "cuda": cuda, **extra}))
+"""
+
+TRAIN_STEPS = (
+    PEAK
+    + """
+import las.train
+original = las.train.Trainer.step
+state = {"steps": 0}
+
+class Done(Exception):
+    pass
+
+def step(self, *arguments, **settings):
+    if state["steps"] == 0:
+        state["before"] = reset_peak()
+    result = original(self, *arguments, **settings)
+    state["steps"] += 1
+    if state["steps"] == 2:  # the second step: the optimiser's state exists from the first
+        report(state["before"], rows=int(arguments[0].features.shape[0]))
+        raise Done
+    return result
+
+las.train.Trainer.step = step
+from las.config import load_config
+try:
+    las.train.train(load_config(sys.argv[1], sys.argv[2:]))
+except Done:
+    pass
+"""
+)
+
+DECODE = (
+    PEAK
+    + """
+import soundfile
+from las.recognizer import Recognizer
+checkpoint, audio, device, strategy = sys.argv[1:5]
+recognizer = Recognizer.load(checkpoint, device, strategy=strategy, segment_seconds=30)
+samples, rate = soundfile.read(audio, dtype="float32")
+before = reset_peak()
+result = recognizer.transcribe(samples, rate)
+report(before, characters=len(result.text), segments=len(result.segments))
+"""
+)
+
+
+def recording_of(seconds: float, manifest: Path, out: Path) -> tuple[Path, str]:
+    """A FLAC of exactly `seconds` s: recordings of `manifest` joined end to end and cut there;
+    the transcript cut at the same share of its characters (for batch sizes, not scoring)."""
+    rows = [line.split("\t") for line in manifest.read_text().splitlines()[1:]]
+    pieces, texts, length = [], [], 0
+    for _, audio, _, text in rows:
+        pieces.append(load_audio(manifest.parent / audio, RATE))
+        texts.append(text)
+        length += len(pieces[-1])
+        if length >= seconds * RATE:
+            break
+    waveform = torch.cat(pieces)[: round(seconds * RATE)]
+    text = " ".join(texts)
+    text = text[: max(1, round(len(text) * len(waveform) / length))].strip()
+    path = out / f"{seconds:g}s.flac"
+    soundfile.write(path, waveform.numpy(), RATE, subtype="PCM_16")
+    return path, text
+
+
+def peak_of(code: str, arguments: list[str]) -> dict:
+    finished = subprocess.run([sys.executable, "-c", code, *arguments], capture_output=True, text=True)
+    if finished.returncode:
+        raise SystemExit(f"failed: {finished.stderr.strip()[-3000:]}")
+    return json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+@app.command()
+def memory(
+    checkpoint: Path = typer.Argument(..., help="A trained model to decode with."),
+    recipe: Path = typer.Option(ROOT / "data" / "recipes" / "hw4p2.toml", help="The training recipe."),
+    manifest: Path = typer.Option(OUT / "dev.tsv", help="Recordings to join into each length."),
+    lengths: list[float] = typer.Option([5, 10, 15, 20, 25], "--seconds"),
+    device: str = "cpu",
+    strategies: list[str] = typer.Option(["greedy", "sample", "beam", "ctc"], "--strategy"),
+) -> None:
+    """Peak memory against utterance length, each in a fresh process: two training steps of
+    `recipe` on a batch of utterances of that length (as many as its data.batch_frames holds),
+    and each decoding strategy on one recording of that length, decoded whole. Memory is the
+    process's peak resident size above what it held before the work (MiB; on a GPU, also the
+    peak of CUDA memory allocated)."""
+    print(
+        "| seconds | training: rows | training: peak above start, MiB | "
+        + " | ".join(f"{name}: peak above start, MiB" for name in strategies)
+        + " |\n|"
+        + " --- |" * (3 + len(strategies))
+    )
+    budget = load_config(recipe).data.batch_frames
+    if not budget:
+        raise SystemExit(f"{recipe}: sets no data.batch_frames, which this measures batches by")
+    with tempfile.TemporaryDirectory() as folder:
+        for seconds in lengths:
+            audio, text = recording_of(seconds, manifest, Path(folder))
+            train = Path(folder) / f"{seconds:g}s.tsv"
+            rows = max(1, budget // (1 + round(seconds * 100)))  # one batch: frames of 10 ms, and one more
+            lines = "".join(f"u{number}\t{audio.name}\t{seconds}\t{text}\n" for number in range(rows))
+            train.write_text(f"{HEADER}\n{lines}")
+            settings = [
+                f"data.train={train}",
+                f"data.dev={train}",
+                f"train.out={folder}/run-{seconds:g}",
+                f"train.device={device}",
+                "data.workers=0",
+                "train.speed_perturbation=0",
+                "train.tensorboard=false",
+            ]
+            trained = peak_of(TRAIN_STEPS, [str(recipe), *settings])
+            cells = [f"{seconds:g}", str(trained["rows"]), describe_peak(trained)]
+            for strategy in strategies:
+                cells.append(describe_peak(peak_of(DECODE, [str(checkpoint), str(audio), device, strategy])))
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def describe_peak(measured: dict) -> str:
+    text = f"{measured['peak'] - measured['before']}"
+    if measured.get("characters") is not None:
+        text += f" ({measured['characters']} characters)"
+    return text + (f", CUDA {measured['cuda']}" if measured["cuda"] is not None else "")
 
 
 @app.command()
