@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from las.checkpoint import load_checkpoint
+from las.data.cache import content_digest
 from las.data.ctm import WordTime, write_ctm
 from las.data.manifest import read_utterances, unknown_characters
 from las.errors import LasError
@@ -68,13 +69,14 @@ def align_file(
     skip = recognizer.config.data.bad_utterances == "skip"
     utterances = read_utterances(input_path, require_text=True, input_format=input_format, skip_bad=skip)
     utterances, features = recognizer.utterance_features(utterances, input_path)
-    alignments = []
+    alignments, digests = [], {}
     for utterance, found in zip(progress_bar(utterances, "aligning", "utterances"), features, strict=True):
         words = [] if unknown_characters(utterance, recognizer.vocabulary) else align(recognizer, found, utterance.text)
         if words:
             alignments.append((utterance.id, words))
+            digests[utterance.id] = content_digest(utterance)  # so that training can tell stale times
     text = io.StringIO()
-    write_ctm(alignments, text)
+    write_ctm(alignments, text, digests)
     if out is None:
         sys.stdout.write(text.getvalue())
     else:

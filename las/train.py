@@ -151,7 +151,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         augmentation,
         [1.0, *speeds],
         surroundings,
-        WordExcerpts.of(config, [utterance.id for utterance in train_utterances]),
+        WordExcerpts.of(config, train_utterances, lambda: cache.identify(train_utterances)[1]),
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)

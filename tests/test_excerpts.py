@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
 from las.config import load_config
-from las.data.ctm import WordTime, read_ctm, write_ctm
+from las.data.cache import content_digest
+from las.data.ctm import WordTime, read_ctm, read_digests, write_ctm
 from las.data.dataset import Draw, SpeechDataset
 from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path
+from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary
 
@@ -107,12 +111,33 @@ def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(tmp
     assert alignment_path(str(manifest), "") is None
     assert alignment_path(str(AN4 / "train.tsv"), "auto") == AN4 / "train.ctm"
     config = load_config(None, [*TINY, f"data.train={manifest}", "train.augment.words=0.3"])
-    ids = [row[0] for row in an4_rows("train", 2)]
-    assert WordExcerpts.of(config, ids) is None  # an empty CTM: no word times, off with a warning
+    utterances = [replace(utterance, text="G TWO EIGHTY") for utterance in read_utterances(manifest)]
+    assert WordExcerpts.of(config, utterances, no_digests) is None  # an empty CTM: off with a warning
     with (tmp_path / "train.ctm").open("w") as stream:
-        write_ctm([(ids[0], WORDS)], stream)
-    found = WordExcerpts.of(config, ids)
+        write_ctm([(utterances[0].id, WORDS)], stream)
+    found = WordExcerpts.of(config, utterances, no_digests)
     assert found is not None and found.share == 0.3 and found.word_times == [WORDS, []]
+
+
+def no_digests() -> list[str]:
+    raise AssertionError("a CTM without digests needs none")
+
+
+def test_stale_word_times_are_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Word times of a transcript edited since, or of audio that changed since (the digest `las
+    align` wrote beside them), would cut the wrong words: those utterances train whole."""
+    manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 3))
+    utterances = [replace(utterance, text="G TWO EIGHTY") for utterance in read_utterances(manifest)]
+    utterances[1] = replace(utterances[1], text="G TOO EIGHTY")  # edited since
+    digests = [content_digest(utterance) for utterance in utterances]
+    aligned_on = {utterances[0].id: digests[0], utterances[1].id: digests[1], utterances[2].id: "0" * 64}
+    with (tmp_path / "train.ctm").open("w") as stream:
+        write_ctm([(utterance.id, WORDS) for utterance in utterances], stream, aligned_on)
+    assert read_digests(tmp_path / "train.ctm") == aligned_on
+    config = load_config(None, [*TINY, f"data.train={manifest}", "train.augment.words=0.3"])
+    found = WordExcerpts.of(config, utterances, lambda: digests)
+    assert found is not None and found.word_times == [WORDS, [], []]
+    assert "word times of 2 training utterances are stale" in capsys.readouterr().err
 
 
 def test_las_align_writes_the_transcripts_words_in_order_within_each_utterance(
@@ -124,6 +149,7 @@ def test_las_align_writes_the_transcripts_words_in_order_within_each_utterance(
     rows = an4_rows("train", 4, longest_seconds=1.6)
     found = read_ctm(out)
     assert list(found) == [row[0] for row in rows]
+    assert read_digests(out) == {row[0]: hashlib.sha256(Path(row[1]).read_bytes()).hexdigest() for row in rows}
     for identifier, _, duration, text in rows:
         words = found[identifier]
         assert " ".join(word.word for word in words) == text

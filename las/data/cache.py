@@ -260,7 +260,7 @@ class FeatureCache:
     def digest(self, utterance: Utterance, source: Source) -> str:
         file = identity(source)
         if file not in self.digests:
-            self.digests[file] = hashlib.sha256(read_bytes(utterance.file, utterance.file_kind)).hexdigest()
+            self.digests[file] = content_digest(utterance)
         return self.digests[file]
 
     def verify(self, keys: Iterable[str]) -> None:
@@ -357,6 +357,11 @@ class FeatureCache:
 
 def index_lines(records: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps({**record, "check": line_checksum(record)}) + "\n" for record in records)
+
+
+def content_digest(utterance: Utterance) -> str:
+    """The sha256 of the bytes of the utterance's file: what its features and word times are of."""
+    return hashlib.sha256(read_bytes(utterance.file, utterance.file_kind)).hexdigest()
 
 
 def cache_key(digest: str, segment: Segment | None, speed: float) -> str:

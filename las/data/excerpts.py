@@ -8,7 +8,7 @@ a word sounds when it is cut at its edges.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -16,7 +16,8 @@ from typing import NamedTuple
 import torch
 
 from las.config import Config
-from las.data.ctm import WordTime, read_ctm
+from las.data.ctm import WordTime, read_ctm, read_digests
+from las.data.manifest import Utterance
 from las.progress import warn
 
 MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it on each side
@@ -35,20 +36,39 @@ class WordExcerpts:
     word_times: Sequence[Sequence[WordTime]]  # per training utterance; empty where unknown
 
     @classmethod
-    def of(cls, config: Config, utterance_ids: Sequence[str]) -> WordExcerpts | None:
+    def of(
+        cls, config: Config, utterances: Sequence[Utterance], digests: Callable[[], Sequence[str]]
+    ) -> WordExcerpts | None:
         """From `data.train_alignment` (`auto`: the training manifest's CTM beside it, when there
-        is one), for utterances in this order; None when off or when no utterance has word times."""
+        is one), for utterances in this order; None when off or when no utterance has word times.
+        Word times are stale, and not used, where the words are not the utterance's transcript, or
+        where its file's content (`digests`, in the same order) is not what they were found in."""
         share, path = config.train.augment.words, alignment_path(config.data.train, config.data.train_alignment)
         if not share or path is None:
             return None
         times: Mapping[str, list[WordTime]] = read_ctm(path)
-        word_times = [times.get(identifier, []) for identifier in utterance_ids]
+        aligned_on = read_digests(path)
+        current = digests() if aligned_on else [""] * len(utterances)
+        word_times, stale = [], 0
+        for utterance, digest in zip(utterances, current, strict=True):
+            words = times.get(utterance.id, [])
+            spoken = " ".join(word.word for word in words)
+            if words and (
+                spoken != " ".join(str(utterance.text).split()) or aligned_on.get(utterance.id, digest) != digest
+            ):
+                words, stale = [], stale + 1
+            word_times.append(words)
+        if stale:
+            warn(
+                f"{path}: word times of {stale} training utterances are stale (their transcript or audio changed "
+                "since `las align`): they train whole; align them again"
+            )
         known = sum(bool(words) for words in word_times)
         if not known:
             warn(f"{path}: no word times for any training utterance; train.augment.words is off")
             return None
-        if known < len(utterance_ids):
-            warn(f"{path}: word times for {known} of {len(utterance_ids)} training utterances")
+        if known < len(utterances):
+            warn(f"{path}: word times for {known} of {len(utterances)} training utterances")
         return cls(share, config.features.hop_ms / 1000, word_times)
 
     def draw(self, index: int, speed: float, frames: int, generator: torch.Generator) -> Excerpt | None:
