@@ -139,7 +139,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
     augment = config.train.augment
     augmentation = None
     if augment.enabled:
-        sources = [Source(utterance.audio, utterance.segment) for utterance in train_utterances]
+        sources = [Source(str(utterance.audio), utterance.segment) for utterance in train_utterances]
         augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
     train_set = SpeechDataset.from_utterances(
         train_utterances,
@@ -151,7 +151,7 @@ def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Norma
         augmentation,
         [1.0, *speeds],
         surroundings,
-        WordExcerpts.of(config, train_utterances, lambda: cache.identify(train_utterances)[1]),
+        WordExcerpts.of(config, train_utterances, lambda: cache.identify(train_utterances)),
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)

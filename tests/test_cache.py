@@ -260,7 +260,7 @@ def test_cache_info_names_what_it_holds_and_prune_removes_orphans_and_old_folder
     assert code == 0 and "unused for" in stdout and "no index line names it" in stdout
     assert not old.exists() and not (folder / "shard-0123456789abcdef.npy").exists()
     again = FeatureCache(root, FeatureConfig(), workers=0)
-    assert again.pending(utterances, 1.0, *again.identify(utterances))[1] == {}  # every entry kept: nothing to extract
+    assert again.pending(utterances, 1.0, again.identify(utterances))[1] == {}  # every entry kept: nothing to extract
 
 
 def test_prune_leaves_a_folder_in_use_alone_so_a_reader_never_loses_an_entry(tmp_path: Path, utterances: list) -> None:

