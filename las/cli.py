@@ -168,6 +168,10 @@ def train(
         InputFormat | None,
         typer.Option("--input-format", help=with_default("How to read --train and --dev.", DEFAULTS.data.input_format)),
     ] = None,
+    init: Annotated[
+        str | None,
+        typer.Option("--init", help="Fine-tune: start from this trained checkpoint's weights (train.init)."),
+    ] = None,
     precision: Annotated[
         Precision | None,
         typer.Option(
@@ -191,6 +195,7 @@ def train(
         "train.seed": seed,
         "train.precision": precision.value if precision else None,
         "data.input_format": input_format.value if input_format else None,
+        "train.init": init,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
     settings = load_config(config, overrides)

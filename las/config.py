@@ -234,6 +234,9 @@ class AugmentConfig(Section):
         return any((self.reverberation, self.noise, self.telephone, self.gain_db, self.crop))
 
 
+FREEZABLE = ("listener", "speller", "ctc_head")  # the model's parts, as its weights' names begin
+
+
 @dataclass(frozen=True)
 class TrainConfig(Section):
     name: ClassVar[str] = "train"
@@ -260,6 +263,13 @@ class TrainConfig(Section):
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
     average_best: NonNegative = 5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
+    # Fine-tuning (las/initialisation.py): start from the weights of this trained checkpoint, for
+    # every part that fits; its normalisation is kept, its characters too (new ones are added).
+    init: str = ""
+    # Parts whose weights stay as they are for the first `freeze_epochs` epochs (0: the whole run):
+    # any of listener, speller, ctc_head, comma-separated.
+    freeze: str = ""
+    freeze_epochs: NonNegative = 0
     max_bad_batches: NonNegative = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
     device: Device = "auto"
@@ -277,6 +287,20 @@ class TrainConfig(Section):
     # a terminal, a progress line: logs of batch jobs show signs of life between epochs).
     log_every: Count = 50
     out: PathText = "runs/an4"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = set(self.frozen_parts) - set(FREEZABLE)
+        if unknown:
+            raise LasError(
+                f"config key 'train.freeze': {', '.join(sorted(unknown))} is not one of {', '.join(FREEZABLE)}"
+            )
+        if self.init and self.speller_init:
+            raise LasError("config keys 'train.init' and 'train.speller_init': choose one place to start from")
+
+    @property
+    def frozen_parts(self) -> tuple[str, ...]:
+        return tuple(part.strip() for part in self.freeze.split(",") if part.strip())
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,12 @@ class Vocabulary:
         characters = sorted(set().union(*map(set, texts)))
         return cls(SPECIALS + tuple(characters))
 
+    def extended(self, texts: Iterable[str]) -> Vocabulary:
+        """These symbols in their order, then the characters of `texts` they lack (fine-tuning:
+        a trained model keeps every character it can spell, and learns the new ones)."""
+        known = set(self.symbols)
+        return Vocabulary(self.symbols + tuple(sorted(set().union(*map(set, texts)) - known)))
+
     @property
     def pad(self) -> int:
         return PAD_INDEX

@@ -33,13 +33,14 @@ from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
+from las.initialisation import initialise
 from las.losses import ctc_frames_needed, joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.plots import plot_hypothesis
-from las.progress import progress_bar, warn
+from las.progress import progress_bar, say, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
 from las.text import Vocabulary
@@ -108,13 +109,20 @@ class Corpus:
     config: Config  # the settings trained with: without audio-only effects on precomputed features
 
 
-def load_corpus(config: Config, vocabulary: Vocabulary | None, normalizer: Normalizer | None) -> Corpus:
-    """Read both manifests, fetch features (cached), fit the normaliser and vocabulary if new."""
+def load_corpus(
+    config: Config, vocabulary: Vocabulary | None, normalizer: Normalizer | None, extend_vocabulary: bool = False
+) -> Corpus:
+    """Read both manifests, fetch features (cached), fit the normaliser and vocabulary if new;
+    with `extend_vocabulary` (fine-tuning), `vocabulary` gains the training texts' new characters."""
     data = config.data
     skip = data.bad_utterances == "skip"
     train_utterances = read_utterances(data.train, input_format=data.input_format, skip_bad=skip)
     dev_utterances = read_utterances(data.dev, input_format=data.input_format, skip_bad=skip)
-    vocabulary = vocabulary or Vocabulary.from_texts(utterance.text for utterance in train_utterances)
+    texts = (utterance.text for utterance in train_utterances)
+    if vocabulary is None:
+        vocabulary = Vocabulary.from_texts(texts)
+    elif extend_vocabulary:
+        vocabulary = vocabulary.extended(texts)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
     if any(utterance.audio is None for utterance in train_utterances):
@@ -227,11 +235,18 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         if config.train.wandb_project:
             wandb_module(config.train.wandb_project)  # before any work
         torch.manual_seed(config.train.seed)
+        # Fine-tuning keeps the trained model's normalisation: its listener learnt on features
+        # scaled by it, and a few minutes of new speech would estimate it worse.
+        start = checkpoint or (load_checkpoint(config.train.init) if config.train.init else None)
         corpus = load_corpus(
-            config, checkpoint.vocabulary if checkpoint else None, checkpoint.normalizer if checkpoint else None
+            config,
+            start.vocabulary if start else None,
+            start.normalizer if start else None,
+            extend_vocabulary=checkpoint is None,
         )
+        initial = start if checkpoint is None else None
         try:
-            Trainer(corpus.config, corpus, out, checkpoint, distributed).run()
+            Trainer(corpus.config, corpus, out, checkpoint, distributed, initial).run()
         finally:
             distributed.stop()
     return out
@@ -268,7 +283,9 @@ class Trainer:
         out: Path,
         checkpoint: Checkpoint | None,
         distributed: Distributed = Distributed(),
+        initial: Checkpoint | None = None,
     ) -> None:
+        """From `checkpoint` to resume, or a new run, starting from `initial`'s weights (train.init)."""
         self.config = config
         self.corpus = corpus
         self.out = out
@@ -306,6 +323,10 @@ class Trainer:
             restored = self.restore(checkpoint)
         elif settings.speller_init:
             load_speller(self.model.speller, settings.speller_init, self.vocabulary)
+        elif initial:
+            for line in initialise(self.model, config.model, self.vocabulary, initial, settings.init):
+                if distributed.is_main:
+                    say(f"--init {settings.init}: {line}")
         if distributed.enabled and not restored:  # ranks share the model, not their dropout or masks
             torch.manual_seed(settings.seed + 1_000_003 * distributed.rank + self.progress.step)
 
@@ -455,6 +476,7 @@ class Trainer:
         norm = learning_rate = math.nan
         if math.isfinite(total):
             self.scaler.scale(loss * distributed.world_size).backward()  # DDP averages over ranks
+            self.drop_frozen_gradients()
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
             norm = clip_gradients(self.model, self.config.train.gradient_clip)
         if math.isfinite(norm):
@@ -466,6 +488,16 @@ class Trainer:
             self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
         named_parts = dict(zip(parts, values, strict=True))
         return Step(total, named_parts, int(frames), norm, learning_rate, bool(stop), bool(save))
+
+    def drop_frozen_gradients(self) -> None:
+        """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs:
+        without a gradient, Adam leaves them as they are."""
+        settings = self.config.train
+        if settings.freeze_epochs and self.progress.epoch >= settings.freeze_epochs:
+            return
+        for name, parameter in self.model.named_parameters():
+            if name.split(".")[0] in settings.frozen_parts:
+                parameter.grad = None
 
     def batch_loss(
         self, batch: Batch, indices: list[int], forcing: float, augment: bool

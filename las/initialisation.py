@@ -1,0 +1,87 @@
+"""Fine-tuning (`las train --init CHECKPOINT`): a new run starts from a trained model's weights,
+for every part that fits, and reports what it did with each part.
+
+Weights are matched by name. Those whose rows are characters (the embedding, the output layer and
+the CTC head) are copied row by row for the characters both vocabularies share, so a changed
+character set keeps what was learnt for the others; new characters start from the usual random
+initialisation. Any other weight must have the same shape: a model of other `model.*` settings
+cannot take these weights, and that is one error naming the settings that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from las.checkpoint import Checkpoint
+from las.config import ModelConfig
+from las.errors import LasError
+from las.text import Vocabulary
+
+# Weights indexed by character in their first dimension.
+CHARACTER_ROWS = (
+    "speller.embedding.weight",
+    "speller.output.weight",
+    "speller.output.bias",
+    "ctc_head.weight",
+    "ctc_head.bias",
+)
+
+
+def initialise(
+    model: nn.Module, config: ModelConfig, vocabulary: Vocabulary, checkpoint: Checkpoint, path: str | Path
+) -> list[str]:
+    """Copy into `model` (built from `config` for `vocabulary`) every weight of `checkpoint` that
+    fits; one line per part (listener, speller, ctc_head) saying what was loaded, initialised or
+    skipped, and one for the characters."""
+    ours, theirs = model.state_dict(), checkpoint.model_state
+    rows = shared_rows(vocabulary, checkpoint.vocabulary)
+    counts: dict[str, Counter[str]] = {}
+    with torch.no_grad():
+        for name, weight in ours.items():
+            part = counts.setdefault(name.split(".")[0], Counter())
+            if name not in theirs:
+                part["initialised (not in the checkpoint)"] += 1
+            elif name in CHARACTER_ROWS and weight.shape[1:] == theirs[name].shape[1:]:
+                weight[rows[0]] = theirs[name][rows[1]].to(weight.dtype)
+                part["loaded by character"] += 1
+            elif weight.shape == theirs[name].shape:
+                weight.copy_(theirs[name])
+                part["loaded"] += 1
+            else:
+                raise LasError(
+                    f"{path}: weight {name} is {tuple(theirs[name].shape)} there, {tuple(weight.shape)} in this "
+                    f"model: --init needs the same model settings and features ({differences(config, checkpoint)})"
+                )
+        for name in theirs.keys() - ours.keys():
+            counts.setdefault(name.split(".")[0], Counter())["skipped (not in this model)"] += 1
+    new = len(vocabulary) - len(rows[0])
+    lines = [
+        f"{part}: " + ", ".join(f"{count} {what}" for what, count in sorted(found.items()))
+        for part, found in counts.items()
+    ]
+    lines.append(f"characters: {len(rows[0])} shared with the checkpoint, {new} new")
+    return lines
+
+
+def shared_rows(ours: Vocabulary, theirs: Vocabulary) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows in `ours`, rows in `theirs`) of the symbols both have."""
+    index = theirs.index
+    pairs = [(position, index[symbol]) for position, symbol in enumerate(ours.symbols) if symbol in index]
+    mine, other = zip(*pairs, strict=True) if pairs else ((), ())
+    return torch.tensor(mine, dtype=torch.long), torch.tensor(other, dtype=torch.long)
+
+
+def differences(config: ModelConfig, checkpoint: Checkpoint) -> str:
+    """The `model.*` settings of `checkpoint` that `config` does not share, or else its features'."""
+    theirs = checkpoint.config.model
+    found = [
+        f"model.{item.name}={getattr(config, item.name)} here, {getattr(theirs, item.name)} there"
+        for item in dataclasses.fields(config)
+        if getattr(config, item.name) != getattr(theirs, item.name)
+    ]
+    return "; ".join(found) or f"features of {checkpoint.input_size} dimensions there"

@@ -1,0 +1,105 @@
+"""Fine-tuning: `las train --init CHECKPOINT` starts from a trained model's weights, keeps the
+rows of the characters both vocabularies share, freezes parts on request, and refuses a model
+its weights cannot fit in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from las.checkpoint import load_checkpoint
+from las.config import load_config
+from las.errors import LasError
+from las.initialisation import CHARACTER_ROWS, initialise
+from las.model.las import LAS
+from las.text import Vocabulary
+
+from .conftest import TINY, an4_rows, assert_clear_error, run, write_manifest
+
+
+def new_speakers(tmp_path: Path) -> Path:
+    """Other AN4 utterances, whose transcripts bring characters the trained run never saw."""
+    return write_manifest(tmp_path / "adapt.tsv", an4_rows("train", 12, longest_seconds=1.6)[4:])
+
+
+def settings(trained_run: dict[str, Path], tmp_path: Path, *extra: str) -> list[str]:
+    manifest = new_speakers(tmp_path)
+    chosen = TINY + [
+        f"data.train={manifest}",
+        f"data.dev={manifest}",
+        f"data.cache_dir={trained_run['root'] / 'cache'}",
+    ]
+    chosen += ["data.batch_size=4", "train.epochs=2", f"train.out={tmp_path / 'run'}"]
+    return [item for assignment in [*chosen, *extra] for item in ("--set", assignment)]
+
+
+def test_every_weight_that_fits_is_loaded_and_shared_characters_keep_their_rows(trained_run: dict[str, Path]) -> None:
+    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    vocabulary = trained.vocabulary.extended(["QZ9"])  # three new characters
+    config = trained.config.model
+    model = LAS.build(config, trained.input_size, len(vocabulary))
+    lines = initialise(model, config, vocabulary, trained, "best.pt")
+    state = model.state_dict()
+    for name, weight in trained.model_state.items():
+        if name in CHARACTER_ROWS:
+            assert torch.equal(state[name][: len(trained.vocabulary)], weight)  # old symbols first, in order
+            assert state[name].shape[0] == len(trained.vocabulary) + 3
+        else:
+            assert torch.equal(state[name], weight)
+    assert lines[-1] == f"characters: {len(trained.vocabulary)} shared with the checkpoint, 3 new"
+    assert any(line.startswith("listener: ") and "loaded" in line for line in lines)
+    # Another order of the same symbols: rows follow the symbols, not the positions.
+    shuffled = Vocabulary(trained.vocabulary.symbols[:4] + tuple(reversed(trained.vocabulary.symbols[4:])))
+    model = LAS.build(config, trained.input_size, len(shuffled))
+    initialise(model, config, shuffled, trained, "best.pt")
+    embedding = model.state_dict()["speller.embedding.weight"]
+    for position, symbol in enumerate(shuffled.symbols):
+        assert torch.equal(
+            embedding[position], trained.model_state["speller.embedding.weight"][trained.vocabulary.index[symbol]]
+        )
+
+
+def test_fine_tuning_keeps_the_normalisation_adds_characters_and_freezes_the_listener(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    init = trained_run["run"] / "best.pt"
+    code, _, stderr = run("train", "--init", init, *settings(trained_run, tmp_path, "train.freeze=listener"))
+    assert code == 0, stderr
+    assert f"--init {init}: listener: " in stderr and "new" in stderr
+    trained, tuned = load_checkpoint(init), load_checkpoint(tmp_path / "run" / "last.pt")
+    assert tuned.vocabulary.symbols[: len(trained.vocabulary)] == trained.vocabulary.symbols
+    assert len(tuned.vocabulary) > len(trained.vocabulary)  # the new speakers' characters
+    assert torch.equal(tuned.normalizer.mean, trained.normalizer.mean)
+    listener = [name for name in trained.model_state if name.startswith("listener.")]
+    assert all(torch.equal(tuned.model_state[name], trained.model_state[name]) for name in listener)
+    assert not torch.equal(
+        tuned.model_state["speller.cells.0.weight_hh"], trained.model_state["speller.cells.0.weight_hh"]
+    )
+
+
+def test_a_listener_frozen_for_one_epoch_moves_after_it(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    init = trained_run["run"] / "best.pt"
+    extra = ("train.freeze=listener,ctc_head", "train.freeze_epochs=1")
+    code, _, stderr = run("train", "--init", init, *settings(trained_run, tmp_path, *extra))
+    assert code == 0, stderr
+    trained, tuned = load_checkpoint(init), load_checkpoint(tmp_path / "run" / "last.pt")
+    name = "listener.key.weight"
+    assert not torch.equal(tuned.model_state[name], trained.model_state[name])
+
+
+def test_a_model_the_weights_cannot_fit_is_one_clear_error(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    init = trained_run["run"] / "best.pt"
+    code, _, stderr = run("train", "--init", init, *settings(trained_run, tmp_path, "model.speller_hidden=64"))
+    assert_clear_error(code, stderr, "--init needs the same model settings and features")
+    assert "model.speller_hidden=64 here, 96 there" in stderr
+    code, _, stderr = run("train", "--init", tmp_path / "absent.pt", *settings(trained_run, tmp_path))
+    assert_clear_error(code, stderr, "absent.pt")
+
+
+def test_freezing_a_part_the_model_does_not_have_is_refused_when_the_config_is_made() -> None:
+    with pytest.raises(LasError, match="'train.freeze': encoder is not one of listener, speller, ctc_head"):
+        load_config(None, ["train.freeze=listener, encoder"])
+    with pytest.raises(LasError, match="choose one place to start from"):
+        load_config(None, ["train.init=a.pt", "train.speller_init=b.pt"])
