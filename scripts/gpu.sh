@@ -8,12 +8,14 @@
 #   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
 #   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
+#   bash scripts/gpu.sh scale "$OUT"   # a tenth of the scale corpus, peak memory against length,
+#                                      # and the 100-hour recipe training on it, detached
 #
 # `seeds` returns at once: its runs outlive the call while the machine stays warm (poll
 # runs/NAME-s*/metrics.jsonl from the next calls). Each run has its own feature cache, so that
 # three writers never share one index.
 set -euo pipefail
-phase=${1:?check, train, decode, seeds or robustness}
+phase=${1:?check, train, decode, seeds, robustness or scale}
 out=${2:-gpu-results}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -47,6 +49,16 @@ seeds)
         setsid nohup python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda --seed "$seed" \
             --set data.cache_dir="runs/cache-$name-s$seed" "$@" > "runs/$name-s$seed.log" 2>&1 < /dev/null &
     done
+    ;;
+scale)
+    [ -f runs/scale/tenth/train.tsv ] || python3 scripts/scale.py build --out runs/scale/tenth --train 2854 \
+        | tee "$out/scale-build.txt"
+    python3 scripts/scale.py memory runs/gpu/best.pt --manifest runs/scale/tenth/dev.tsv --device cuda \
+        | tee "$out/memory.md"
+    resume=$([ -f runs/hw4p2/last.pt ] && echo --resume || true)
+    setsid nohup python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+        --dev runs/scale/tenth/dev.tsv --out runs/hw4p2 --device cuda --precision bf16 --set train.warmup_steps=200 \
+        $resume > runs/hw4p2.log 2>&1 < /dev/null &
     ;;
 robustness)
     name=${3:?run name}
