@@ -10,11 +10,14 @@ import torch
 from las import Recognizer
 from las.checkpoint import load_checkpoint
 from las.config import Config
+from las.data.audio import load_audio
 from las.data.manifest import read_utterances
 from las.inference import transcribe
 from las.model.listener import BidirectionalLSTM
 from las.search import build_strategy
 from las.train import train
+
+from .conftest import an4_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -35,20 +38,48 @@ def test_packed_cuda_blstm_equals_the_padded_cpu_one() -> None:
     torch.testing.assert_close(output.cpu()[mask], expected[mask], rtol=1e-4, atol=1e-5)
 
 
-def test_beam_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[str, Path]) -> None:
+def decode_on(device: str, trained_run: dict[str, Path], settings: list[str]) -> list:
     recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu")
     checkpoint, manifest = recognizer.checkpoint, trained_run["train"]
     utterances, features = recognizer.utterance_features(read_utterances(manifest), manifest)
     dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
-    settings = checkpoint.decoding_config(["decode.strategy=beam", "decode.beam_size=4", "decode.nbest=4"]).decode
-    results = {}
-    for device in ("cpu", "cuda"):
-        model = checkpoint.build_model(device)
-        strategy = build_strategy(settings, checkpoint.vocabulary, model)
-        results[device] = transcribe(model, dataset, strategy, 8, 8000, torch.device(device))
-    for cpu, cuda in zip(results["cpu"], results["cuda"], strict=True):
+    model = checkpoint.build_model(device)
+    strategy = build_strategy(checkpoint.decoding_config(settings).decode, checkpoint.vocabulary, model)
+    return transcribe(model, dataset, strategy, 8, 8000, torch.device(device))
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["decode.strategy=beam", "decode.beam_size=4", "decode.nbest=4"],  # with the CTC prefix scorer
+        ["decode.strategy=beam", "decode.beam_size=4", "decode.ctc_weight=0"],
+        ["decode.strategy=greedy"],
+        ["decode.strategy=ctc"],
+    ],
+)
+def test_every_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[str, Path], settings: list[str]) -> None:
+    for cpu, cuda in zip(*(decode_on(device, trained_run, settings) for device in ("cpu", "cuda")), strict=True):
         assert [h.tokens for h in cuda] == [h.tokens for h in cpu]
         assert [h.score for h in cuda] == pytest.approx([h.score for h in cpu], abs=1e-3)
+
+
+def test_random_search_on_cuda_draws_valid_hypotheses(trained_run: dict[str, Path]) -> None:
+    """Its draws come from the GPU's generator, not the CPU's: the same rules, not the same paths."""
+    results = decode_on("cuda", trained_run, ["decode.strategy=sample", "decode.samples=8", "decode.nbest=3"])
+    vocabulary = load_checkpoint(trained_run["run"] / "last.pt").vocabulary
+    for hypotheses in results:
+        assert 1 <= len(hypotheses) <= 3
+        assert all(0 < token < len(vocabulary) and token != vocabulary.pad for h in hypotheses for token in h.tokens)
+
+
+@pytest.mark.parametrize("strategy", ["beam", "greedy", "sample", "ctc"])
+def test_a_25_second_recording_decodes_whole_on_cuda(trained_run: dict[str, Path], strategy: str) -> None:
+    """The scale corpus's longest utterances, one piece (decode.segment_seconds above them)."""
+    audio = torch.cat([load_audio(Path(row[1]), 16000) for row in an4_rows("train", 20)])[: 25 * 16000]
+    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cuda", strategy=strategy, segment_seconds=30)
+    result = recognizer.transcribe(audio.numpy(), 16000)
+    assert len(result.segments) <= 1  # one piece (none when this tiny model spells nothing)
+    assert all(segment.end == pytest.approx(25.0, abs=0.02) for segment in result.segments)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
@@ -57,6 +88,26 @@ def test_training_on_cuda(tiny_config: Config, precision: str) -> None:
     config = replace(config, data=replace(config.data, workers=2))
     run = train(config)
     assert load_checkpoint(run / "last.pt").training_state["progress"]["epoch"] == 3
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_a_resumed_cuda_run_continues_where_it_stopped(tiny_config: Config, tmp_path: Path, precision: str) -> None:
+    """Weights, optimiser, loss scaler (fp16) and random state carry over. Within a tolerance, not
+    bit for bit: CUDA's embedding and attention gradients are summed with atomics, in any order."""
+    from .test_train import final_weights, metrics, with_training
+
+    straight = with_training(
+        tiny_config, device="cuda", precision=precision, epochs=3, warmup_steps=1, final_learning_rate_scale=1.0
+    )
+    train(with_training(straight, out=str(tmp_path / "straight")))
+    split = with_training(straight, epochs=2, out=str(tmp_path / "split"))
+    train(split)
+    train(split, resume=True, assignments=["train.epochs=3"])
+    expected, resumed = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    for name in expected:
+        torch.testing.assert_close(resumed[name], expected[name], rtol=2e-2, atol=2e-3)
+    losses = [[record["train_loss"] for record in metrics(tmp_path / run)] for run in ("straight", "split")]
+    assert losses[1] == pytest.approx(losses[0], rel=2e-2)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
