@@ -70,6 +70,8 @@ StrategyName = Literal["greedy", "sample", "beam", "ctc"]
 # auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.device.resolve_precision).
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 WordTimes = Literal["ctc", "attention"]
+ConfidenceMeasure = Literal["entropy", "probability"]  # las/confidence.py
+ConfidenceSource = Literal["both", "speller", "ctc"]  # whose distributions (ctc: needs a CTC head)
 
 
 class Section:
@@ -327,6 +329,13 @@ class DecodeConfig(Section):
     min_length_ratio: Annotated[float, Range(0)] = 0.0
     # Attention only from 2 frames behind its last peak to this many ahead, in every strategy (0: off).
     attention_window: NonNegative = 0
+    # Per character, word and recording, from the speller's and the CTC head's distributions
+    # (las/confidence.py); words below min_confidence are left out, with a count on stderr. The
+    # probability flagged AN4 dev's wrong words better than the entropy (AUC 0.805 against 0.774,
+    # 3 seeds; docs/BENCHMARKS.md, "Confidence"), and its scale reads as a probability.
+    confidence: ConfidenceMeasure = "probability"
+    confidence_from: ConfidenceSource = "both"
+    min_confidence: Annotated[Fraction, Flag("--min-confidence", "Leave out words less confident than this.")] = 0.0
     beam_size: Annotated[Count, Flag("--beam-size", "Beam width.")] = 8
     nbest: Annotated[Count, Flag("--nbest", "Hypotheses kept per utterance (JSONL).")] = 1
     # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus

@@ -69,18 +69,30 @@ def file_name(identifier: str, suffix: str) -> str:
 
 
 def transcript(result: Result) -> Transcript:
-    """A result as text; JSONL also gets its score, n-best list, segments and word times."""
+    """A result as text; JSONL also gets its score, confidence, n-best list, segments, and word
+    times with their confidences."""
     extra = {
         "score": json_score(result.score),
         "nbest": [{"text": text, "score": json_score(score)} for text, score in result.nbest],
         "segments": [
             {"start": round(item.start, 3), "end": round(item.end, 3), "text": item.text} for item in result.segments
         ],
+        "confidence": rounded(result.confidence),
         "words": [
-            {"start": round(item.start, 3), "end": round(item.end, 3), "word": item.word} for item in result.words
+            {
+                "start": round(item.start, 3),
+                "end": round(item.end, 3),
+                "word": item.word,
+                "confidence": rounded(item.confidence),
+            }
+            for item in result.words
         ],
     }
     return Transcript(result.id, result.text, extra)
+
+
+def rounded(confidence: float | None) -> float | None:
+    return None if confidence is None else round(confidence, 4)
 
 
 def json_score(score: float) -> float | None:

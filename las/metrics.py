@@ -57,3 +57,13 @@ def align(hypothesis: str, reference: str) -> tuple[str, str, str]:
         mark = {"equal": " ", "replace": "S", "delete": "D", "insert": "I"}[operation]
         marks.append(mark * width)
     return "".join(reference_line), "".join(hypothesis_line), "".join(marks)
+
+
+def correct_words(hypothesis: Sequence[str], reference: Sequence[str]) -> list[bool]:
+    """For each hypothesis word, whether the cheapest alignment to `reference` matches it to the
+    same word (not a substitution or an insertion)."""
+    correct = [False] * len(hypothesis)
+    for operation, _, _, start, end in Levenshtein.opcodes(list(reference), list(hypothesis)):
+        if operation == "equal":
+            correct[start:end] = [True] * (end - start)
+    return correct

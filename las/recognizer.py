@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from las.checkpoint import Checkpoint, load_checkpoint
+from las.confidence import overall_confidence, word_confidence
 from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
@@ -42,6 +43,7 @@ class Word:
     start: float  # seconds from the start of the recording
     end: float
     word: str
+    confidence: float | None = None  # in [0, 1] (las.confidence)
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Result:
     segments: list[Segment]
     words: list[Word]
     nbest: list[tuple[str, float]]  # (text, score) best first; of the whole recording if unsplit
+    confidence: float | None = None  # the mean of its words' (None without words)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Recognizer:
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
         self.surroundings = Surroundings.of(self.config)
         self.timing = Timing(0.0, 0.0)
+        self.left_out = 0
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", **settings: object) -> Recognizer:
@@ -190,15 +194,20 @@ class Recognizer:
             self.config.data.max_batch_frames,
             self.device,
             align=self.config.decode.word_times,
+            confidence=(self.config.decode.confidence, self.config.decode.confidence_from),
         )
         self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
         segments: list[list[Segment]] = [[] for _ in features]
+        self.left_out = 0  # words below decode.min_confidence
         nbests: list[list[Hypothesis]] = [[] for _ in features]
         for piece, hypotheses in zip(pieces, found, strict=True):
             audio = from_audio is None or from_audio[piece.recording]
             energy = frame_energy(features[piece.recording][piece.start : piece.end]) if audio else None
             segments[piece.recording].append(self.segment(piece, hypotheses[0], hop, energy))
             nbests[piece.recording] = hypotheses
+        if self.left_out:
+            threshold = self.config.decode.min_confidence
+            warn(f"{self.left_out} words less confident than decode.min_confidence={threshold:g} left out")
         return [
             self.result(identifier, pieces_of, nbest)
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
@@ -230,9 +239,12 @@ class Recognizer:
             for word in self.words(hypothesis, piece.start * hop, piece.end * hop, energy)
             if start <= (word.start + word.end) / 2 < end
         ]
-        with_context = (piece.start, piece.end) != (piece.own_start, piece.own_end)
-        text = " ".join(word.word for word in words) if with_context else self.vocabulary.decode(hypothesis.tokens)
-        return Segment(start, end, text, hypothesis.score, hypothesis, words)
+        threshold = self.config.decode.min_confidence
+        kept = [word for word in words if word.confidence is None or word.confidence >= threshold]
+        self.left_out += len(words) - len(kept)
+        rebuilt = (piece.start, piece.end) != (piece.own_start, piece.own_end) or len(kept) < len(words)
+        text = " ".join(word.word for word in kept) if rebuilt else self.vocabulary.decode(hypothesis.tokens)
+        return Segment(start, end, text, hypothesis.score, hypothesis, kept)
 
     def result(self, identifier: str, segments: list[Segment], nbest: list[Hypothesis]) -> Result:
         """A recording's result from its segments; its n-best list only when it was not split."""
@@ -241,7 +253,8 @@ class Recognizer:
         listed = [(self.vocabulary.decode(item.tokens), item.score) for item in nbest] if len(segments) == 1 else []
         score = sum(segment.score for segment in segments)
         words = [word for segment in spoken for word in segment.words]
-        return Result(identifier, text, score, spoken, words, listed or [(text, score)])
+        confidence = overall_confidence([word.confidence for word in words])
+        return Result(identifier, text, score, spoken, words, listed or [(text, score)], confidence)
 
     def words(self, hypothesis: Hypothesis, start: float, end: float, energy: torch.Tensor | None) -> list[Word]:
         """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
@@ -249,20 +262,24 @@ class Recognizer:
         begins (`las.timing.sound_start`) when the piece's frame `energy` is known."""
         hop = self.config.features.hop_ms / 1000
         reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
+        trust = hypothesis.confidences or [None] * len(hypothesis.tokens)
+        characters = [*zip(hypothesis.tokens, hypothesis.spans or [], trust, strict=True), (None, None, None)]
         words, current, previous_end = [], [], 0
-        for token, span in [*zip(hypothesis.tokens, hypothesis.spans or [], strict=True), (None, None)]:
+        for token, span, confidence in characters:
             if token is None or self.vocabulary.decode([token]) == " ":
                 if current:
-                    text = self.vocabulary.decode([item for item, _ in current])
-                    first = min(span[0] for _, span in current) * reduction
-                    last = max(span[1] for _, span in current) * reduction
+                    text = self.vocabulary.decode([item for item, _, _ in current])
+                    first = min(span[0] for _, span, _ in current) * reduction
+                    last = max(span[1] for _, span, _ in current) * reduction
                     if energy is not None:
                         first = sound_start(energy, first, previous_end, self.config.features.mel_bins)
-                    words.append(Word(start + first * hop, min(start + last * hop, end), text))
+                    measured = [value for _, _, value in current if value is not None]
+                    trusted = word_confidence(measured) if measured else None
+                    words.append(Word(start + first * hop, min(start + last * hop, end), text, trusted))
                     previous_end = last
                 current = []
             else:
-                current.append((token, span))
+                current.append((token, span, confidence))
         return words
 
 

@@ -11,6 +11,7 @@ from las.errors import LasError
 PAD, SOS, EOS, UNK = "<pad>", "<sos>", "<eos>", "<unk>"
 SPECIALS = (PAD, SOS, EOS, UNK)
 PAD_INDEX = 0  # padding, and the CTC blank
+SOS_INDEX = SPECIALS.index(SOS)
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Vocabulary:
 
     @property
     def sos(self) -> int:
-        return 1
+        return SOS_INDEX
 
     @property
     def eos(self) -> int:

@@ -20,6 +20,7 @@ class Hypothesis:
     # [start, end) encoder frames of each token, when aligned (las.timing), and by what: ctc|attention
     spans: list[tuple[int, int]] | None = None
     aligned_by: str = ""
+    confidences: list[float] | None = None  # of each token, when measured (las.confidence)
 
 
 class Heard(NamedTuple):
