@@ -20,6 +20,16 @@ from las.errors import LasError
 from .conftest import an4_rows, write_manifest
 
 
+def forbid(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """These functions of the cache fail if called: the work they do must not happen."""
+
+    def fail(*_: object) -> None:
+        raise AssertionError("work done despite the cache")
+
+    for name in names:
+        monkeypatch.setattr(cache_module, name, fail)
+
+
 @pytest.fixture
 def utterances(tmp_path: Path) -> list:
     return read_utterances(write_manifest(tmp_path / "six.tsv", an4_rows("train", 6)))
@@ -42,11 +52,7 @@ def test_a_second_run_extracts_nothing_and_rehashes_nothing(
 ) -> None:
     first = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
 
-    def fail(*_: object) -> None:
-        raise AssertionError("work done despite the cache")
-
-    monkeypatch.setattr(cache_module, "extract_chunk", fail)
-    monkeypatch.setattr(cache_module, "read_bytes", fail)  # unchanged files are known without reading them
+    forbid(monkeypatch, "extract_chunk", "read_bytes")  # unchanged files are known without reading them
     again = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
@@ -90,11 +96,7 @@ def test_symbolic_links_to_cached_files_are_served_without_reading_them(
         rows.append([f"link{number}", str(link), "1.0", utterance.text])
     linked = read_utterances(write_manifest(tmp_path / "links.tsv", rows))
 
-    def fail(*_: object) -> None:
-        raise AssertionError("work done despite the cache")
-
-    monkeypatch.setattr(cache_module, "extract_chunk", fail)
-    monkeypatch.setattr(cache_module, "read_bytes", fail)
+    forbid(monkeypatch, "extract_chunk", "read_bytes")
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(linked)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
@@ -175,11 +177,7 @@ def test_feature_files_are_copied_into_float32_shards_and_served_exactly(
     assert shards and all(np.load(shard, mmap_mode="r").dtype == np.float32 for shard in shards)
     assert all(torch.equal(stored, torch.from_numpy(array)) for stored, array in zip(features, arrays, strict=True))
 
-    def fail(*_: object) -> None:
-        raise AssertionError("a feature file read despite the cache")
-
-    monkeypatch.setattr(cache_module, "read_feature_file", fail)
-    monkeypatch.setattr(cache_module, "read_bytes", fail)
+    forbid(monkeypatch, "read_feature_file", "read_bytes")
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
     assert all(torch.equal(a, b) for a, b in zip(features, again, strict=True))
 
