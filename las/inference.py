@@ -65,10 +65,10 @@ def aligned(
     `method`, or the other one where that is impossible (no CTC head; no attention weights); with
     `confidence` (a measure, and whose distributions), each of its tokens' (las.confidence)."""
     ctc_log_probs = None
-    wanted = method == "ctc" or confidence is not None or any(nbest[0].attention is None for nbest in found)
+    measure, source = confidence if confidence else (None, None)
+    wanted = method == "ctc" or source in ("both", "ctc") or any(nbest[0].attention is None for nbest in found)
     if model.ctc_head is not None and wanted:
         ctc_log_probs = model.ctc_head(memory.hidden).float().log_softmax(dim=-1)  # (batch, frames, vocabulary)
-    measure, source = confidence or ("entropy", "")
     speller = spelled(model, memory, [nbest[0].tokens for nbest in found]) if source in ("both", "speller") else None
     result = []
     for row, hypotheses in enumerate(found):
