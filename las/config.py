@@ -335,6 +335,8 @@ class DecodeConfig(Section):
     # 3 seeds; docs/BENCHMARKS.md, "Confidence"), and its scale reads as a probability.
     confidence: ConfidenceMeasure = "probability"
     confidence_from: ConfidenceSource = "both"
+    # Subtitles: each cue's text followed by its confidence, e.g. "GO TO THE DOOR [0.83]".
+    subtitle_confidence: Annotated[bool, Flag("--cue-confidence", "Subtitle cues end with their confidence.")] = False
     min_confidence: Annotated[Fraction, Flag("--min-confidence", "Leave out words less confident than this.")] = 0.0
     beam_size: Annotated[Count, Flag("--beam-size", "Beam width.")] = 8
     nbest: Annotated[Count, Flag("--nbest", "Hypotheses kept per utterance (JSONL).")] = 1

@@ -3,6 +3,7 @@ and writes transcripts (CSV, Kaldi text, JSONL with times) or subtitles (SRT, We
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -10,11 +11,12 @@ import sys
 from pathlib import Path
 
 from las.checkpoint import load_checkpoint
+from las.confidence import overall_confidence
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.files import check_writable, make_directory, write_text_atomically
 from las.plots import plot_hypothesis
-from las.recognizer import Recognizer, Result, Timing
+from las.recognizer import Recognizer, Result, Segment, Timing
 from las.subtitles import SUBTITLE_FORMATS, write_subtitles
 from las.transcripts import Transcript, write_transcripts
 
@@ -52,7 +54,7 @@ def decode(
     utterances, features = recognizer.utterance_features(utterances, input_path)
     identifiers = [utterance.id for utterance in utterances]
     results = recognizer.recognize(identifiers, features, [utterance.audio is not None for utterance in utterances])
-    write_output(results, output_format, out, subtitles_per_file)
+    write_output(results, output_format, out, subtitles_per_file, recognizer.config.decode.subtitle_confidence)
     for result in results[:plot_attention]:
         for number, segment in enumerate(result.segments):
             suffix = f"_{number}.png" if len(result.segments) > 1 else ".png"
@@ -91,6 +93,12 @@ def transcript(result: Result) -> Transcript:
     return Transcript(result.id, result.text, extra)
 
 
+def rated(segment: Segment) -> Segment:
+    """A segment whose text ends with its confidence, the mean of its words' (`[0.83]`)."""
+    confidence = overall_confidence([word.confidence for word in segment.words])
+    return segment if confidence is None else dataclasses.replace(segment, text=f"{segment.text} [{confidence:.2f}]")
+
+
 def rounded(confidence: float | None) -> float | None:
     return None if confidence is None else round(confidence, 4)
 
@@ -100,24 +108,33 @@ def json_score(score: float) -> float | None:
     return round(score, 4) if math.isfinite(score) else None
 
 
-def write_output(results: list[Result], output_format: str, out: str | Path | None, per_file: bool = False) -> None:
+def write_output(
+    results: list[Result],
+    output_format: str,
+    out: str | Path | None,
+    per_file: bool = False,
+    confidence: bool = False,
+) -> None:
     """To stdout, or to `out` through a temporary file, so an interrupted run leaves no half
-    file; subtitles of several recordings go to one file each in the folder `out`."""
+    file; subtitles of several recordings go to one file each in the folder `out`, with each
+    cue's `confidence` after its text where asked."""
     if per_file:
         for result in results:
             write_text_atomically(
-                Path(out) / file_name(result.id, f".{output_format}"), formatted([result], output_format)
+                Path(out) / file_name(result.id, f".{output_format}"), formatted([result], output_format, confidence)
             )
     elif out is None:
-        sys.stdout.write(formatted(results, output_format))
+        sys.stdout.write(formatted(results, output_format, confidence))
     else:
-        write_text_atomically(out, formatted(results, output_format))
+        write_text_atomically(out, formatted(results, output_format, confidence))
 
 
-def formatted(results: list[Result], output_format: str) -> str:
+def formatted(results: list[Result], output_format: str, confidence: bool = False) -> str:
     text = io.StringIO()
     if output_format in SUBTITLE_FORMATS:
-        write_subtitles([segment for result in results for segment in result.segments], output_format, text)
+        segments = [segment for result in results for segment in result.segments]
+        cues = [rated(segment) for segment in segments] if confidence else segments
+        write_subtitles(cues, output_format, text)
     else:
         write_transcripts([transcript(result) for result in results], output_format, text)
     return text.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,14 @@ def test_jsonl_has_each_words_confidence_and_min_confidence_leaves_words_out(
         json.loads(line)["text"] == " ".join(w["word"] for w in json.loads(line)["words"])
         for line in stdout.splitlines()
     )
+
+
+def test_subtitles_carry_each_cues_confidence_on_request(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    checkpoint, manifest = trained_run["run"] / "last.pt", trained_run["train"]
+    for option, folder in (([], "plain"), (["--cue-confidence"], "rated")):
+        code, _, stderr = run("decode", checkpoint, manifest, "--format", "vtt", "--out", tmp_path / folder, *option)
+        assert code == 0, stderr
+    rated = [line for file in sorted((tmp_path / "rated").iterdir()) for line in file.read_text().splitlines()]
+    plain = [line for file in sorted((tmp_path / "plain").iterdir()) for line in file.read_text().splitlines()]
+    texts = [(mine, theirs) for mine, theirs in zip(rated, plain, strict=True) if mine != theirs]
+    assert texts and all(re.fullmatch(re.escape(theirs) + r" \[[01]\.\d\d\]", mine) for mine, theirs in texts)
