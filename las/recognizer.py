@@ -105,7 +105,6 @@ class Recognizer:
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
         self.surroundings = Surroundings.of(self.config)
         self.timing = Timing(0.0, 0.0)
-        self.left_out = 0
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", **settings: object) -> Recognizer:
@@ -198,16 +197,18 @@ class Recognizer:
         )
         self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
         segments: list[list[Segment]] = [[] for _ in features]
-        self.left_out = 0  # words below decode.min_confidence
+        left_out = 0  # words below decode.min_confidence
         nbests: list[list[Hypothesis]] = [[] for _ in features]
         for piece, hypotheses in zip(pieces, found, strict=True):
             audio = from_audio is None or from_audio[piece.recording]
             energy = frame_energy(features[piece.recording][piece.start : piece.end]) if audio else None
-            segments[piece.recording].append(self.segment(piece, hypotheses[0], hop, energy))
+            segment, dropped = self.segment(piece, hypotheses[0], hop, energy)
+            segments[piece.recording].append(segment)
+            left_out += dropped
             nbests[piece.recording] = hypotheses
-        if self.left_out:
+        if left_out:
             threshold = self.config.decode.min_confidence
-            warn(f"{self.left_out} words less confident than decode.min_confidence={threshold:g} left out")
+            warn(f"{left_out} words less confident than decode.min_confidence={threshold:g} left out")
         return [
             self.result(identifier, pieces_of, nbest)
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
@@ -228,11 +229,13 @@ class Recognizer:
             ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
         )
 
-    def segment(self, piece: Piece, hypothesis: Hypothesis, hop: float, energy: torch.Tensor | None) -> Segment:
+    def segment(
+        self, piece: Piece, hypothesis: Hypothesis, hop: float, energy: torch.Tensor | None
+    ) -> tuple[Segment, int]:
         """The part of `piece` it owns: where the piece was heard with context around a cut in
-        speech, only the words centred in its own part (the neighbour has the others).
-        `energy` `(frames,)`: of the piece's audio, for where words begin (None: features of
-        unknown scale)."""
+        speech, only the words centred in its own part (the neighbour has the others), and
+        without those below `decode.min_confidence`, which it counts. `energy` `(frames,)`: of
+        the piece's audio, for where words begin (None: features of unknown scale)."""
         start, end = piece.own_start * hop, piece.own_end * hop
         words = [
             dataclasses.replace(word, start=max(word.start, start))  # a sound begun in the context
@@ -241,10 +244,9 @@ class Recognizer:
         ]
         threshold = self.config.decode.min_confidence
         kept = [word for word in words if word.confidence is None or word.confidence >= threshold]
-        self.left_out += len(words) - len(kept)
         rebuilt = (piece.start, piece.end) != (piece.own_start, piece.own_end) or len(kept) < len(words)
         text = " ".join(word.word for word in kept) if rebuilt else self.vocabulary.decode(hypothesis.tokens)
-        return Segment(start, end, text, hypothesis.score, hypothesis, kept)
+        return Segment(start, end, text, hypothesis.score, hypothesis, kept), len(words) - len(kept)
 
     def result(self, identifier: str, segments: list[Segment], nbest: list[Hypothesis]) -> Result:
         """A recording's result from its segments; its n-best list only when it was not split."""
