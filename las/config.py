@@ -223,6 +223,10 @@ class AugmentConfig(Section):
     # Of the draws, this share becomes one word of its utterance cut at its word times
     # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
     words: Fraction = 0.1
+    # Of the draws, this share becomes a sound that is not speech (music, typing, knocks, a
+    # ringtone, a crowd: las/data/sounds.py) with an empty transcript, so that the model learns
+    # to say nothing about them.
+    nonspeech: Fraction = 0.0
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8
 
@@ -233,7 +237,7 @@ class AugmentConfig(Section):
 
     @property
     def enabled(self) -> bool:
-        return any((self.reverberation, self.noise, self.telephone, self.gain_db, self.crop))
+        return any((self.reverberation, self.noise, self.telephone, self.gain_db, self.crop, self.nonspeech))
 
 
 FREEZABLE = ("listener", "speller", "ctc_head")  # the model's parts, as its weights' names begin

@@ -27,6 +27,7 @@ from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
 from las.data.excerpts import WordExcerpts
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
+from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
 from las.device import autocast, resolve_precision
 from las.distributed import Distributed
@@ -160,6 +161,7 @@ def load_corpus(
         [1.0, *speeds],
         surroundings,
         WordExcerpts.of(config, train_utterances, lambda: cache.identify(train_utterances)),
+        NonSpeech.of(config, augmentation.pool if augmentation else []),
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)

@@ -43,6 +43,7 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, speller pre-trained as LM": [f"train.speller_init={SPELLER}"],
     "location, cumulative, single words 0.2 of draws": ["train.augment.words=0.2"],
     "location, cumulative, no single words": ["train.augment.words=0"],
+    "location, cumulative, non-speech 0.05 of draws": ["train.augment.nonspeech=0.05"],
     "dot": ["model.attention=dot"],
     "scaled dot": ["model.attention=scaled_dot"],
     "general (bilinear)": ["model.attention=general"],

@@ -17,6 +17,7 @@ from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.manifest import Utterance
+from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
 from las.segmentation import Levels
 from las.text import Vocabulary
@@ -112,7 +113,8 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
     features anew from the augmented audio at `sources[index]`, at speed `speeds[variant]`. With
     `surroundings` (features from audio), what surrounds the speech is cut to its margin, found in
     the features as recorded, so that noise drawn into a draw cannot move its edges. With
-    `excerpts`, a draw may instead be one word of its utterance.
+    `excerpts`, a draw may instead be one word of its utterance; with `nonspeech`, a sound that
+    is not speech, with an empty transcript.
     """
 
     def __init__(
@@ -129,11 +131,13 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         speeds: Sequence[float] = (1.0,),
         surroundings: Surroundings | None = None,
         excerpts: WordExcerpts | None = None,
+        nonspeech: NonSpeech | None = None,
     ) -> None:
         """`with_targets=False` for decoding, where transcripts are references at most."""
         self.augmentation = augmentation
         self.surroundings = surroundings
         self.excerpts = excerpts
+        self.nonspeech = nonspeech
         self.sources = list(sources)
         self.speeds = list(speeds)  # per variant
         self.ids = list(ids)
@@ -158,6 +162,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         speeds: Sequence[float] = (1.0,),
         surroundings: Surroundings | None = None,
         excerpts: WordExcerpts | None = None,
+        nonspeech: NonSpeech | None = None,
     ) -> SpeechDataset:
         return cls(
             [utterance.id for utterance in utterances],
@@ -176,6 +181,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             speeds,
             surroundings,
             excerpts,
+            nonspeech,
         )
 
     def __len__(self) -> int:
@@ -200,6 +206,11 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             if excerpt is not None:
                 features, text = whole[excerpt.start : excerpt.end], excerpt.word
                 tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
+        if self.nonspeech is not None and generator is not None:
+            sound = self.nonspeech.draw(len(whole), generator)
+            if sound is not None:  # heard as decoding hears it: trimmed to where it rises
+                start, end = self.surroundings.span(Levels.of(sound)) if self.surroundings else (0, len(sound))
+                features, text, tokens = sound[start:end], "", torch.zeros(0, dtype=torch.long)
         if self.normalizer is not None:
             features = self.normalizer(features)
         return Example(self.ids[index], features, tokens, text)
