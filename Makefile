@@ -9,7 +9,7 @@ RUN := runs/an4
 $(BIN)/las: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev,export]"
 	touch $@
 
 install: $(BIN)/las

@@ -29,6 +29,7 @@ class Checkpoint:
     model_state: dict[str, torch.Tensor]
     training_state: dict[str, Any]  # empty for a model-only file
     input_size: int  # feature dimension the model reads
+    export: Path | None = None  # an ONNX export folder (las.export) whose graphs hold the weights
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
@@ -55,6 +56,11 @@ class Checkpoint:
             raise LasError(f"{path}: damaged checkpoint: normalisation statistics do not match input_size")
 
     def build_model(self, device: torch.device | str = "cpu") -> LAS:
+        """The model in PyTorch on `device`; for an export, its graphs in ONNX Runtime (las.runtime)."""
+        if self.export is not None:
+            from las.runtime import ExportedModel
+
+            return ExportedModel(self.export, self)  # type: ignore[return-value]: it decodes as LAS does
         model = LAS.build(self.config.model, self.input_size, len(self.vocabulary))
         try:
             model.load_state_dict(self.model_state)
@@ -87,7 +93,12 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
+    """A checkpoint written by `las train`, or an export folder written by `las export`."""
     path = Path(path)
+    if path.is_dir():
+        from las.runtime import load_export
+
+        return load_export(path)
     if not path.is_file():
         raise LasError(f"checkpoint not found: {path}")
     try:
@@ -103,13 +114,31 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             f"(version {VERSION}); decode it with the las that wrote it or retrain"
         )
     try:
-        checkpoint = Checkpoint(
+        checkpoint = payload_checkpoint(payload, dict(payload["model"]), dict(payload["training"]), path)
+    except KeyError as error:
+        raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
+    checkpoint.check_weights(path)
+    return checkpoint
+
+
+def payload_checkpoint(
+    payload: dict[str, Any],
+    model_state: dict[str, torch.Tensor],
+    training_state: dict[str, Any],
+    path: Path,
+    export: Path | None = None,
+) -> Checkpoint:
+    """The settings, vocabulary and normalisation of a checkpoint's (or an export's) `payload`,
+    with these weights; one clear error where they are damaged."""
+    try:
+        return Checkpoint(
             Config.from_dict(payload["config"]),
             Vocabulary.from_list(payload["vocabulary"]),
             Normalizer.from_dict(payload["normalizer"]),
-            dict(payload["model"]),
-            dict(payload["training"]),
+            model_state,
+            training_state,
             int(payload.get("input_size", payload["config"]["features"]["mel_bins"])),
+            export,
         )
     except KeyError as error:
         raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
@@ -117,5 +146,3 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise LasError(f"{path}: damaged checkpoint: {error}") from None
     except LasError as error:
         raise LasError(f"{path}: damaged checkpoint: {error}") from None
-    checkpoint.check_weights(path)
-    return checkpoint

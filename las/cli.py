@@ -58,6 +58,11 @@ InputFormat = choices("InputFormat", config_module.InputFormat)
 Precision = choices("Precision", config_module.Precision)
 
 
+class Quantize(StrEnum):
+    none = "none"
+    int8 = "int8"
+
+
 class OutputFormat(StrEnum):
     csv = "csv"
     kaldi = "kaldi"
@@ -321,6 +326,26 @@ def align(
 
     aligned, _ = align_file(checkpoint, input_path, out, input_format.value, device.value)
     typer.echo(f"aligned {aligned} utterances", err=True)
+
+
+@app.command()
+@reports_errors
+def export(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train.")],
+    out: Annotated[Path, typer.Argument(metavar="OUT", help="The folder to write the ONNX graphs into.")],
+    quantize: Annotated[
+        Quantize, typer.Option("--quantize", help="int8: the matrix products' weights as int8 (dynamic).")
+    ] = Quantize.none,
+) -> None:
+    """The model as ONNX graphs (listener, CTC head, speller start and step) for ONNX Runtime:
+    `las decode OUT INPUT` decodes with them, every strategy as with the checkpoint."""
+    from las.checkpoint import load_checkpoint
+    from las.export import export as write_export
+
+    loaded = load_checkpoint(checkpoint)
+    if loaded.export is not None:
+        raise LasError(f"{checkpoint} is an export already; export a checkpoint written by las train")
+    write_export(loaded, out, "" if quantize == Quantize.none else quantize.value)
 
 
 @app.command(name="eval")

@@ -30,6 +30,7 @@ from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe
 from las.progress import warn
+from las.runtime import run_on
 from las.search import Hypothesis, build_strategy
 from las.segmentation import Levels, frame_energy, split_at_pauses
 from las.timing import sound_start
@@ -100,7 +101,7 @@ class Recognizer:
         self.config = checkpoint.decoding_config(list(settings))
         self.checkpoint = checkpoint
         self.vocabulary = checkpoint.vocabulary
-        self.device = resolve_device(str(device))
+        self.device = resolve_device(str(device)) if checkpoint.export is None else run_on(device)
         self.model = checkpoint.build_model(self.device)
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
         self.surroundings = Surroundings.of(self.config)

@@ -240,6 +240,8 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         # Fine-tuning keeps the trained model's normalisation: its listener learnt on features
         # scaled by it, and a few minutes of new speech would estimate it worse.
         start = checkpoint or (load_checkpoint(config.train.init) if config.train.init else None)
+        if start is not None and start.export is not None:
+            raise LasError(f"--init {config.train.init}: an export holds no trainable weights; give its checkpoint")
         corpus = load_corpus(
             config,
             start.vocabulary if start else None,

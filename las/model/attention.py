@@ -137,11 +137,16 @@ class LocationAwareAttention(AdditiveAttention):
         # the query beside the filter, 2(k + q + U·(F * w)) is a single batched product.
         kernel = self.convolution.kernel_size[0]
         padded = functional.pad(previous_weights, (kernel // 2, kernel - 1 - kernel // 2))
-        windows = padded.unfold(1, kernel, 1)  # (batch, frames, kernel)
-        windows = torch.cat([windows, windows.new_ones(windows.shape[:2] + (1,))], dim=2)
+        frames = previous_weights.shape[1]
+        ones = previous_weights.new_ones(previous_weights.shape + (1,))
+        if torch.onnx.is_in_onnx_export():  # ONNX has no unfold of a length known only at run time
+            shifted = [padded[:, tap : tap + frames] for tap in range(kernel)]
+            windows = torch.cat([torch.stack(shifted, dim=2), ones], dim=2)
+        else:
+            windows = torch.cat([padded.unfold(1, kernel, 1), ones], dim=2)  # (batch, frames, kernel + 1)
         taps = (self.projection.weight @ self.convolution.weight[:, 0, :]).t()  # (kernel, key_dim)
         coefficients = torch.cat(
-            [taps.expand(len(query), -1, -1), query[:, None, :]], dim=1
+            [taps.expand(query.shape[0], -1, -1), query[:, None, :]], dim=1
         )  # (batch, kernel + 1, key_dim)
         return self.energies(torch.baddbmm(keys, windows, coefficients, beta=2, alpha=2))
 

@@ -116,8 +116,9 @@ class Listener(nn.Module):
         x = self.input_layer(features, lengths)  # (batch, frames, 2H), zero on padding
         for layer in self.pyramid:
             x, lengths = self.dropout(x), halve_lengths(lengths)
-            if x.shape[1] % 2:
-                x = nn.functional.pad(x, (0, 0, 0, 1))  # zero frame to pair with an odd last one
+            # A zero frame to pair with an odd last one; padding by the parity, not under an `if`,
+            # keeps the graph one for every length (las.export).
+            x = nn.functional.pad(x, (0, 0, 0, x.shape[1] % 2))
             batch, frames, size = x.shape
             x = layer(x.reshape(batch, frames // 2, 2 * size), lengths)  # (batch, frames / 2, 2H)
         lengths = lengths.to(x.device)

@@ -1,0 +1,233 @@
+"""`las export CHECKPOINT OUT/`: a trained model as ONNX graphs that ONNX Runtime runs without
+PyTorch's autograd or Python model code: the listener, the CTC head, and the speller's first state
+and one step, with the state explicit in and out. The search stays in host code (las.runtime):
+a whole decoding loop does not export (pytorch issues 42404, 88801), and every strategy, the CTC
+prefix scorer, word times and confidences then work on an export as on a checkpoint.
+
+OUT/ holds the graphs and `model.json`: the checkpoint without its weights (config, vocabulary,
+normalisation), the format's version, and each graph's SHA-256, so a damaged or foreign folder
+is refused before a graph is run. `--quantize int8` stores the matrix products' weights as int8
+(dynamic quantisation: activations quantised per batch at run time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from las.checkpoint import Checkpoint
+from las.errors import LasError
+from las.files import make_directory, write_text_atomically
+from las.model.las import LAS
+from las.model.listener import ListenerOutput
+from las.model.speller import SpellerState
+from las.progress import say
+
+FORMAT = "las-onnx"
+VERSION = 1  # bump when the graphs' inputs and outputs or model.json change incompatibly
+MANIFEST = "model.json"
+OPSET = 17
+EXTRA = "onnx and onnxruntime are not installed: pip install 'las[export]'"
+
+
+def onnx_modules():  # noqa: ANN201 - the optional modules, or one clear error
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError:
+        raise LasError(EXTRA) from None
+    return onnx, onnxruntime
+
+
+def state_names(layers: int) -> list[str]:
+    """The speller state's tensors in the order SpellerState flattens them."""
+    return (
+        [f"hidden_{layer}" for layer in range(layers)]
+        + [f"cell_{layer}" for layer in range(layers)]
+        + [
+            "context",
+            "weights",
+            "history",
+        ]
+    )
+
+
+def flatten(state: SpellerState) -> tuple[torch.Tensor, ...]:
+    return (*state.hidden, *state.cell, state.context, state.weights, state.history)
+
+
+def unflatten(tensors: tuple[torch.Tensor, ...] | list[torch.Tensor], layers: int) -> SpellerState:
+    return SpellerState(
+        tuple(tensors[:layers]), tuple(tensors[layers : 2 * layers]), tensors[-3], tensors[-2], tensors[-1]
+    )
+
+
+class ListenerGraph(nn.Module):
+    """features `(batch, frames, input)`, lengths `(batch,)` -> keys, values, hidden, lengths."""
+
+    def __init__(self, model: LAS) -> None:
+        super().__init__()
+        self.listener = model.listener
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        memory = self.listener(features, lengths)
+        return memory.keys, memory.values, memory.hidden, memory.lengths
+
+
+class SpellerStartGraph(nn.Module):
+    """values `(batch, frames, value)`, mask `(batch, frames)` -> the first state, flattened."""
+
+    def __init__(self, model: LAS) -> None:
+        super().__init__()
+        self.speller = model.speller
+
+    def forward(self, values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        lengths = mask.sum(dim=1)
+        memory = ListenerOutput(values, values, mask, lengths, values)
+        return flatten(self.speller.initial_state(memory))
+
+
+class SpellerStepGraph(nn.Module):
+    """tokens `(rows,)`, the state, keys, values, mask -> logits `(rows, vocabulary)` and the next state."""
+
+    def __init__(self, model: LAS) -> None:
+        super().__init__()
+        self.speller = model.speller
+        self.layers = len(model.speller.cells)
+
+    def forward(self, tokens: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        *state, keys, values, mask = inputs
+        memory = ListenerOutput(keys, values, mask, mask.sum(dim=1), values)
+        logits, after = self.speller.step(tokens, unflatten(state, self.layers), memory)
+        return (logits, *flatten(after))
+
+
+def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list[str], list[str]], axes: dict) -> None:
+    """`module` as an ONNX graph at `path` through the TorchScript exporter, whose dynamic axes
+    keep one graph for every batch and length (LSTMs become ONNX LSTM operators)."""
+    input_names, output_names = names
+    wanted = {name: axis for name, axis in axes.items() if name in input_names or name in output_names}
+    with warnings.catch_warnings():  # the exporter's advice on LSTM batch sizes and constant folding
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            inputs,
+            str(path),
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=wanted,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
+    """Write the graphs of `checkpoint` and its `model.json` into `out`."""
+    onnx_modules()
+    if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
+        raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
+    model = checkpoint.build_model("cpu")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise LasError(f"{out}: a folder with other files in it; export into a new or an export's folder")
+    make_directory(out, "export folder")
+    (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
+    layers = len(model.speller.cells)
+    names = state_names(layers)
+    batch, frames, rows = 2, 37, 3
+    features = torch.randn(batch, frames, checkpoint.input_size)
+    lengths = torch.tensor([frames, frames - 6])
+    with torch.no_grad():
+        memory = model.listener(features, lengths)
+    per_batch = {"features": {0: "batch", 1: "frames"}, "lengths": {0: "batch"}}
+    per_batch |= {name: {0: "batch", 1: "encoder_frames"} for name in ("keys", "values", "hidden")}
+    export_graph(
+        ListenerGraph(model),
+        (features, lengths),
+        out / "listener.onnx",
+        (["features", "lengths"], ["keys", "values", "hidden", "encoder_lengths"]),
+        per_batch | {"encoder_lengths": {0: "batch"}},
+    )
+    graphs = ["listener.onnx"]
+    if model.ctc_head is not None:
+        export_graph(
+            model.ctc_head,
+            (memory.hidden,),
+            out / "ctc_head.onnx",
+            (["hidden"], ["logits"]),
+            {"hidden": {0: "batch", 1: "encoder_frames"}, "logits": {0: "batch", 1: "encoder_frames"}},
+        )
+        graphs.append("ctc_head.onnx")
+    row_axes = {name: {0: "rows"} for name in names}
+    row_axes |= {name: {0: "rows", 1: "encoder_frames"} for name in ("weights", "values", "keys", "mask")}
+    start = model.speller.initial_state(memory)
+    history_axes = {0: "rows", 1: "encoder_frames"} if start.history.shape[1] == memory.mask.shape[1] else {0: "rows"}
+    row_axes["history"] = history_axes
+    export_graph(
+        SpellerStartGraph(model),
+        (memory.values, memory.mask),
+        out / "speller_start.onnx",
+        (["values", "mask"], names),
+        row_axes,
+    )
+    select = torch.tensor([0, 1, 1])[:rows]
+    state, memory_rows = start.select(select), memory.select(select)
+    tokens = torch.tensor([1, 5, 7])
+    output_names = ["logits"] + [f"next_{name}" for name in names]
+    step_axes = row_axes | {"tokens": {0: "rows"}, "logits": {0: "rows"}}
+    step_axes |= {f"next_{name}": row_axes[name] for name in names}
+    export_graph(
+        SpellerStepGraph(model),
+        (tokens, *flatten(state), memory_rows.keys, memory_rows.values, memory_rows.mask),
+        out / "speller_step.onnx",
+        (["tokens", *names, "keys", "values", "mask"], output_names),
+        step_axes,
+    )
+    graphs.append("speller_start.onnx")
+    graphs.append("speller_step.onnx")
+    if quantize:
+        quantize_graphs(out, graphs)
+    write_manifest(checkpoint, out, graphs, quantize, layers)
+    say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
+    return out
+
+
+def quantize_graphs(out: Path, graphs: list[str]) -> None:
+    """Dynamic int8 of the matrix products (MatMul, Gemm, LSTM) in place."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its notes on tensors it leaves in float (lengths, masks)
+    try:
+        for graph in graphs:
+            path = out / graph
+            quantized = path.with_suffix(".int8.onnx")
+            quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8)
+            quantized.replace(path)
+    finally:
+        root.setLevel(level)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantize: str, layers: int) -> None:
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": checkpoint.config.to_dict(),
+        "vocabulary": checkpoint.vocabulary.to_list(),
+        "normalizer": checkpoint.normalizer.to_dict(),
+        "input_size": checkpoint.input_size,
+        "speller_layers": layers,
+        "quantize": quantize,
+        "graphs": {graph: digest(out / graph) for graph in graphs},
+    }
+    write_text_atomically(out / MANIFEST, json.dumps(manifest, indent=1))

@@ -1,0 +1,162 @@
+"""An exported model (las.export) run by ONNX Runtime behind the interface of `LAS`: a listener,
+a CTC head and a speller with `initial_state` and `step`, so that every decoding strategy, the CTC
+prefix scorer, word times and confidences run on it unchanged. Tensors cross as CPU arrays."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from las.checkpoint import Checkpoint, payload_checkpoint
+from las.errors import LasError
+from las.export import FORMAT, MANIFEST, VERSION, digest, flatten, onnx_modules, state_names, unflatten
+from las.model.listener import ListenerOutput, length_mask
+from las.model.speller import SpellerState
+
+
+def is_export(path: str | Path) -> bool:
+    return Path(path).is_dir()
+
+
+def load_export(folder: str | Path) -> Checkpoint:
+    """The checkpoint an export folder was written from, without its weights: one clear error for a
+    folder that is not an export, from another version of it, or damaged."""
+    folder = Path(folder)
+    manifest_path = folder / MANIFEST
+    if not manifest_path.is_file():
+        raise LasError(f"{folder}: not a las export (no {MANIFEST}); export one with `las export CHECKPOINT {folder}`")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LasError(f"{manifest_path}: damaged export: {error}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise LasError(f"{folder}: not a las export ({MANIFEST} is not one)")
+    if manifest.get("version") != VERSION:
+        raise LasError(
+            f"{folder}: export format version {manifest.get('version')} is not supported by this las "
+            f"(version {VERSION}); export the checkpoint again"
+        )
+    graphs = manifest.get("graphs")
+    if not isinstance(graphs, dict) or "listener.onnx" not in graphs or "speller_step.onnx" not in graphs:
+        raise LasError(f"{manifest_path}: damaged export: its graphs are not listed")
+    for graph, expected in graphs.items():
+        path = folder / graph
+        if not path.is_file():
+            raise LasError(f"{folder}: damaged export: {graph} is missing")
+        if digest(path) != expected:
+            raise LasError(f"{folder}: damaged export: {graph} is not the file that was exported")
+    return payload_checkpoint(manifest, {}, {}, manifest_path, export=folder)
+
+
+def run_on(device: str | torch.device) -> torch.device:
+    """Exports decode on the CPU (ONNX Runtime's CPU provider): `auto` is the CPU for them."""
+    if str(device) not in ("auto", "cpu"):
+        raise LasError(f"--device {device}: an ONNX export decodes on the CPU; decode the checkpoint on a GPU")
+    return torch.device("cpu")
+
+
+class Graph:
+    """One ONNX graph in an ONNX Runtime session on this process's threads."""
+
+    def __init__(self, path: Path) -> None:
+        _, onnxruntime = onnx_modules()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        try:
+            self.session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # ONNX Runtime raises its own types for unreadable graphs
+            raise LasError(f"{path}: damaged export: {str(error).splitlines()[0]}") from None
+        # The exporter leaves out inputs a graph never reads (the step reads the attention history,
+        # not the previous weights): each is fed by name, where the graph has it.
+        self.inputs = {item.name for item in self.session.get_inputs()}
+
+    def __call__(self, **tensors: torch.Tensor) -> list[torch.Tensor]:
+        feed = {
+            name: np.ascontiguousarray(tensor.detach().cpu().numpy())
+            for name, tensor in tensors.items()
+            if name in self.inputs
+        }
+        return [torch.from_numpy(output) for output in self.session.run(None, feed)]
+
+
+class ExportedListener:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def __call__(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
+        # features: (batch, frames, input_size); lengths: (batch,)
+        keys, values, hidden, encoder_lengths = self.graph(features=features.float(), lengths=lengths.long())
+        return ListenerOutput(keys, values, length_mask(encoder_lengths, keys.shape[1]), encoder_lengths, hidden)
+
+
+class ExportedHead:
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.graph(hidden=hidden)[0]  # (batch, frames, vocabulary) logits
+
+
+class ExportedSpeller:
+    def __init__(self, start: Graph, step: Graph, layers: int, attention_dimensions: tuple[int, int]) -> None:
+        self.start, self.step_graph, self.layers = start, step, layers
+        self.names = state_names(layers)
+        self.attention_dimensions = attention_dimensions
+
+    def initial_state(self, memory: ListenerOutput) -> SpellerState:
+        return unflatten(self.start(values=memory.values, mask=memory.mask), self.layers)
+
+    def step(
+        self, tokens: torch.Tensor, state: SpellerState, memory: ListenerOutput
+    ) -> tuple[torch.Tensor, SpellerState]:
+        """Logits `(rows, vocabulary)` for the character after `tokens` `(rows,)`, and the new state."""
+        state_in = dict(zip(self.names, flatten(state), strict=True))
+        logits, *after = self.step_graph(
+            tokens=tokens.long(), **state_in, keys=memory.keys, values=memory.values, mask=memory.mask
+        )
+        return logits, unflatten(after, self.layers)
+
+    def __call__(
+        self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher-forced logits `(rows, steps, vocabulary)` and attention `(rows, steps, frames)`."""
+        state, logits, weights = self.initial_state(memory), [], []
+        for step in range(targets_in.shape[1]):
+            step_logits, state = self.step(targets_in[:, step], state, memory)
+            logits.append(step_logits)
+            weights.append(state.weights)
+        return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
+
+
+class ExportedModel:
+    """What decoding asks of `LAS`, answered by the graphs of an export folder."""
+
+    training = False
+
+    def __init__(self, folder: Path, checkpoint: Checkpoint) -> None:
+        model = checkpoint.config.model
+        self.input_size = checkpoint.input_size
+        self.listener = ExportedListener(Graph(folder / "listener.onnx"))
+        head = folder / "ctc_head.onnx"
+        self.ctc_head = ExportedHead(Graph(head)) if head.is_file() else None
+        self.speller = ExportedSpeller(
+            Graph(folder / "speller_start.onnx"),
+            Graph(folder / "speller_step.onnx"),
+            model.speller_layers,
+            (model.key_dim, model.value_dim),
+        )
+
+    def eval(self) -> ExportedModel:
+        return self
+
+    def train(self, mode: bool = True) -> ExportedModel:
+        return self
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        """Where its tensors live (decoding asks the first parameter): the CPU."""
+        yield torch.zeros(0)

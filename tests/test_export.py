@@ -1,0 +1,117 @@
+"""`las export`: ONNX graphs that ONNX Runtime decodes as the PyTorch model does, with every
+strategy, and exports that are damaged, foreign or misused refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+
+from las.checkpoint import load_checkpoint  # noqa: E402
+from las.export import export  # noqa: E402
+from las.recognizer import Recognizer  # noqa: E402
+
+from .conftest import assert_clear_error, run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("export")
+    checkpoint = trained_run["run"] / "last.pt"
+    code, _, stderr = run("export", checkpoint, root / "fp32")
+    assert code == 0, stderr
+    code, _, stderr = run("export", checkpoint, root / "int8", "--quantize", "int8")
+    assert code == 0, stderr
+    return {"checkpoint": checkpoint, "fp32": root / "fp32", "int8": root / "int8", "data": trained_run["train"]}
+
+
+STRATEGIES = {
+    "greedy": ["decode.strategy=greedy"],
+    "beam with CTC": ["decode.strategy=beam", "decode.ctc_weight=0.5"],
+    "beam without CTC": ["decode.strategy=beam", "decode.ctc_weight=0", "decode.beam_size=3"],
+    "ctc": ["decode.strategy=ctc"],
+    "sample": ["decode.strategy=sample", "decode.samples=4", "decode.ctc_weight=0.3"],
+}
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_an_export_decodes_as_its_checkpoint_with_every_strategy(exported: dict[str, Path], strategy: str) -> None:
+    settings = STRATEGIES[strategy] + ["decode.word_times=ctc"]
+    torch_results = Recognizer(load_checkpoint(exported["checkpoint"]), "cpu", settings).transcribe(exported["data"])
+    onnx_results = Recognizer(load_checkpoint(exported["fp32"]), "cpu", settings).transcribe(exported["data"])
+    for expected, found in zip(torch_results, onnx_results, strict=True):
+        assert found.text == expected.text
+        assert found.score == pytest.approx(expected.score, abs=1e-3)
+        assert [(word.word, word.start, word.end) for word in found.words] == [
+            (word.word, word.start, word.end) for word in expected.words
+        ]
+        assert [word.confidence for word in found.words] == pytest.approx(
+            [word.confidence for word in expected.words], abs=1e-3
+        )
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_the_listener_graph_holds_for_any_batch_and_length(exported: dict[str, Path], batch: int) -> None:
+    model = load_checkpoint(exported["checkpoint"]).build_model()
+    graphs = load_checkpoint(exported["fp32"]).build_model()
+    features = torch.randn(batch, 41, model.input_size)
+    lengths = torch.tensor([41, 40, 17, 9, 30][:batch])
+    with torch.no_grad():
+        expected = model.listener(features, lengths)
+    found = graphs.listener(features, lengths)
+    assert torch.equal(found.lengths, expected.lengths) and torch.equal(found.mask, expected.mask)
+    for name in ("keys", "values", "hidden"):
+        assert torch.allclose(getattr(found, name), getattr(expected, name), atol=1e-4), name
+
+
+def test_int8_stores_the_matrix_products_in_a_third_of_the_space_and_still_decodes(exported: dict[str, Path]) -> None:
+    def size(folder: Path) -> int:
+        return sum(path.stat().st_size for path in folder.glob("*.onnx"))
+
+    assert size(exported["int8"]) < 0.4 * size(exported["fp32"])
+    assert json.loads((exported["int8"] / "model.json").read_text())["quantize"] == "int8"
+    code, stdout, stderr = run("decode", exported["int8"], exported["data"], "--strategy", "greedy")
+    assert code == 0, stderr
+    assert len(stdout.strip().splitlines()) == 1 + len(exported["data"].read_text().splitlines()) - 1
+
+
+def copy_of(folder: Path, to: Path) -> Path:
+    to.mkdir()
+    for path in folder.iterdir():
+        (to / path.name).write_bytes(path.read_bytes())
+    return to
+
+
+def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[str, Path], tmp_path: Path) -> None:
+    data = exported["data"]
+    damaged = copy_of(exported["fp32"], tmp_path / "damaged")
+    graph = damaged / "speller_step.onnx"
+    graph.write_bytes(graph.read_bytes()[:-10])
+    assert_clear_error(*run("decode", damaged, data)[::2], "damaged export: speller_step.onnx is not the file")
+    (damaged / "speller_step.onnx").unlink()
+    assert_clear_error(*run("decode", damaged, data)[::2], "damaged export: speller_step.onnx is missing")
+    newer = copy_of(exported["fp32"], tmp_path / "newer")
+    manifest = json.loads((newer / "model.json").read_text())
+    (newer / "model.json").write_text(json.dumps(manifest | {"version": 99}))
+    assert_clear_error(*run("decode", newer, data)[::2], "export format version 99 is not supported")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_clear_error(*run("decode", empty, data)[::2], "not a las export (no model.json)")
+    assert_clear_error(*run("decode", exported["fp32"], data, "--device", "cuda")[::2], "decodes on the CPU")
+    assert_clear_error(*run("export", exported["fp32"], tmp_path / "again")[::2], "is an export already")
+    assert_clear_error(*run("train", "--init", exported["fp32"], "--out", tmp_path / "run")[::2], "an export")
+
+
+def test_without_onnx_runtime_exporting_names_the_extra(
+    exported: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as where it is not installed
+    assert_clear_error(*run("export", exported["checkpoint"], tmp_path / "out")[::2], "pip install 'las[export]'")
+    with pytest.raises(Exception, match=r"las\[export\]"):
+        export(load_checkpoint(exported["checkpoint"]), tmp_path / "out2")
