@@ -109,6 +109,9 @@ class AdditiveAttention(Attention):
         row, which the softmax over frames ignores (weights and gradients are the same). Since
         w·tanh(u) = 2 w·σ(2u) - Σw, and PyTorch's CPU tanh takes 3-7x its sigmoid's time, this is
         the speller's widest operation at a third of the cost. In place: 2u is not kept."""
+        if torch.onnx.is_in_onnx_export():  # ONNX Runtime runs a product with a vector row by row
+            rows, frames, size = doubled.shape
+            return (doubled.sigmoid().reshape(rows * frames, size) @ (2 * self.energy.weight.t())).reshape(rows, frames)
         return doubled.sigmoid_() @ (2 * self.energy.weight[0])
 
 
@@ -137,14 +140,15 @@ class LocationAwareAttention(AdditiveAttention):
         # the query beside the filter, 2(k + q + U·(F * w)) is a single batched product.
         kernel = self.convolution.kernel_size[0]
         padded = functional.pad(previous_weights, (kernel // 2, kernel - 1 - kernel // 2))
-        frames = previous_weights.shape[1]
-        ones = previous_weights.new_ones(previous_weights.shape + (1,))
-        if torch.onnx.is_in_onnx_export():  # ONNX has no unfold of a length known only at run time
-            shifted = [padded[:, tap : tap + frames] for tap in range(kernel)]
-            windows = torch.cat([torch.stack(shifted, dim=2), ones], dim=2)
-        else:
-            windows = torch.cat([padded.unfold(1, kernel, 1), ones], dim=2)  # (batch, frames, kernel + 1)
         taps = (self.projection.weight @ self.convolution.weight[:, 0, :]).t()  # (kernel, key_dim)
+        if torch.onnx.is_in_onnx_export():
+            # ONNX has no unfold of a length known only at run time, and ONNX Runtime's batched
+            # products of per-row coefficients are slow: shifted slices, and one shared product.
+            frames = previous_weights.shape[1]
+            windows = torch.stack([padded[:, tap : tap + frames] for tap in range(kernel)], dim=2)
+            return self.energies(2 * (keys + windows @ taps + query[:, None, :]))
+        windows = padded.unfold(1, kernel, 1)  # (batch, frames, kernel)
+        windows = torch.cat([windows, windows.new_ones(windows.shape[:2] + (1,))], dim=2)
         coefficients = torch.cat(
             [taps.expand(query.shape[0], -1, -1), query[:, None, :]], dim=1
         )  # (batch, kernel + 1, key_dim)
