@@ -57,6 +57,14 @@ def test_malformed_manifest_lines_name_file_and_line(tmp_path: Path, line: str, 
         read_utterances(path)
 
 
+def test_an_empty_transcript_is_refused_for_training_and_read_for_decoding(tmp_path: Path) -> None:
+    first = an4_rows("dev", 1)[0]
+    path = write_manifest(tmp_path / "sounds.tsv", [first[:3] + [""]])
+    with pytest.raises(LasError, match="empty transcript"):
+        read_utterances(path)
+    assert [utterance.text for utterance in read_utterances(path, require_text=False)] == [""]
+
+
 def test_bad_header_and_unknown_input(tmp_path: Path) -> None:
     path = tmp_path / "bad.tsv"
     path.write_text("id\tfile\ttext\n")

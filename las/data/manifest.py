@@ -66,7 +66,7 @@ def read_utterances(
     else:
         reader = READERS[input_format]
     try:
-        utterances = _checked(reader(path), path, skip_bad)
+        utterances = _checked(reader(path), path, skip_bad, require_text)
     except UnicodeDecodeError as error:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:  # a folder where a file should be, no permission, ...
@@ -103,9 +103,10 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     )
 
 
-def _checked(records: Records, source: Path, skip_bad: bool) -> list[Utterance]:
+def _checked(records: Records, source: Path, skip_bad: bool, require_text: bool = True) -> list[Utterance]:
     """The utterances, refusing empty or duplicate ids, and unusable utterances (an empty
-    transcript, missing audio, non-finite features) — or with `skip_bad`, leaving those out."""
+    transcript where transcripts are needed, missing audio, non-finite features) — or with
+    `skip_bad`, leaving those out."""
     utterances: list[Utterance] = []
     first: dict[str, str] = {}
     skipped: list[str] = []
@@ -118,7 +119,7 @@ def _checked(records: Records, source: Path, skip_bad: bool) -> list[Utterance]:
         if utterance.id in first:
             raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first[utterance.id]})")
         first[utterance.id] = where
-        problem = _problem(utterance)
+        problem = _problem(utterance, require_text)
         if problem and not skip_bad:
             raise LasError(f"{where}: {problem}")
         if problem:
@@ -131,9 +132,10 @@ def _checked(records: Records, source: Path, skip_bad: bool) -> list[Utterance]:
     return utterances
 
 
-def _problem(utterance: Utterance) -> str | None:
-    """What makes an utterance unusable, if anything."""
-    if utterance.text is not None and not utterance.text:
+def _problem(utterance: Utterance, require_text: bool) -> str | None:
+    """What makes an utterance unusable, if anything. An empty transcript trains nothing (often a
+    column left blank by mistake), but as a reference for decoding it says that nothing is said."""
+    if require_text and utterance.text is not None and not utterance.text:
         return f"empty transcript for {utterance.id!r}"
     if utterance.features is None and not utterance.file.is_file():
         return f"{utterance.file_kind} not found: {utterance.file}"
