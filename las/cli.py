@@ -373,18 +373,22 @@ def evaluate(
 @app.command()
 @reports_errors
 def info(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train.")],
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train, or an export folder.")],
 ) -> None:
-    """What a checkpoint holds: its training progress, vocabulary and full configuration."""
+    """What a checkpoint (or export) holds: its training progress, vocabulary and full configuration."""
     import json
 
     from las.checkpoint import load_checkpoint
     from las.text import SPECIALS
 
     loaded = load_checkpoint(checkpoint)
-    parameters = sum(tensor.numel() for tensor in loaded.model_state.values())
     progress = loaded.training_state.get("progress", {})
-    typer.echo(f"parameters    {parameters / 1e6:.2f}M")
+    if loaded.export is not None:
+        quantize = json.loads((loaded.export / "model.json").read_text()).get("quantize") or "fp32"
+        typer.echo(f"export        ONNX graphs ({quantize}) for ONNX Runtime")
+    else:
+        parameters = sum(tensor.numel() for tensor in loaded.model_state.values())
+        typer.echo(f"parameters    {parameters / 1e6:.2f}M")
     typer.echo(f"epochs        {progress.get('epoch', '?')} (step {progress.get('step', '?')})")
     typer.echo(f"best dev CER  {progress.get('best_cer', float('nan')):.2f}%")
     characters = loaded.vocabulary.symbols[len(SPECIALS) :]

@@ -218,6 +218,11 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def summary(progress: dict) -> dict:
+    """The numbers of a run's progress (epoch, step, best dev CER), not its tensors."""
+    return {name: value for name, value in progress.items() if isinstance(value, (int, float, str))}
+
+
 def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantize: str, layers: int) -> None:
     manifest = {
         "format": FORMAT,
@@ -228,6 +233,7 @@ def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantiz
         "input_size": checkpoint.input_size,
         "speller_layers": layers,
         "quantize": quantize,
+        "training": {"progress": summary(checkpoint.training_state.get("progress", {}))},  # for las info
         "graphs": {graph: digest(out / graph) for graph in graphs},
     }
     write_text_atomically(out / MANIFEST, json.dumps(manifest, indent=1))

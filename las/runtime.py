@@ -49,7 +49,8 @@ def load_export(folder: str | Path) -> Checkpoint:
             raise LasError(f"{folder}: damaged export: {graph} is missing")
         if digest(path) != expected:
             raise LasError(f"{folder}: damaged export: {graph} is not the file that was exported")
-    return payload_checkpoint(manifest, {}, {}, manifest_path, export=folder)
+    training = manifest.get("training") if isinstance(manifest.get("training"), dict) else {}
+    return payload_checkpoint(manifest, {}, training, manifest_path, export=folder)
 
 
 def run_on(device: str | torch.device) -> torch.device:

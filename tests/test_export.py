@@ -74,6 +74,8 @@ def test_int8_stores_the_matrix_products_in_a_third_of_the_space_and_still_decod
 
     assert size(exported["int8"]) < 0.4 * size(exported["fp32"])
     assert json.loads((exported["int8"] / "model.json").read_text())["quantize"] == "int8"
+    code, stdout, _ = run("info", exported["int8"])
+    assert code == 0 and "ONNX graphs (int8)" in stdout and "epochs        12" in stdout
     code, stdout, stderr = run("decode", exported["int8"], exported["data"], "--strategy", "greedy")
     assert code == 0, stderr
     assert len(stdout.strip().splitlines()) == 1 + len(exported["data"].read_text().splitlines()) - 1
