@@ -161,7 +161,7 @@ def load_corpus(
         [1.0, *speeds],
         surroundings,
         WordExcerpts.of(config, train_utterances, lambda: cache.identify(train_utterances)),
-        NonSpeech.of(config, augmentation),
+        NonSpeech.of(config, augmentation.pool if augmentation else []),
     )
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)

@@ -16,10 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import torchaudio.functional as audio
 
 from las.config import Config
-from las.data.augment import WaveformAugmentation
 from las.data.channels import babble, pink_noise
 from las.data.features import FilterbankExtractor, log_mel_features
 
@@ -33,11 +31,6 @@ def uniform(low: float, high: float, generator: torch.Generator) -> float:
 
 def at_peak(waveform: torch.Tensor) -> torch.Tensor:
     return PEAK * waveform / waveform.abs().max().clamp(min=1e-9)
-
-
-def quiet_room(samples: int, generator: torch.Generator) -> torch.Tensor:
-    """A room's quiet background, 50 dB under a sound at its peak."""
-    return 0.002 * pink_noise(samples, generator)
 
 
 def ringing(frequencies: Sequence[float], decay_s: float, samples: int, rate: int) -> torch.Tensor:
@@ -98,7 +91,7 @@ def music(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
 def typing(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
     """Key clicks, about 7 a second in bursts: each a millisecond of broadband noise ringing at a
     few resonances of the keyboard (1.5-6 kHz) for 10-30 ms, at random strengths, over a quiet room."""
-    waveform = quiet_room(samples, generator)
+    waveform = 0.002 * pink_noise(samples, generator)
     for start in events(samples, rate, 7.0, generator):
         length = int(0.04 * rate)
         click = torch.randn(length, generator=generator) * (torch.arange(length) < 0.001 * rate)
@@ -111,7 +104,7 @@ def typing(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
 def knocking(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
     """Knocks on a door, in groups of two to four a quarter second apart: a wooden panel struck,
     ringing at 100-400 Hz for about 0.1 s."""
-    waveform = quiet_room(samples, generator)
+    waveform = 0.002 * pink_noise(samples, generator)
     start = int(uniform(0.1, 0.5, generator) * rate)
     while start < samples:
         for _ in range(int(torch.randint(2, 5, (), generator=generator))):
@@ -133,38 +126,7 @@ def ringtone(samples: int, rate: int, generator: torch.Generator) -> torch.Tenso
     tone = torch.sin(2 * math.pi * torch.cumsum(frequency, 0) / rate)  # the phase runs on at a switch
     cycle = time % 3.0
     on = ((cycle < 0.4) | ((cycle >= 0.6) & (cycle < 1.0))).float()
-    return at_peak(tone * on + quiet_room(samples, generator))
-
-
-def sound_events(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
-    """Sound events of no particular source, 0.5-6 a second, overlapping: each a burst of noise,
-    a harmonic tone (350 Hz-4 kHz, above a voice's pitch, gliding by up to an octave) or a buzz of
-    clicks, coloured by one to three resonances (100 Hz-6 kHz), under an attack of 1-50 ms and a
-    decay of 10-400 ms. What no family names, so that training does not learn the few it has."""
-    waveform = quiet_room(samples, generator)
-    for start in events(samples, rate, uniform(0.5, 6, generator), generator):
-        length = int(uniform(0.02, 0.8, generator) * rate)
-        time = torch.arange(length) / rate
-        kind = int(torch.randint(3, (), generator=generator))
-        if kind == 0:
-            source = torch.randn(length, generator=generator)
-        else:
-            pitch = math.exp(
-                uniform(math.log(350 if kind == 1 else 20), math.log(4000 if kind == 1 else 200), generator)
-            )
-            glide = pitch * 2 ** (uniform(-1, 1, generator) * time / time[-1].clamp(min=1e-3))
-            phase = torch.cumsum(glide, 0) / rate
-            partials = int(torch.randint(1, 11, (), generator=generator)) if kind == 1 else 1
-            tilt = uniform(0.5, 2, generator)
-            source = sum(torch.sin(2 * math.pi * k * phase) / k**tilt for k in range(1, partials + 1))
-            source = source if kind == 1 else (phase % 1 < 0.05).float()  # a buzz: one click a period
-        for _ in range(int(torch.randint(1, 4, (), generator=generator))):
-            centre = math.exp(uniform(math.log(100), math.log(min(6000, 0.45 * rate)), generator))
-            source = audio.bandpass_biquad(source, rate, centre, uniform(0.5, 10, generator))
-        attack, decay = uniform(0.001, 0.05, generator), uniform(0.01, 0.4, generator)
-        envelope = (time / attack).clamp(max=1) * torch.exp(-time / decay)
-        add_at(waveform, uniform(0.1, 1, generator) * source * envelope / source.abs().max().clamp(min=1e-9), start)
-    return at_peak(waveform)
+    return at_peak(tone * on + 0.002 * pink_noise(samples, generator))
 
 
 def crowd(pool: Sequence[torch.Tensor]) -> Sound:
@@ -177,13 +139,7 @@ def crowd(pool: Sequence[torch.Tensor]) -> Sound:
 
 
 CROWD_TALKERS = 20
-SOUNDS: dict[str, Sound] = {
-    "music": music,
-    "typing": typing,
-    "knocking": knocking,
-    "ringtone": ringtone,
-    "sound events": sound_events,
-}
+SOUNDS: dict[str, Sound] = {"music": music, "typing": typing, "knocking": knocking, "ringtone": ringtone}
 LEVEL_DB = (-30.0, 0.0)  # a drawn sound's level under its PEAK
 
 
@@ -198,30 +154,23 @@ class NonSpeech:
     rate: int
     hop_seconds: float
     extractor: FilterbankExtractor
-    augmentation: WaveformAugmentation | None  # its babble pool makes crowds, its effects apply
+    pool: Sequence[torch.Tensor]  # waveforms of training utterances for crowds; empty: no crowds
 
     @classmethod
-    def of(cls, config: Config, augmentation: WaveformAugmentation | None) -> NonSpeech | None:
-        """With `augmentation`'s babble pool for crowds and its effects (a room, noise, a telephone
-        line) on the sounds as on speech."""
+    def of(cls, config: Config, pool: Sequence[torch.Tensor]) -> NonSpeech | None:
         share = config.train.augment.nonspeech
         if not share:
             return None
         features = config.features
-        extractor = FilterbankExtractor(features)
-        return cls(share, features.sample_rate, features.hop_ms / 1000, extractor, augmentation)
+        return cls(share, features.sample_rate, features.hop_ms / 1000, FilterbankExtractor(features), pool)
 
     def draw(self, frames: int, generator: torch.Generator) -> torch.Tensor | None:
         """Log-mel features `(frames, mel_bins)` of a sound `frames` long, or None when this draw
         keeps its utterance."""
         if torch.rand((), generator=generator, dtype=torch.float64).item() >= self.share:
             return None
-        pool = self.augmentation.pool if self.augmentation else []
-        sounds = list(SOUNDS.values()) + ([crowd(pool)] if pool else [])
+        sounds = list(SOUNDS.values()) + ([crowd(self.pool)] if self.pool else [])
         sound = sounds[int(torch.randint(len(sounds), (), generator=generator))]
         level = 10 ** (uniform(*LEVEL_DB, generator) / 20)
         samples = max(1, round((frames - 1) * self.hop_seconds * self.rate))  # centred frames: one more
-        waveform = level * sound(samples, self.rate, generator)
-        for effect in self.augmentation.effects(generator) if self.augmentation else []:
-            waveform = effect(waveform)
-        return log_mel_features(self.extractor, waveform, "a non-speech sound")
+        return log_mel_features(self.extractor, level * sound(samples, self.rate, generator), "a non-speech sound")
