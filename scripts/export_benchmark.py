@@ -7,7 +7,8 @@ decoded with the default decoding by PyTorch and by both exports: how many hypot
 same as PyTorch's, the largest score difference, and the CER of each. Then, for the first
 checkpoint, `las decode` of AN4 dev as a user runs it, one process per measurement, 1 and 2
 threads, the variants interleaved in `--rounds` paired rounds: the process's seconds from start to
-exit, the decoding's own seconds (features come from the cache), and its peak memory; medians.
+exit, the decoding's own seconds (features come from the cache), its peak memory, and apart
+the seconds from the model's path to a recogniser ready to decode; medians.
 """
 
 from __future__ import annotations
@@ -73,6 +74,23 @@ finally:
 """
 
 
+LOADED = """
+import sys, time
+import torch
+from las.recognizer import Recognizer
+torch.set_num_threads(int(sys.argv[2]))
+started = time.perf_counter()
+Recognizer.load(sys.argv[1], device="cpu")
+print(time.perf_counter() - started)
+"""
+
+
+def load_seconds(model: Path, threads: int) -> float:
+    """Seconds from a model's path to a recogniser ready to decode, libraries already imported."""
+    command = [sys.executable, "-c", LOADED, str(model), str(threads)]
+    return float(subprocess.run(command, capture_output=True, text=True, check=True, cwd=ROOT).stdout)
+
+
 def timed(model: Path, threads: int) -> dict[str, float]:
     """One `las decode` process: its seconds, its decoding's seconds, its peak memory (MB)."""
     command = [sys.executable, "-c", MEASURED, "--threads", str(threads), "decode", str(model), str(DEV), *CACHE]
@@ -83,7 +101,7 @@ def timed(model: Path, threads: int) -> dict[str, float]:
         raise SystemExit(result.stderr)
     seconds = float(re.search(r"decoded \d+ recordings in ([\d.]+)s", result.stderr).group(1))
     peak = int(re.search(r"peak (\d+)", result.stderr).group(1)) / 1024
-    return {"wall": wall, "decoding": seconds, "peak": peak}
+    return {"wall": wall, "decoding": seconds, "peak": peak, "load": load_seconds(model, threads)}
 
 
 @app.command()
@@ -118,14 +136,15 @@ def main(checkpoints: list[Path], rounds: int = 3) -> None:
             for kind, model in models.items():
                 times.setdefault((kind, threads), []).append(timed(model, threads))
     print(f"\n`las decode` of AN4 dev (100 utterances), default decoding; medians of {rounds} paired rounds\n")
-    print("| model | threads | process, s | decoding, s | decoding x PyTorch | peak memory, MB |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| model | threads | process, s | model load, s | decoding, s | decoding x PyTorch | peak memory, MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for (kind, threads), measured in times.items():
         wall = statistics.median(item["wall"] for item in measured)
         seconds = statistics.median(item["decoding"] for item in measured)
         base = statistics.median(item["decoding"] for item in times[("pytorch", threads)])
         peak = statistics.median(item["peak"] for item in measured)
-        print(f"| {kind} | {threads} | {wall:.2f} | {seconds:.2f} | {seconds / base:.2f} | {peak:.0f} |")
+        load = statistics.median(item["load"] for item in measured)
+        print(f"| {kind} | {threads} | {wall:.2f} | {load:.2f} | {seconds:.2f} | {seconds / base:.2f} | {peak:.0f} |")
 
 
 if __name__ == "__main__":
