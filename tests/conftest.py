@@ -45,6 +45,7 @@ TINY = [
     "train.augment.gain_db=0",
     "train.augment.crop=0",
     "train.augment.words=0",
+    "train.augment.nonspeech=0",
     "train.teacher_forcing_final=1.0",
     "train.device=cpu",
     "data.workers=0",  # no worker processes to start in every test (one test uses them)

@@ -93,7 +93,8 @@ def test_augmentation_settings_are_checked() -> None:
 
     assert load_config(None, []).train.augment.enabled  # the default
     off = ["train.augment.noise=0", "train.augment.telephone=0", "train.augment.reverberation=0"]
-    assert not load_config(None, off + ["train.augment.gain_db=0", "train.augment.crop=0"]).train.augment.enabled
+    off += ["train.augment.gain_db=0", "train.augment.crop=0", "train.augment.nonspeech=0"]
+    assert not load_config(None, off).train.augment.enabled
     with pytest.raises(LasError, match="'train.augment.noise': expected a number >= 0 and <= 1"):
         load_config(None, ["train.augment.noise=2"])
     with pytest.raises(LasError, match="snr_low': 40.0 is above snr_high=30.0"):

@@ -41,7 +41,7 @@ def nonspeech(share: float, pool: list[torch.Tensor] | None = None) -> NonSpeech
 
 
 def test_a_share_of_draws_is_a_sound_as_long_as_its_utterance_and_the_same_on_every_resume() -> None:
-    assert NonSpeech.of(load_config(None, []), []) is None  # off by default: nothing drawn
+    assert NonSpeech.of(load_config(None, ["train.augment.nonspeech=0"]), []) is None  # off: nothing drawn
     always = nonspeech(1.0, [speech()] * 3)
     features = always.draw(250, generator(3))
     assert features is not None and features.shape == (250, 80)
