@@ -106,19 +106,25 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     except Exception as error:  # torch.load fails on foreign or damaged files in many ways
         reason = (str(error).splitlines() or [type(error).__name__])[0]
         raise LasError(f"{path}: not a readable las checkpoint ({type(error).__name__}: {reason})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise LasError(f"{path}: not a las checkpoint")
-    if payload.get("version") != VERSION:
-        raise LasError(
-            f"{path}: checkpoint format version {payload.get('version')} is not supported by this las "
-            f"(version {VERSION}); decode it with the las that wrote it or retrain"
-        )
+    check_format(payload, (FORMAT, VERSION), path, "checkpoint", "decode it with the las that wrote it or retrain")
     try:
         checkpoint = payload_checkpoint(payload, dict(payload["model"]), dict(payload["training"]), path)
     except KeyError as error:
         raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
     checkpoint.check_weights(path)
     return checkpoint
+
+
+def check_format(payload: Any, expected: tuple[str, int], where: Path, kind: str, remedy: str) -> None:
+    """Refuse a `payload` that is not a las `kind` of the `expected` (format, version)."""
+    name, version = expected
+    if not isinstance(payload, dict) or payload.get("format") != name:
+        raise LasError(f"{where}: not a las {kind}")
+    if payload.get("version") != version:
+        raise LasError(
+            f"{where}: {kind} format version {payload.get('version')} is not supported by this las "
+            f"(version {version}); {remedy}"
+        )
 
 
 def payload_checkpoint(

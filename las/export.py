@@ -236,4 +236,11 @@ def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantiz
         "training": {"progress": summary(checkpoint.training_state.get("progress", {}))},  # for las info
         "graphs": {graph: digest(out / graph) for graph in graphs},
     }
+    manifest["check"] = manifest_check(manifest)
     write_text_atomically(out / MANIFEST, json.dumps(manifest, indent=1))
+
+
+def manifest_check(manifest: dict) -> str:
+    """The SHA-256 of a manifest's fields (all but `check`): an edited normalisation or vocabulary
+    would decode every recording wrongly without an error."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from las.checkpoint import Checkpoint, payload_checkpoint
+from las.checkpoint import Checkpoint, check_format, payload_checkpoint
 from las.errors import LasError
-from las.export import FORMAT, MANIFEST, VERSION, digest, flatten, onnx_modules, state_names, unflatten
+from las.export import FORMAT, MANIFEST, VERSION, digest, flatten, manifest_check, onnx_modules, state_names, unflatten
 from las.model.listener import ListenerOutput, length_mask
 from las.model.speller import SpellerState
 
@@ -33,13 +33,9 @@ def load_export(folder: str | Path) -> Checkpoint:
         manifest = json.loads(manifest_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise LasError(f"{manifest_path}: damaged export: {error}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise LasError(f"{folder}: not a las export ({MANIFEST} is not one)")
-    if manifest.get("version") != VERSION:
-        raise LasError(
-            f"{folder}: export format version {manifest.get('version')} is not supported by this las "
-            f"(version {VERSION}); export the checkpoint again"
-        )
+    check_format(manifest, (FORMAT, VERSION), folder, "export", "export the checkpoint again")
+    if manifest.pop("check", None) != manifest_check(manifest):  # settings edited: they would decode wrongly
+        raise LasError(f"{manifest_path}: damaged export: its settings are not those it was exported with")
     graphs = manifest.get("graphs")
     if not isinstance(graphs, dict) or "listener.onnx" not in graphs or "speller_step.onnx" not in graphs:
         raise LasError(f"{manifest_path}: damaged export: its graphs are not listed")

@@ -100,6 +100,11 @@ def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[
     manifest = json.loads((newer / "model.json").read_text())
     (newer / "model.json").write_text(json.dumps(manifest | {"version": 99}))
     assert_clear_error(*run("decode", newer, data)[::2], "export format version 99 is not supported")
+    edited = copy_of(exported["fp32"], tmp_path / "edited")
+    manifest = json.loads((edited / "model.json").read_text())
+    manifest["normalizer"]["mean"][0] += 1.0
+    (edited / "model.json").write_text(json.dumps(manifest))
+    assert_clear_error(*run("decode", edited, data)[::2], "damaged export: its settings are not those")
     empty = tmp_path / "empty"
     empty.mkdir()
     assert_clear_error(*run("decode", empty, data)[::2], "not a las export (no model.json)")
