@@ -18,10 +18,6 @@ from las.model.listener import ListenerOutput, length_mask
 from las.model.speller import SpellerState
 
 
-def is_export(path: str | Path) -> bool:
-    return Path(path).is_dir()
-
-
 def load_export(folder: str | Path) -> Checkpoint:
     """The checkpoint an export folder was written from, without its weights: one clear error for a
     folder that is not an export, from another version of it, or damaged."""
