@@ -139,7 +139,7 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
     (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
     layers = len(model.speller.cells)
     names = state_names(layers)
-    batch, frames, rows = 2, 37, 3
+    batch, frames = 2, 37
     features = torch.randn(batch, frames, checkpoint.input_size)
     lengths = torch.tensor([frames, frames - 6])
     with torch.no_grad():
@@ -163,11 +163,12 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
             {"hidden": {0: "batch", 1: "encoder_frames"}, "logits": {0: "batch", 1: "encoder_frames"}},
         )
         graphs.append("ctc_head.onnx")
-    row_axes = {name: {0: "rows"} for name in names}
-    row_axes |= {name: {0: "rows", 1: "encoder_frames"} for name in ("weights", "values", "keys", "mask")}
     start = model.speller.initial_state(memory)
-    history_axes = {0: "rows", 1: "encoder_frames"} if start.history.shape[1] == memory.mask.shape[1] else {0: "rows"}
-    row_axes["history"] = history_axes
+    # The history is per frame, or (GMM attention) per mixture: fixed.
+    history_per_frame = start.history.shape[1] == memory.mask.shape[1]
+    per_frame = ["weights", "values", "keys", "mask"] + (["history"] if history_per_frame else [])
+    row_axes = {name: {0: "rows"} for name in names}
+    row_axes |= {name: {0: "rows", 1: "encoder_frames"} for name in per_frame}
     export_graph(
         SpellerStartGraph(model),
         (memory.values, memory.mask),
@@ -175,7 +176,7 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
         (["values", "mask"], names),
         row_axes,
     )
-    select = torch.tensor([0, 1, 1])[:rows]
+    select = torch.tensor([0, 1, 1])  # three rows from two utterances, as beam search makes them
     state, memory_rows = start.select(select), memory.select(select)
     tokens = torch.tensor([1, 5, 7])
     output_names = ["logits"] + [f"next_{name}" for name in names]
@@ -188,8 +189,7 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
         (["tokens", *names, "keys", "values", "mask"], output_names),
         step_axes,
     )
-    graphs.append("speller_start.onnx")
-    graphs.append("speller_step.onnx")
+    graphs += ["speller_start.onnx", "speller_step.onnx"]
     if quantize:
         quantize_graphs(out, graphs)
     write_manifest(checkpoint, out, graphs, quantize, layers)

@@ -30,7 +30,7 @@ import typer
 from robustness import DEV, RATE, dev_rows, kept, write_audio
 
 from las.data.channels import pink_noise
-from las.data.sounds import SOUNDS, Sound, add_at, at_peak, crowd, events, ringing, uniform
+from las.data.sounds import SOUNDS, Sound, add_at, at_peak, crowd, events, quiet_room, ringing, uniform
 from las.decode import decode
 from las.transcripts import read_transcripts
 
@@ -39,10 +39,6 @@ SECONDS = (3, 8)
 DRAWS = 3
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def quiet_room(samples: int, generator: torch.Generator) -> torch.Tensor:
-    return 0.002 * pink_noise(samples, generator)
 
 
 def clapping(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:

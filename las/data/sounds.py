@@ -33,6 +33,11 @@ def at_peak(waveform: torch.Tensor) -> torch.Tensor:
     return PEAK * waveform / waveform.abs().max().clamp(min=1e-9)
 
 
+def quiet_room(samples: int, generator: torch.Generator) -> torch.Tensor:
+    """A room's quiet background, 50 dB under a sound at its peak."""
+    return 0.002 * pink_noise(samples, generator)
+
+
 def ringing(frequencies: Sequence[float], decay_s: float, samples: int, rate: int) -> torch.Tensor:
     """Damped sinusoids at `frequencies`, each falling by 60 dB in `decay_s`: a struck resonator."""
     time = torch.arange(samples) / rate
@@ -91,7 +96,7 @@ def music(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
 def typing(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
     """Key clicks, about 7 a second in bursts: each a millisecond of broadband noise ringing at a
     few resonances of the keyboard (1.5-6 kHz) for 10-30 ms, at random strengths, over a quiet room."""
-    waveform = 0.002 * pink_noise(samples, generator)
+    waveform = quiet_room(samples, generator)
     for start in events(samples, rate, 7.0, generator):
         length = int(0.04 * rate)
         click = torch.randn(length, generator=generator) * (torch.arange(length) < 0.001 * rate)
@@ -104,7 +109,7 @@ def typing(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
 def knocking(samples: int, rate: int, generator: torch.Generator) -> torch.Tensor:
     """Knocks on a door, in groups of two to four a quarter second apart: a wooden panel struck,
     ringing at 100-400 Hz for about 0.1 s."""
-    waveform = 0.002 * pink_noise(samples, generator)
+    waveform = quiet_room(samples, generator)
     start = int(uniform(0.1, 0.5, generator) * rate)
     while start < samples:
         for _ in range(int(torch.randint(2, 5, (), generator=generator))):
@@ -126,7 +131,7 @@ def ringtone(samples: int, rate: int, generator: torch.Generator) -> torch.Tenso
     tone = torch.sin(2 * math.pi * torch.cumsum(frequency, 0) / rate)  # the phase runs on at a switch
     cycle = time % 3.0
     on = ((cycle < 0.4) | ((cycle >= 0.6) & (cycle < 1.0))).float()
-    return at_peak(tone * on + 0.002 * pink_noise(samples, generator))
+    return at_peak(tone * on + quiet_room(samples, generator))
 
 
 def crowd(pool: Sequence[torch.Tensor]) -> Sound:
