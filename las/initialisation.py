@@ -3,8 +3,9 @@ for every part that fits, and reports what it did with each part.
 
 Weights are matched by name. Those whose rows are characters (the embedding, the output layer and
 the CTC head) are copied row by row for the characters both vocabularies share, so a changed
-character set keeps what was learnt for the others; new characters start from the usual random
-initialisation. Any other weight must have the same shape: a model of other `model.*` settings
+character set keeps what was learnt for the others. A new letter whose other case the checkpoint
+has starts from that one's rows (a model fine-tuned to lower case spells "a" where it spelt "A");
+other new characters start from the usual random initialisation. Any other weight must have the same shape: a model of other `model.*` settings
 cannot take these weights, and that is one error naming the settings that differ.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
@@ -39,7 +41,7 @@ def initialise(
     fits; one line per part (listener, speller, ctc_head) saying what was loaded, initialised or
     skipped, and one for the characters."""
     ours, theirs = model.state_dict(), checkpoint.model_state
-    rows = shared_rows(vocabulary, checkpoint.vocabulary)
+    rows, cased = shared_rows(vocabulary, checkpoint.vocabulary)
     counts: dict[str, Counter[str]] = {}
     with torch.no_grad():
         for name, weight in ours.items():
@@ -59,21 +61,46 @@ def initialise(
                 )
         for name in theirs.keys() - ours.keys():
             counts.setdefault(name.split(".")[0], Counter())["skipped (not in this model)"] += 1
-    new = len(vocabulary) - len(rows[0])
+    shared = len(rows[0]) - cased
     lines = [
         f"{part}: " + ", ".join(f"{count} {what}" for what, count in sorted(found.items()))
         for part, found in counts.items()
     ]
-    lines.append(f"characters: {len(rows[0])} shared with the checkpoint, {new} new")
+    started = f" ({cased} started from the same letter in the other case)" if cased else ""
+    lines.append(f"characters: {shared} shared with the checkpoint, {len(vocabulary) - shared} new{started}")
     return lines
 
 
-def shared_rows(ours: Vocabulary, theirs: Vocabulary) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows in `ours`, rows in `theirs`) of the symbols both have."""
+def counterpart(symbol: str, index: Mapping[str, int]) -> int | None:
+    """The checkpoint's row for `symbol`: its own, else its other case's (a letter), else none."""
+    if symbol in index:
+        return index[symbol]
+    other = symbol.swapcase()
+    return index.get(other) if len(other) == 1 else None  # "ß".swapcase() is "SS"
+
+
+def shared_rows(ours: Vocabulary, theirs: Vocabulary) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+    """(rows in `ours`, rows in `theirs`) of the symbols with a counterpart there, and how many of
+    those are a letter in the other case."""
     index = theirs.index
-    pairs = [(position, index[symbol]) for position, symbol in enumerate(ours.symbols) if symbol in index]
-    mine, other = zip(*pairs, strict=True) if pairs else ((), ())
-    return torch.tensor(mine, dtype=torch.long), torch.tensor(other, dtype=torch.long)
+    pairs = [(position, counterpart(symbol, index)) for position, symbol in enumerate(ours.symbols)]
+    found = [(position, row) for position, row in pairs if row is not None]
+    mine, other = zip(*found, strict=True) if found else ((), ())
+    cased = sum(symbol not in index for symbol, (_, row) in zip(ours.symbols, pairs, strict=True) if row is not None)
+    return (torch.tensor(mine, dtype=torch.long), torch.tensor(other, dtype=torch.long)), cased
+
+
+def check_shared_characters(characters: Iterable[str], theirs: Vocabulary, manifest: str, init: str) -> None:
+    """Fine-tuning keeps what was learnt for the characters both models spell: transcripts that
+    share none (but the space) with the checkpoint would keep nothing of its speller."""
+    index = theirs.index
+    letters = set(characters) - {" "}
+    if letters and not any(counterpart(character, index) is not None for character in letters):
+        sample = "".join(sorted(letters)[:10])
+        raise LasError(
+            f"{manifest}: its transcripts share no character with --init {init} (they spell {sample!r}...): "
+            "train this character set from scratch"
+        )
 
 
 def differences(config: ModelConfig, checkpoint: Checkpoint) -> str:

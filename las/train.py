@@ -34,7 +34,7 @@ from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
-from las.initialisation import initialise
+from las.initialisation import check_shared_characters, initialise
 from las.losses import ctc_frames_needed, joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
@@ -119,11 +119,12 @@ def load_corpus(
     skip = data.bad_utterances == "skip"
     train_utterances = read_utterances(data.train, input_format=data.input_format, skip_bad=skip)
     dev_utterances = read_utterances(data.dev, input_format=data.input_format, skip_bad=skip)
-    texts = (utterance.text for utterance in train_utterances)
+    characters = set().union(*(set(utterance.text) for utterance in train_utterances))
     if vocabulary is None:
-        vocabulary = Vocabulary.from_texts(texts)
+        vocabulary = Vocabulary.from_texts(characters)
     elif extend_vocabulary:
-        vocabulary = vocabulary.extended(texts)
+        check_shared_characters(characters, vocabulary, data.train, config.train.init)
+        vocabulary = vocabulary.extended(characters)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
     if any(utterance.audio is None for utterance in train_utterances):

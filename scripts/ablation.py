@@ -63,9 +63,8 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def start(run: Path, assignments: list[str], threads: int) -> subprocess.Popen:
-    command = [sys.executable, "-m", "las", "train", "--out", str(run)]
-    command += [item for assignment in assignments for item in ("--set", assignment)]
+def start(run: Path, arguments: list[str], threads: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "las", "train", "--out", str(run), *arguments]
     if (run / "last.pt").exists():  # a run stopped before stop_after (a reboot, a kill) goes on
         command.append("--resume")
     # SIGINT back to its default in the child: a shell starts background jobs with it ignored,
@@ -77,6 +76,10 @@ def start(run: Path, assignments: list[str], threads: int) -> subprocess.Popen:
         env={**os.environ, "OMP_NUM_THREADS": str(threads)},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def settings_arguments(assignments: list[str]) -> list[str]:
+    return [item for assignment in assignments for item in ("--set", assignment)]
 
 
 def log(run: Path) -> Path:
@@ -96,7 +99,8 @@ def interrupt(process: subprocess.Popen) -> None:
 
 
 def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None:
-    """Train every run in `jobs`, `parallel` at a time, stopping each after `stop_after` epochs."""
+    """Train every run in `jobs` (run directory -> its further `las train` arguments), `parallel`
+    at a time, stopping each after `stop_after` epochs."""
     waiting = [run for run in jobs if len(records(run)) < stop_after]
     running: dict[Path, subprocess.Popen] = {}
     threads = max(1, (os.cpu_count() or 1) // parallel)
@@ -216,7 +220,7 @@ def main(
         for name, settings in variants.items()
         for seed in range(1, seeds + 1)
     }
-    run_all(jobs, stop_after, parallel)
+    run_all({run: settings_arguments(settings) for run, settings in jobs.items()}, stop_after, parallel)
     checkpoints = sorted({5, 10, 15, stop_after})
     header = [f"dev CER @{epoch}" for epoch in checkpoints] + COLUMNS + LONG_FORM
     print("| variant | " + " | ".join(header) + " |")

@@ -61,6 +61,37 @@ def test_every_weight_that_fits_is_loaded_and_shared_characters_keep_their_rows(
         )
 
 
+def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
+    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    upper = [symbol for symbol in trained.vocabulary.symbols if symbol.isupper()]
+    vocabulary = trained.vocabulary.extended([symbol.lower() for symbol in upper] + ["9"])
+    config = trained.config.model
+    model = LAS.build(config, trained.input_size, len(vocabulary))
+    lines = initialise(model, config, vocabulary, trained, "best.pt")
+    shared = len(trained.vocabulary)
+    assert lines[-1] == (
+        f"characters: {shared} shared with the checkpoint, {len(upper) + 1} new "
+        f"({len(upper)} started from the same letter in the other case)"
+    )
+    state = model.state_dict()
+    for name in CHARACTER_ROWS:
+        for letter in upper:
+            theirs = trained.model_state[name][trained.vocabulary.index[letter]]
+            assert torch.equal(state[name][vocabulary.index[letter.lower()]], theirs)
+
+
+def test_transcripts_that_share_no_character_with_the_checkpoint_are_refused(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    init = trained_run["run"] / "best.pt"
+    rows = [[*row[:3], "αβγ δ"] for row in an4_rows("train", 4, longest_seconds=1.6)]
+    manifest = write_manifest(tmp_path / "greek.tsv", rows)
+    arguments = [*settings(trained_run, tmp_path), "--set", f"data.train={manifest}"]
+    code, _, stderr = run("train", "--init", init, *arguments)
+    assert_clear_error(code, stderr, "its transcripts share no character with --init")
+    assert not (tmp_path / "run" / "last.pt").exists()
+
+
 def test_fine_tuning_keeps_the_normalisation_adds_characters_and_freezes_the_listener(
     trained_run: dict[str, Path], tmp_path: Path
 ) -> None:
