@@ -5,8 +5,9 @@ Weights are matched by name. Those whose rows are characters (the embedding, the
 the CTC head) are copied row by row for the characters both vocabularies share, so a changed
 character set keeps what was learnt for the others. A new letter whose other case the checkpoint
 has starts from that one's rows (a model fine-tuned to lower case spells "a" where it spelt "A");
-other new characters start from the usual random initialisation. Any other weight must have the same shape: a model of other `model.*` settings
-cannot take these weights, and that is one error naming the settings that differ.
+other new characters start from the usual random initialisation. Any other weight must have the
+same shape: a model of other `model.*` settings cannot take these weights, and that is one error
+naming the settings that differ.
 """
 
 from __future__ import annotations
