@@ -6,6 +6,7 @@
     python scripts/benchmark.py step              # the training step per part, against SpeechBrain
                                   # (and --against COMMIT), 1 thread, paired rounds; --beam: beam search
     python scripts/benchmark.py cache             # feature extraction: workers, then a warm second run
+    python scripts/benchmark.py cache-open        # a warm run's cache lookups beside 0-1M entries of others
     python scripts/benchmark.py curve runs/an4    # training curve of a run (metrics.jsonl)
     python scripts/benchmark.py decode runs/an4/best.pt data/an4/dev.tsv   # CLI throughput, CER, memory
     python scripts/benchmark.py strategies runs/an4/best.pt data/an4/dev.tsv   # every strategy, and
@@ -374,6 +375,66 @@ def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
         }
         for step, seconds in steps.items():
             print(f"| {step} | {count} | {seconds:.2f} | {len(utterances) / seconds:,.0f} |")
+
+
+OPEN_CACHE = """
+import resource, sys, time
+started = time.perf_counter()
+from las.config import Config
+from las.data.cache import FeatureCache
+from las.data.manifest import read_utterances
+utterances = read_utterances(sys.argv[2])
+read = time.perf_counter()
+features = FeatureCache(sys.argv[1], Config().features).load(utterances)
+assert len(features) == len(utterances)
+print(time.perf_counter() - read, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@app.command("cache-open")
+def cache_open(manifest: str = "data/an4/train.tsv", others: str = "0,100000,1000000", rounds: int = 3) -> None:
+    """A warm run's features from a cache that also holds `others` entries of other corpora (rows
+    made up, of shards never read): seconds from the manifest read to the features, and the peak
+    memory of that process, each count in its own fresh process, interleaved over `rounds`."""
+    from las.data.cache_index import CacheIndex, write_rows
+
+    counts = [int(item) for item in others.split(",")]
+    results: dict[int, list[tuple[float, int]]] = {count: [] for count in counts}
+    with tempfile.TemporaryDirectory() as root:
+        caches = {count: Path(root) / str(count) for count in counts}
+        for count, directory in caches.items():
+            cache = FeatureCache(directory, Config().features)
+            cache.load(read_utterances(manifest))
+            with CacheIndex(cache.directory).transaction() as connection:
+                for start in range(0, count, 100_000):
+                    rows = [
+                        [f"{index:064x}@1", f"shard-{index // 512:016x}.npy", 0, 300, 80, "0" * 32]
+                        for index in range(start, min(count, start + 100_000))
+                    ]
+                    write_rows(
+                        connection,
+                        rows,
+                        [
+                            [index, 0, index, 0, f"{index:064x}", f"/corpus/{index}.flac"]
+                            for index in range(start, min(count, start + 100_000))
+                        ],
+                    )
+        for _ in range(rounds):
+            for count, directory in caches.items():
+                output = subprocess.run(
+                    [sys.executable, "-c", OPEN_CACHE, str(directory), manifest],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"},
+                ).stdout.split()
+                results[count].append((float(output[0]), int(output[1])))
+    print(f"{len(read_utterances(manifest))} utterances of {manifest}, {rounds} rounds, medians\n")
+    print("| other entries in the cache | seconds to the features | peak memory, MiB |\n| --- | --- | --- |")
+    for count, measured in results.items():
+        seconds = statistics.median(value for value, _ in measured)
+        memory = statistics.median(value for _, value in measured)
+        print(f"| {count:,} | {seconds:.2f} | {memory:.0f} |")
 
 
 def peak_rss_mb() -> int:

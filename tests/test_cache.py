@@ -2,6 +2,7 @@
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from las.config import FeatureConfig
 from las.data import cache as cache_module
 from las.data.audio import load_audio
 from las.data.cache import FeatureCache
+from las.data.cache_index import line_checksum, write_rows
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
@@ -117,21 +119,46 @@ def test_a_link_pointed_at_another_recording_gets_that_recordings_features(tmp_p
 def test_an_index_written_by_an_older_las_keeps_its_entries(
     tmp_path: Path, utterances: list, capsys: pytest.CaptureFixture
 ) -> None:
-    """Sources of older versions had fewer fields (no ctime): their files are re-hashed once and
-    found again by content; no line is called damaged and nothing is recomputed."""
+    """An older las's `index.jsonl` is imported once: no line is called damaged and nothing is
+    recomputed. Its oldest lines had no ctime: those files are re-hashed once, found by content."""
     first = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
-    index = next((tmp_path / "cache").rglob("index.jsonl"))
-    records = [json.loads(line) for line in index.read_text().splitlines()]
-    for record in records:
-        del record["check"]
-        record["source"] = record["source"][:4]  # path, size, mtime, inode
-    index.write_text(cache_module.index_lines(records))
+    folder = next((tmp_path / "cache").iterdir())
+    with sqlite3.connect(folder / "index.sqlite") as connection:
+        entries = connection.execute("SELECT key, shard, offset, frames, dimension, checksum FROM entries").fetchall()
+        files = {row[4]: row for row in connection.execute("SELECT size, mtime, inode, ctime, digest, path FROM files")}
+    connection.close()
+    (folder / "index.sqlite").unlink()
+    lines = []
+    for number, (key, shard, offset, frames, dimension, frames_checksum) in enumerate(entries):
+        size, mtime, inode, ctime, digest, path = files[key.split("@")[0]]
+        source = [path, size, mtime, inode] + ([ctime] if number % 2 else [])  # with and without ctime
+        record = dict(
+            key=key, shard=shard, offset=offset, frames=frames, dimension=dimension, checksum=frames_checksum
+        ) | dict(source=source, digest=digest)
+        lines.append(json.dumps({**record, "check": line_checksum(record)}) + "\n")
+    (folder / "index.jsonl").write_text("".join(lines))
     capsys.readouterr()
-    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
-    assert len(cache.entries) == len(utterances) and "damaged" not in capsys.readouterr().err
-    again = cache.load(utterances)
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    assert "damaged" not in capsys.readouterr().err and not (folder / "index.jsonl").exists()
     assert len(list((tmp_path / "cache").rglob("shard-*.npy"))) == 1  # nothing recomputed
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_a_run_looks_up_its_own_entries_and_reads_no_others(tmp_path: Path, utterances: list) -> None:
+    """Opening a cache does not grow with what it holds: the rows of other corpora stay unread."""
+    FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    folder = next((tmp_path / "cache").iterdir())
+    other = [[f"{index:064x}@1", "shard-other.npy", 0, 10, 80, "0" * 32] for index in range(20_000)]
+    with sqlite3.connect(folder / "index.sqlite") as connection:
+        write_rows(connection, other, [])
+    connection.close()
+    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
+    rows: list[str] = []
+    cache.index.connect().set_trace_callback(rows.append)
+    features = cache.load(utterances[:2])
+    assert len(features) == 2
+    assert any("FROM entries WHERE key IN" in row for row in rows)  # looked up, by key
+    assert all(" WHERE " in row for row in rows) and "shard-other" not in " ".join(rows)  # nothing else read
 
 
 def test_a_file_replaced_with_its_size_and_modification_time_kept_is_recomputed(tmp_path: Path) -> None:
@@ -210,14 +237,18 @@ def test_bad_feature_files_are_one_line_each_or_left_out(tmp_path: Path) -> None
         FeatureCache(tmp_path / "other", FeatureConfig()).load(utterances)
 
 
-def test_a_line_cut_short_by_a_killed_run_is_recomputed(tmp_path: Path, utterances: list) -> None:
+def test_an_index_that_is_not_one_is_set_aside_and_its_features_recomputed(
+    tmp_path: Path, utterances: list, capsys: pytest.CaptureFixture
+) -> None:
+    first = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances[:2])
+    index = next((tmp_path / "cache").rglob("index.sqlite"))
+    index.write_bytes(b"damaged storage" * 300)
+    capsys.readouterr()
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances[:2])
+    assert "not a readable index" in capsys.readouterr().err and index.with_suffix(".damaged").exists()
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances[:2])
-    index = next((tmp_path / "cache").rglob("index.jsonl"))
-    lines = index.read_text().splitlines()
-    index.write_text(lines[0] + "\n" + lines[1][:40])
-    cache = FeatureCache(tmp_path / "cache", FeatureConfig())
-    assert len(cache.entries) == 1
-    assert len(cache.load(utterances[:2])) == 2 and len(cache.entries) == 2
+    assert "warning" not in capsys.readouterr().err
 
 
 def test_streaming_statistics_equal_the_statistics_of_everything_at_once(tmp_path: Path, utterances: list) -> None:
@@ -255,10 +286,10 @@ def test_cache_info_names_what_it_holds_and_prune_removes_orphans_and_old_folder
     assert f"{folder.name}" in stdout and "6 entries in 2 shards, 1 orphan(s)" in stdout
     assert f"6 from {utterances[0].audio.parent}" in stdout and "last used 1970-01-01" in stdout
     code, stdout, _ = run("cache", "prune", "--older-than", "30", "--cache-dir", root)
-    assert code == 0 and "unused for" in stdout and "no index line names it" in stdout
+    assert code == 0 and "unused for" in stdout and "no index row names it" in stdout
     assert not old.exists() and not (folder / "shard-0123456789abcdef.npy").exists()
     again = FeatureCache(root, FeatureConfig(), workers=0)
-    assert again.pending(utterances, 1.0, again.identify(utterances))[1] == {}  # every entry kept: nothing to extract
+    assert again.pending(utterances, 1.0, again.identify(utterances))[2] == {}  # every entry kept: nothing to extract
 
 
 def test_prune_leaves_a_folder_in_use_alone_so_a_reader_never_loses_an_entry(tmp_path: Path, utterances: list) -> None:

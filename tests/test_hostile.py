@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from dataclasses import replace
@@ -22,7 +23,8 @@ from las.checkpoint import load_checkpoint
 from las.config import Config, FeatureConfig
 from las.data import cache as cache_module
 from las.data.audio import load_audio
-from las.data.cache import FeatureCache, line_checksum
+from las.data.cache import FeatureCache
+from las.data.cache_index import row_checksum
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.decode import json_score
@@ -191,13 +193,15 @@ def test_a_damaged_cache_is_detected_dropped_and_recomputed(
     utterances = read_utterances(write_manifest(tmp_path / "three.tsv", an4_rows("train", 3)))
     FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
     shard = next((tmp_path / "cache").rglob("shard-*.npy"))
-    index = next((tmp_path / "cache").rglob("index.jsonl"))
+    index = next((tmp_path / "cache").rglob("index.sqlite"))
     if how.startswith("shifted"):
-        records = [json.loads(line) for line in index.read_text().splitlines()]
-        records[1]["offset"] += 7  # still inside the shard
-        if how == "shifted-consistently":  # the line's own checksum recomputed: only the entry's can tell
-            records[1]["check"] = line_checksum(records[1])
-        index.write_text("".join(json.dumps(record) + "\n" for record in records))
+        with sqlite3.connect(index) as connection:
+            key, *fields = connection.execute("SELECT * FROM entries ORDER BY offset").fetchall()[1][:6]
+            fields[1] += 7  # the offset, still inside the shard
+            # Consistently: the row's own checksum recomputed, so that only the entry's can tell.
+            check = row_checksum([key, *fields]) if how == "shifted-consistently" else "0" * 32
+            connection.execute("UPDATE entries SET offset=?, check_sum=? WHERE key=?", (fields[1], check, key))
+        connection.close()
     else:
         damage_shard(shard, how)
     features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)

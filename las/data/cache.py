@@ -5,22 +5,24 @@ Layout under `<cache_dir>/<digest of the feature settings>/`:
     shard-<id>.npy  `(frames, dim)`: the features of a chunk of utterances, end to end; float16
                     log-mels computed from audio, or precomputed features (HW4P2's per-utterance
                     `.npy` files) copied as they are, float32
-    index.jsonl     one line per cached utterance: its key, shard, offset, frame count, checksum
+    index.sqlite    which shard holds each cached utterance (key -> shard, offset, frame count,
+                    checksum), and the content digest of each audio file seen
+                    (las/data/cache_index.py): a run looks up its own rows, and reads no others
 
 An utterance's key is the sha256 of its file's bytes plus its segment and speed factor, so a
-renamed or moved file is still found and an edited one is recomputed. Each line also records the
-path, size, modification time, inode and change time the key was computed from, so that a later
-run re-hashes only files that changed: the change time catches a file replaced with its size and
-modification time kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
+renamed or moved file is still found and an edited one is recomputed. The index also knows each
+file by its size, modification time, inode and change time, so that a later run re-hashes only
+files that changed: the change time catches a file replaced with its size and modification time
+kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
 
-The cache never serves features it cannot vouch for. Each index line carries a checksum of
+The cache never serves features it cannot vouch for. Each index row carries a checksum of
 itself, and each entry one of its frames; before a process first serves an entry it
 checks the entry against its shard (shape, bounds, checksum), unless the shard and its entries
 are unchanged since they were last found intact (las/data/checked_shards.py): a run reads no
-features to open a cache it has used before. Damaged lines and entries (a
+features to open a cache it has used before. Damaged rows and entries (a
 truncated, overwritten or deleted shard, shifted offsets) are dropped and recomputed with a
 warning. Shards are written under a temporary name, flushed and renamed before their index
-lines are appended, so a killed run leaves no entry pointing at a half-written shard; a cache that
+rows are added, so a killed run leaves no entry pointing at a half-written shard; a cache that
 cannot be written (read-only, disk full) degrades to features computed in memory for the run.
 """
 
@@ -35,7 +37,6 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -43,6 +44,7 @@ from tqdm import tqdm
 
 from las.config import FeatureConfig
 from las.data.audio import Segment, load_audio, read_bytes
+from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
 from las.data.cache_usage import cache_directory, use
 from las.data.checked_shards import CheckedShards
 from las.data.features import (
@@ -55,12 +57,12 @@ from las.data.features import (
 )
 from las.data.manifest import Utterance, read_feature_file, report_skipped
 from las.errors import LasError
-from las.files import make_directory, write_atomically, write_text_atomically
+from las.files import make_directory, write_atomically
 from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
+FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
 Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
-FileIdentity = tuple[int, int, int, int]  # a Source without its path: the same file under any name
 
 
 @dataclass(frozen=True)
@@ -70,38 +72,18 @@ class Missing:
     key: str
     file: Path  # its audio, or its precomputed features (`precomputed`)
     segment: Segment | None
-    source: Source  # the file it was read from, as `source_of` identifies it
-    digest: str  # sha256 of the file's bytes
     precomputed: bool = False  # `file` is a `.npy` of features, copied as they are (float32)
 
 
 @dataclass(frozen=True)
-class Entry:
-    shard: str  # file name within the cache directory
-    offset: int  # first frame in the shard
-    frames: int
-    dimension: int
-    checksum: str  # of the entry's frames as stored
-
-
-@dataclass(frozen=True)
 class Extracted:
-    """One utterance from a worker: its index record, and the features themselves when its shard
-    could not be written (they then live in memory for this run); or why it has none."""
+    """One utterance from a worker: where its shard holds it, or the features themselves when its
+    shard could not be written (they then live in memory for this run), or why it has none."""
 
-    record: dict[str, Any]
+    key: str
+    entry: Entry | None = None
     features: np.ndarray | None = None
     error: str | None = None  # the utterance cannot be used (only when skipping bad ones)
-
-
-def checksum(data: bytes | np.ndarray) -> str:
-    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).hexdigest()
-
-
-def line_checksum(record: dict[str, Any]) -> str:
-    """The checksum of an index line's fields (all but `check` itself)."""
-    fields = {name: value for name, value in record.items() if name != "check"}
-    return checksum(json.dumps(fields, sort_keys=True).encode())
 
 
 class StoredFeatures(FeatureSet):
@@ -109,31 +91,41 @@ class StoredFeatures(FeatureSet):
     (an `Entry`) or held in memory (a tensor, when the cache could not be written).
 
     Only the requested frames are read, so a corpus far larger than memory trains from the page
-    cache; each process (DataLoader workers included) maps a shard once.
+    cache; each process (DataLoader workers included) maps a shard once. Where each utterance lies
+    is held as columns of numbers (16 bytes an utterance), not an object each: at a million
+    utterances, objects would be a quarter of a gigabyte in every process.
     """
 
     def __init__(self, directory: Path, items: Sequence[Entry | torch.Tensor]) -> None:
         self.directory = directory
-        self.items = list(items)
-        self.shards: dict[str, np.ndarray] = {}
+        numbers: dict[str, int] = {}
+        self.memory = {index: item for index, item in enumerate(items) if isinstance(item, torch.Tensor)}
+        entries = [(index, item) for index, item in enumerate(items) if isinstance(item, Entry)]
+        self.location = np.zeros((len(items), 4), np.int64)  # shard number, offset, frames, dimension
+        for index, (shard, offset, frames, dimension, _) in entries:
+            self.location[index] = (numbers.setdefault(shard, len(numbers)), offset, frames, dimension)
+        for index, tensor in self.memory.items():
+            self.location[index] = (-1, 0, *tensor.shape)
+        self.shard_names = list(numbers)
+        self.shards: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.location)
 
     def __getitem__(self, index: int) -> torch.Tensor:  # type: ignore[override]
-        item = self.items[index]
-        if isinstance(item, torch.Tensor):
-            return item
-        if item.shard not in self.shards:
-            self.shards[item.shard] = np.load(self.directory / item.shard, mmap_mode="r", allow_pickle=False)
-        frames = self.shards[item.shard][item.offset : item.offset + item.frames]
-        return torch.from_numpy(frames.astype(np.float32))
+        if index in self.memory:
+            return self.memory[index]
+        shard, offset, frames, _ = self.location[index].tolist()
+        if shard not in self.shards:
+            path = self.directory / self.shard_names[shard]
+            self.shards[shard] = np.load(path, mmap_mode="r", allow_pickle=False)
+        return torch.from_numpy(self.shards[shard][offset : offset + frames].astype(np.float32))
 
     def frame_counts(self) -> list[int]:
-        return [item.shape[0] if isinstance(item, torch.Tensor) else item.frames for item in self.items]
+        return self.location[:, 2].tolist()
 
     def dimensions(self) -> set[int]:
-        return {item.shape[1] if isinstance(item, torch.Tensor) else item.dimension for item in self.items}
+        return set(np.unique(self.location[:, 3]).tolist())
 
 
 class FeatureCache:
@@ -144,42 +136,14 @@ class FeatureCache:
         self.directory = cache_directory(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.config = config
         self.workers = workers
-        self.entries: dict[str, Entry] = {}  # by key
-        self.records: dict[str, dict[str, Any]] = {}  # by key: the index line of each entry
-        self.digests: dict[FileIdentity, str] = {}  # file (`source_of`, any path to it) -> digest of its bytes
-        self.verified: set[str] = set()  # keys whose entries this process has checked
+        self.index = CacheIndex(self.directory)  # opened on first lookup
+        self.hashed: dict[FileIdentity, tuple[str, str]] = {}  # files hashed by this run, not yet indexed
+        self.verified: set[str] = set()  # shards this process has checked, or written
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
         self.writable = True
         self.in_use = use(self.directory)  # so that `las cache prune` leaves this folder alone
         self.checked = CheckedShards(self.directory)
-        self.read_index()
-
-    @property
-    def index_path(self) -> Path:
-        return self.directory / "index.jsonl"
-
-    def read_index(self) -> None:
-        if not self.index_path.exists():
-            return
-        damaged = 0
-        for line in self.index_path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-                if record.pop("check") != line_checksum(record):
-                    raise ValueError
-                self.remember(record)
-            except (ValueError, KeyError, TypeError, AttributeError):  # cut short by a killed run, or damaged
-                damaged += 1
-        if damaged:
-            warn(f"feature cache {self.index_path}: ignored {damaged} damaged index lines; they are recomputed")
-            self.rewrite_index()
-
-    def remember(self, record: dict[str, Any]) -> None:
-        entry = Entry(record["shard"], record["offset"], record["frames"], record["dimension"], record["checksum"])
-        self.entries[record["key"]] = entry
-        self.records[record["key"]] = record
-        self.digests[identity(record["source"])] = record["digest"]
 
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
         """Every utterance's features: precomputed ones as they are, else log-mels (of the audio
@@ -196,11 +160,12 @@ class FeatureCache:
         digests = self.identify(utterances)
         loaded = []
         for speed in speeds:
-            keys, missing = self.pending(utterances, speed, digests)
+            keys, found, missing = self.pending(utterances, speed, digests)
             if missing:
                 label = description if speed == 1.0 else f"{description} x{speed:g}"
-                self.extract(list(missing.values()), speed, label)
-            loaded.append(StoredFeatures(self.directory, [self.memory.get(key, self.entries.get(key)) for key in keys]))
+                found |= self.extract(list(missing.values()), speed, label)
+            items = [self.memory[key] if key in self.memory else found[key] for key in keys]
+            loaded.append(StoredFeatures(self.directory, items))
         return loaded
 
     def usable(
@@ -219,8 +184,9 @@ class FeatureCache:
                 problems[utterance.id] = str(error)
                 continue
             readable.append(utterance)
+        self.record_files()
         for speed in speeds:
-            keys, missing = self.pending(readable, speed, digests)
+            keys, _, missing = self.pending(readable, speed, digests)
             if missing:
                 self.extract(list(missing.values()), speed, f"{source} x{speed:g}", skip_bad=True)
             for utterance, key in zip(readable, keys, strict=True):
@@ -230,65 +196,93 @@ class FeatureCache:
         return [utterance for utterance in utterances if utterance.id not in problems]
 
     def identify(self, utterances: Sequence[Utterance]) -> list[str]:
-        """Each utterance's content digest: a stat per file (`source_of`), and a read only for
-        files this cache has not seen."""
-        return [self.digest(utterance, source_of(utterance)) for utterance in utterances]
+        """Each utterance's content digest: a stat per file (`source_of`) and a lookup, and a read
+        only for files this cache has not seen."""
+        digests = [self.digest(utterance, source_of(utterance)) for utterance in utterances]
+        self.record_files()
+        return digests
+
+    def digest(self, utterance: Utterance, source: Source) -> str:
+        file = identity(source)
+        if file in self.hashed:
+            return self.hashed[file][0]
+        known = self.index.digest(file)
+        if known is None:
+            known = content_digest(utterance)
+            self.hashed[file] = (known, source[0])
+            if len(self.hashed) >= FILES_PER_WRITE:
+                self.record_files()
+        return known
+
+    def record_files(self) -> None:
+        """Put the files this run hashed in the index (kept in memory if it cannot be written)."""
+        if not self.hashed or not self.writable:
+            return
+        try:
+            self.index.add({}, [(file, digest, path) for file, (digest, path) in self.hashed.items()])
+        except Unwritable as error:
+            self.cannot_store(str(error))
+            return
+        self.hashed.clear()
 
     def pending(
         self, utterances: Sequence[Utterance], speed: float, digests: list[str]
-    ) -> tuple[list[str], dict[str, Missing]]:
-        """Each utterance's cache key at `speed`, and those not cached (or damaged) to compute."""
+    ) -> tuple[list[str], dict[str, Entry], dict[str, Missing]]:
+        """Each utterance's cache key at `speed`, the intact entries of those cached, and those not
+        cached (or damaged) to compute."""
         keys = [
             cache_key(digest, utterance.segment, speed) for digest, utterance in zip(digests, utterances, strict=True)
         ]
-        self.verify(keys)
-        missing = {  # a second stat for these few: a tuple per utterance is 0.3 KB at a million
-            key: Missing(key, utterance.file, utterance.segment, source_of(utterance), digest, utterance.audio is None)
-            for key, utterance, digest in zip(keys, utterances, digests, strict=True)
-            if key not in self.entries and key not in self.memory
+        found = self.verify(self.index.entries(key for key in keys if key not in self.memory))
+        if self.index.damaged:
+            warn(f"feature cache {self.index.path}: {self.index.damaged} damaged index rows dropped; recomputing them")
+            self.index.damaged = 0
+        missing = {
+            key: Missing(key, utterance.file, utterance.segment, utterance.audio is None)
+            for key, utterance in zip(keys, utterances, strict=True)
+            if key not in found and key not in self.memory
         }
-        return keys, missing
+        return keys, found, missing
 
     def features(self, utterance: Utterance, speed: float = 1.0) -> torch.Tensor:
         """One utterance's features `(frames, dim)`."""
         return self.load([utterance], speed=speed)[0]
 
-    def digest(self, utterance: Utterance, source: Source) -> str:
-        file = identity(source)
-        if file not in self.digests:
-            self.digests[file] = content_digest(utterance)
-        return self.digests[file]
-
-    def verify(self, keys: Iterable[str]) -> None:
-        """Check the cached entries of `keys` against their shards (once per process), reading only
-        the shards that changed since their entries were last found intact (`CheckedShards`); drop
-        the damaged entries, so that they are recomputed."""
-        shards = {self.entries[key].shard for key in keys if key in self.entries and key not in self.verified}
-        if not shards:
-            return
-        contents: dict[str, list[str]] = {shard: [] for shard in shards}  # shard -> keys of all its entries
-        for key, entry in self.entries.items():
-            if entry.shard in contents:
-                contents[entry.shard].append(key)
+    def verify(self, found: dict[str, Entry]) -> dict[str, Entry]:
+        """`found` without its damaged entries: each shard checked once per process, and read only
+        if it or its entries changed since they were last found intact (`CheckedShards`). The
+        damaged entries leave the index, so that they are recomputed."""
         damaged = 0
-        for shard, shard_keys in contents.items():
-            if not self.checked.trusted(shard, (self.entries[key] for key in shard_keys)):
+        for shard in {entry.shard for entry in found.values()} - self.verified:
+            entries = self.index.shard_entries(shard)
+            if not self.checked.trusted(shard, entries.values()):
                 mapped = map_shard(self.directory / shard)
-                intact = [key for key in shard_keys if entry_is_intact(self.entries[key], mapped)]
-                for key in set(shard_keys) - set(intact):
-                    del self.entries[key], self.records[key]
-                damaged += len(shard_keys) - len(intact)
-                shard_keys = intact
-                self.checked.remember(shard, (self.entries[key] for key in intact))
-            self.verified.update(shard_keys)
+                bad = [key for key, entry in entries.items() if not entry_is_intact(entry, mapped)]
+                for key in bad:
+                    del entries[key]
+                    found.pop(key, None)
+                damaged += len(bad)
+                self.drop(bad)
+                self.checked.remember(shard, entries.values())
+            self.verified.add(shard)
         self.checked.save()
         if damaged:
             warn(f"feature cache {self.directory}: {damaged} damaged entries dropped; recomputing them")
-            self.rewrite_index()
+        return found
 
-    def extract(self, missing: list[Missing], speed: float, description: str, skip_bad: bool = False) -> None:
+    def drop(self, keys: list[str]) -> None:
+        if keys and self.writable:
+            try:
+                self.index.drop(keys)
+            except Unwritable as error:
+                self.cannot_store(str(error))
+
+    def extract(
+        self, missing: list[Missing], speed: float, description: str, skip_bad: bool = False
+    ) -> dict[str, Entry]:
         """Compute the missing utterances in chunks, one shard each, and index them; with
-        `skip_bad`, an utterance that cannot be computed is recorded in `failed`, not an error."""
+        `skip_bad`, an utterance that cannot be computed is recorded in `failed`, not an error.
+        Returns the entries of those stored."""
         if self.writable:
             try:
                 make_directory(self.directory, "feature cache")
@@ -304,55 +298,42 @@ class FeatureCache:
             # fork: workers inherit the imported modules; one thread each, one core each.
             context = multiprocessing.get_context("fork")
             with context.Pool(min(self.workers, len(chunks)), initializer=torch.set_num_threads, initargs=(1,)) as pool:
-                self.index(pool.imap_unordered(extract_chunk, chunks), bar)
+                stored = self.store(pool.imap_unordered(extract_chunk, chunks), bar)
         else:
-            self.index(map(extract_chunk, chunks), bar)
+            stored = self.store(map(extract_chunk, chunks), bar)
         bar.close()
         self.checked.save()
+        return stored
 
-    def index(self, results: Iterable[list[Extracted]], bar: tqdm) -> None:
-        """Append each chunk's records to the index once its shard is in place; keep in memory
-        what could not be stored."""
+    def store(self, results: Iterable[list[Extracted]], bar: tqdm) -> dict[str, Entry]:
+        """Index each chunk's entries once its shard is in place; keep in memory what could not
+        be stored. Returns the entries stored."""
+        everything: dict[str, Entry] = {}
         for extracted in results:
-            stored = [item.record for item in extracted if item.features is None and item.error is None]
+            stored = {item.key: item.entry for item in extracted if item.entry is not None}
             for item in extracted:
                 if item.error is not None:
-                    self.failed[item.record["key"]] = item.error
+                    self.failed[item.key] = item.error
                 elif item.features is not None:
                     self.cannot_store("a shard could not be written")
-                    self.memory[item.record["key"]] = torch.from_numpy(item.features.astype(np.float32))
-            if stored and self.writable:
-                self.append_index(stored)
-            for record in stored:
-                self.remember(record)
-                self.verified.add(record["key"])  # computed by this run
-            if stored and self.writable:  # a chunk is one new shard, whole
-                self.checked.remember(stored[0]["shard"], (self.entries[record["key"]] for record in stored))
+                    self.memory[item.key] = torch.from_numpy(item.features.astype(np.float32))
+            if stored:
+                shard = next(iter(stored.values())).shard  # a chunk is one new shard, whole
+                if self.writable:
+                    try:
+                        self.index.add(stored, [])
+                        self.checked.remember(shard, stored.values())
+                    except Unwritable as error:
+                        self.cannot_store(str(error))  # the shard serves this run, unindexed
+                self.verified.add(shard)  # computed by this run
+                everything |= stored
             bar.update(len(extracted))
-
-    def append_index(self, records: list[dict[str, Any]]) -> None:
-        try:
-            with open(self.index_path, "a") as file:
-                file.write(index_lines(records))
-                file.flush()
-        except OSError as error:
-            self.cannot_store(error.strerror or str(error))
-
-    def rewrite_index(self) -> None:
-        """The index with only the entries still trusted, so damage is reported and skipped once."""
-        try:
-            write_text_atomically(self.index_path, index_lines(self.records.values()))
-        except LasError as error:
-            self.cannot_store(str(error))
+        return everything
 
     def cannot_store(self, reason: str) -> None:
         if self.writable:
             warn(f"cannot write the feature cache in {self.directory} ({reason}): computing features in memory")
         self.writable = False
-
-
-def index_lines(records: Iterable[dict[str, Any]]) -> str:
-    return "".join(json.dumps({**record, "check": line_checksum(record)}) + "\n" for record in records)
 
 
 def content_digest(utterance: Utterance) -> str:
@@ -399,8 +380,7 @@ def source_of(utterance: Utterance) -> Source:
 
 def identity(source: Source | list) -> FileIdentity:
     """Which file a source is, whatever the path (a symbolic link, a moved tree): its size, mtime,
-    inode and ctime. Nanosecond times make two files that agree on all four the same file. An
-    index line of an older las has fewer fields: its entry stays, and its file is re-hashed once."""
+    inode and ctime. Nanosecond times make two files that agree on all four the same file."""
     return tuple(source[1:])  # type: ignore[return-value]
 
 
@@ -422,12 +402,12 @@ def describe(audio: Path, segment: Segment | None) -> str:
 
 def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], bool]) -> list[Extracted]:
     """Features of a chunk of utterances -> one shard in `directory` (None: no shard, the
-    features come back in memory); its index records. With `skip_bad`, an utterance that cannot be
-    computed comes back as an error instead of stopping the chunk. A shard holds one dtype and
-    one dimension: float16 log-mels, or float32 precomputed features (a chunk is one or the other)."""
+    features come back in memory), and where each lies in it. With `skip_bad`, an utterance that
+    cannot be computed comes back as an error instead of stopping the chunk. A shard holds one dtype
+    and one dimension: float16 log-mels, or float32 precomputed features (a chunk is one or the other)."""
     directory, config, speed, items, skip_bad = job
     extractor = FilterbankExtractor(config)
-    arrays, records, failures, offset = [], [], [], 0
+    arrays, entries, failures, offset = [], [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
     for item in items:
         try:
@@ -437,26 +417,15 @@ def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], b
         except LasError as error:
             if not skip_bad:
                 raise
-            failures.append(Extracted({"key": item.key}, error=str(error)))
+            failures.append(Extracted(item.key, error=str(error)))
             continue
         arrays.append(features)
-        records.append(
-            dict(
-                key=item.key,
-                shard=name,
-                offset=offset,
-                frames=len(features),
-                dimension=features.shape[1],
-                checksum=checksum(features),
-                source=list(item.source),
-                digest=item.digest,
-            )
-        )
+        entries.append((item.key, Entry(name, offset, len(features), features.shape[1], checksum(features))))
         offset += len(features)
     if directory is not None and arrays:
         try:
             write_atomically(directory / name, lambda file: np.save(file, np.concatenate(arrays)))
-            return failures + [Extracted(record) for record in records]
+            return failures + [Extracted(key, entry) for key, entry in entries]
         except LasError:
             pass  # read-only or full: the caller warns once and keeps these in memory
-    return failures + [Extracted(record, features) for record, features in zip(records, arrays, strict=True)]
+    return failures + [Extracted(key, features=features) for (key, _), features in zip(entries, arrays, strict=True)]

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import shutil
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from las.data.cache_index import FILE_NAME, LEGACY_FILE_NAME, CacheIndex
 from las.errors import LasError
 
 LOCK = ".lock"
@@ -72,26 +71,22 @@ class Folder:
 
     path: Path
     size: int  # bytes
-    entries: int  # index lines
+    entries: int  # index rows
     shards: int
-    orphans: list[Path]  # shards and temporary files that no index line names
+    orphans: list[Path]  # shards no index row names, temporary files, an index set aside as damaged
     sources: list[tuple[str, int]]  # the folders its audio came from, with their entry counts
     last_used: float  # seconds since the epoch (the index's time for a cache from before stamps)
 
     @classmethod
     def read(cls, path: Path) -> Folder:
-        index = path / "index.jsonl"
-        named, folders, entries = set(), Counter(), 0
-        if index.exists():
-            for line in index.read_text(errors="replace").splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError, IndexError):
-                    record = json.loads(line)
-                    named.add(record["shard"])
-                    folders[str(Path(record["source"][0]).parent)] += 1
-                    entries += 1
+        entries, named, folders = 0, set(), {}
+        if (path / FILE_NAME).exists() or (path / LEGACY_FILE_NAME).exists():
+            index = CacheIndex(path)
+            entries, named, folders = index.summary()
+            index.close()
         files = [item for item in path.iterdir() if item.is_file()]
         shards = [item for item in files if item.name.startswith("shard-") and item.suffix == ".npy"]
-        temporary = [item for item in files if item.name.endswith(".tmp")]
+        temporary = [item for item in files if item.name.endswith((".tmp", ".damaged"))]
         orphans = [item for item in shards if item.name not in named] + temporary
         stamp = path / LAST_USED
         try:
@@ -99,7 +94,8 @@ class Folder:
         except (OSError, ValueError):
             last_used = max((item.stat().st_mtime for item in files), default=0.0)
         size = sum(item.stat().st_size for item in files)
-        return cls(path, size, entries, len(shards), orphans, folders.most_common(), last_used)
+        sources = sorted(folders.items(), key=lambda item: -item[1])
+        return cls(path, size, entries, len(shards), orphans, sources, last_used)
 
 
 def survey(root: Path) -> list[Folder]:
@@ -145,7 +141,7 @@ def prune(
                 size = orphan.stat().st_size
                 with contextlib.suppress(FileNotFoundError):
                     orphan.unlink()
-                removed.append(Removal(orphan, size, "no index line names it"))
+                removed.append(Removal(orphan, size, "no index row names it"))
                 kept -= size
     return removed, busy
 

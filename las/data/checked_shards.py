@@ -6,7 +6,7 @@ about 57 GB of features at the start of every run.
 last found intact (size, mtime, inode and ctime, as `las.data.cache.identity` knows audio files)
 and a digest of those entries (offset, frames, dimension, checksum). A shard whose file and
 entries are both as recorded needs no reading: any write to a file stamps a new ctime, which no
-tool can set back, and an edited index line changes the entries' digest. What a stat cannot see,
+tool can set back, and an edited index row changes the entries' digest. What a stat cannot see,
 bits flipped by failing storage under an unchanged file, is out of its reach; the entries'
 checksums are read again whenever the shard is written to or its entries change.
 """

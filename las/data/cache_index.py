@@ -1,0 +1,260 @@
+"""The feature cache's index, in SQLite: which shard holds each cached utterance, and which content
+each audio file had. A run looks up the rows it needs and reads no others.
+
+The index was a JSON-lines file read whole by every process: at a million cached utterances that
+is about 80 s and 4-5 GB before the first step, whatever the run needs. SQLite (Python's standard
+library) answers a run's lookups by key, and several processes share it: writes are one short
+transaction per shard, and a writer waits for another (a busy timeout) rather than failing.
+Two tables:
+
+    files    (size, mtime, inode, ctime) -> digest of the file's bytes, and its path (`las cache
+             info`): the identity `las.data.cache.identity` gives a file without reading it
+    entries  key -> shard, offset, frames, dimension, checksum of the entry's frames
+
+Each row carries a checksum of its fields, as each index line did: a row changed by anything but
+las is dropped (its file hashed again, its features computed again). A file that is not an index
+(damaged storage, another program's) is set aside with a warning and the cache starts anew. An
+index of an older las (`index.jsonl`) is imported once, its lines checked as before. The cache
+folder must be on a local disk or one with working POSIX locks (as SQLite's own rule is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from las.progress import warn
+
+FILE_NAME = "index.sqlite"
+LEGACY_FILE_NAME = "index.jsonl"
+BUSY_SECONDS = 600.0  # another process writing (extracting a shard of 512 utterances) is waited for
+LOOKUPS = 500  # keys per query: under SQLite's limit on bound parameters
+
+FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.cache.identity
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    size INTEGER NOT NULL, mtime INTEGER NOT NULL, inode INTEGER NOT NULL, ctime INTEGER NOT NULL,
+    digest TEXT NOT NULL, path TEXT NOT NULL, check_sum TEXT NOT NULL,
+    PRIMARY KEY (size, mtime, inode, ctime)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY, shard TEXT NOT NULL, offset INTEGER NOT NULL, frames INTEGER NOT NULL,
+    dimension INTEGER NOT NULL, checksum TEXT NOT NULL, check_sum TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entries_by_shard ON entries (shard);
+"""
+
+
+class Entry(NamedTuple):
+    shard: str  # file name within the cache directory
+    offset: int  # first frame in the shard
+    frames: int
+    dimension: int
+    checksum: str  # of the entry's frames as stored
+
+
+class Unwritable(Exception):
+    """The index cannot be written (a read-only folder, a full disk)."""
+
+
+class CacheIndex:
+    """The index of one cache folder, opened on first use."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.connection: sqlite3.Connection | None = None
+        self.damaged = 0  # rows dropped because their checksum did not match
+
+    @property
+    def path(self) -> Path:
+        return self.directory / FILE_NAME
+
+    def connect(self) -> sqlite3.Connection:
+        if self.connection is None:
+            try:
+                self.connection = self.opened()
+            except sqlite3.DatabaseError as error:  # not an index: set it aside, start anew
+                warn(f"feature cache {self.path}: not a readable index ({error}); set aside, features recomputed")
+                with contextlib.suppress(OSError):
+                    os.replace(self.path, self.path.with_suffix(".damaged"))
+                try:
+                    self.connection = self.opened()
+                except sqlite3.DatabaseError:  # could not be set aside (a read-only folder)
+                    self.connection = in_memory()
+        return self.connection
+
+    def opened(self) -> sqlite3.Connection:
+        """The index, created if needed; read-only where it cannot be written, or an empty one in
+        memory where there is none to read (the cache then stores nothing)."""
+        legacy = self.directory / LEGACY_FILE_NAME
+        try:
+            connection = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None)
+            connection.executescript(SCHEMA)
+        except sqlite3.OperationalError:  # a read-only folder, or no folder at all
+            if self.path.exists() and not legacy.exists():
+                connection = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, isolation_level=None)
+            else:
+                connection = in_memory()
+        connection.execute("SELECT 1 FROM entries LIMIT 1").fetchone()  # a damaged file fails here, not later
+        if legacy.exists():
+            import_legacy(connection, legacy)
+        return connection
+
+    def digest(self, file: FileIdentity) -> str | None:
+        """The digest recorded for this file, if its row is intact."""
+        row = (
+            self.connect()
+            .execute("SELECT digest, path, check_sum FROM files WHERE size=? AND mtime=? AND inode=? AND ctime=?", file)
+            .fetchone()
+        )
+        if row is None:
+            return None
+        if row[2] != row_checksum([*file, row[0], row[1]]):
+            self.damaged += 1
+            return None
+        return row[0]
+
+    def entries(self, keys: Iterable[str]) -> dict[str, Entry]:
+        """The intact entries of `keys` (those the index has)."""
+        found: dict[str, Entry] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), LOOKUPS):
+            chunk = unique[start : start + LOOKUPS]
+            marks = ",".join("?" * len(chunk))
+            found |= self.intact(f"SELECT * FROM entries WHERE key IN ({marks})", chunk)
+        return found
+
+    def shard_entries(self, shard: str) -> dict[str, Entry]:
+        """Every intact entry of `shard`, by key."""
+        return self.intact("SELECT * FROM entries WHERE shard=?", [shard])
+
+    def intact(self, query: str, parameters: Sequence[Any]) -> dict[str, Entry]:
+        found, damaged = {}, []
+        for key, shard, offset, frames, dimension, frames_checksum, check in self.connect().execute(query, parameters):
+            if check != row_checksum([key, shard, offset, frames, dimension, frames_checksum]):
+                damaged.append(key)
+                continue
+            found[key] = Entry(shard, offset, frames, dimension, frames_checksum)
+        if damaged:
+            self.damaged += len(damaged)
+            with contextlib.suppress(Unwritable):
+                self.drop(damaged)
+        return found
+
+    def add(self, entries: dict[str, Entry], files: Iterable[tuple[FileIdentity, str, str]]) -> None:
+        """Record `entries` (key -> Entry) and `files` ((identity, digest, path)) in one transaction."""
+        entry_rows = [[key, *entry] for key, entry in entries.items()]
+        file_rows = [[*file, digest, path] for file, digest, path in files]
+        with self.transaction() as connection:
+            write_rows(connection, entry_rows, file_rows)
+
+    def drop(self, keys: Iterable[str]) -> None:
+        with self.transaction() as connection:
+            connection.executemany("DELETE FROM entries WHERE key=?", [[key] for key in keys])
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        connection = self.connect()
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            raise unwritable(error) from None
+        try:
+            yield connection
+            connection.execute("COMMIT")
+        except sqlite3.OperationalError as error:
+            connection.execute("ROLLBACK")
+            raise unwritable(error) from None
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+
+    def summary(self) -> tuple[int, set[str], dict[str, int]]:
+        """For `las cache info`: the entry count, the shards named, and entries per source folder."""
+        connection = self.connect()
+        count = connection.execute("SELECT count(*) FROM entries").fetchone()[0]
+        shards = {shard for (shard,) in connection.execute("SELECT DISTINCT shard FROM entries")}
+        per_digest: dict[str, int] = {}
+        for (key,) in connection.execute("SELECT key FROM entries"):
+            digest = key.split("@")[0]
+            per_digest[digest] = per_digest.get(digest, 0) + 1
+        folders: dict[str, int] = {}
+        for digest, path in connection.execute("SELECT digest, path FROM files"):
+            folder = str(Path(path).parent)
+            folders[folder] = folders.get(folder, 0) + per_digest.pop(digest, 0)
+        return count, shards, folders
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+
+
+def unwritable(error: sqlite3.OperationalError) -> Exception:
+    """`Unwritable` for what storage causes (a read-only folder, a full disk, a lock held past the
+    timeout); any other error is las's own, and stays itself."""
+    causes = ("SQLITE_READONLY", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_PERM")
+    name = getattr(error, "sqlite_errorname", "")
+    return Unwritable(str(error)) if name.startswith(causes) else error
+
+
+def in_memory() -> sqlite3.Connection:
+    connection = sqlite3.connect(":memory:", isolation_level=None)
+    connection.executescript(SCHEMA)
+    return connection
+
+
+def checksum(data: bytes | np.ndarray) -> str:
+    """The cache's one checksum: of an entry's frames, and of each row's fields."""
+    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=16).hexdigest()
+
+
+def row_checksum(fields: Sequence[Any]) -> str:
+    return checksum(json.dumps(list(fields)).encode())
+
+
+def line_checksum(record: dict[str, Any]) -> str:
+    """The checksum of an older las's index line: of its fields, all but `check` itself."""
+    fields = {name: value for name, value in record.items() if name != "check"}
+    return checksum(json.dumps(fields, sort_keys=True).encode())
+
+
+def write_rows(connection: sqlite3.Connection, entries: list[list[Any]], files: list[list[Any]]) -> None:
+    """Rows of each table (their fields but the checksum, which is added), within a transaction."""
+    for table, rows in (("entries", entries), ("files", files)):
+        if rows:
+            marks = ",".join("?" * (len(rows[0]) + 1))
+            checked = [[*row, row_checksum(row)] for row in rows]
+            connection.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", checked)
+
+
+def import_legacy(connection: sqlite3.Connection, legacy: Path) -> None:
+    """Rows for the intact lines of an older las's `index.jsonl`, which is then removed (in a
+    read-only folder it stays, and is read again next time)."""
+    entries, files = [], []
+    for line in legacy.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            record = json.loads(line)
+            if record.pop("check") != line_checksum(record):
+                continue
+            entries.append([record[name] for name in ("key", "shard", "offset", "frames", "dimension", "checksum")])
+            path, *identity = record["source"]
+            if len(identity) == 4:  # older still had no ctime: those files are hashed again once
+                files.append([*identity, record["digest"], path])
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        write_rows(connection, entries, files)
+        connection.execute("COMMIT")
+        legacy.unlink()
+    except (sqlite3.OperationalError, OSError):
+        with contextlib.suppress(sqlite3.OperationalError):
+            connection.execute("ROLLBACK")
