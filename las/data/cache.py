@@ -138,6 +138,7 @@ class FeatureCache:
         self.workers = workers
         self.index = CacheIndex(self.directory)  # opened on first lookup
         self.hashed: dict[FileIdentity, tuple[str, str]] = {}  # files hashed by this run, not yet indexed
+        self.looked_up: dict[FileIdentity, str] = {}  # files found lately: many rows may link to one
         self.verified: set[str] = set()  # shards this process has checked, or written
         self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
@@ -206,8 +207,12 @@ class FeatureCache:
         file = identity(source)
         if file in self.hashed:
             return self.hashed[file][0]
-        known = self.index.digest(file)
-        if known is None:
+        known = self.looked_up.get(file) or self.index.digest(file)
+        if known is not None:
+            if len(self.looked_up) >= FILES_PER_WRITE:  # bounded: a million rows may be a million files
+                self.looked_up.clear()
+            self.looked_up[file] = known
+        else:
             known = content_digest(utterance)
             self.hashed[file] = (known, source[0])
             if len(self.hashed) >= FILES_PER_WRITE:
