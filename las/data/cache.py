@@ -100,12 +100,13 @@ class StoredFeatures(FeatureSet):
         self.directory = directory
         numbers: dict[str, int] = {}
         self.memory = {index: item for index, item in enumerate(items) if isinstance(item, torch.Tensor)}
-        entries = [(index, item) for index, item in enumerate(items) if isinstance(item, Entry)]
-        self.location = np.zeros((len(items), 4), np.int64)  # shard number, offset, frames, dimension
-        for index, (shard, offset, frames, dimension, _) in entries:
-            self.location[index] = (numbers.setdefault(shard, len(numbers)), offset, frames, dimension)
-        for index, tensor in self.memory.items():
-            self.location[index] = (-1, 0, *tensor.shape)
+        rows = [
+            (-1, 0, *item.shape)
+            if isinstance(item, torch.Tensor)
+            else (numbers.setdefault(item.shard, len(numbers)), item.offset, item.frames, item.dimension)
+            for item in items
+        ]
+        self.location = np.array(rows, dtype=np.int32).reshape(-1, 4)  # shard number, offset, frames, dimension
         self.shard_names = list(numbers)
         self.shards: dict[int, np.ndarray] = {}
 
