@@ -23,7 +23,7 @@ from torch import nn
 
 from las.checkpoint import Checkpoint
 from las.errors import LasError
-from las.files import make_directory, write_text_atomically
+from las.files import locked_directory, make_directory, write_text_atomically
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
@@ -32,6 +32,7 @@ from las.progress import say
 FORMAT = "las-onnx"
 VERSION = 1  # bump when the graphs' inputs and outputs or model.json change incompatibly
 MANIFEST = "model.json"
+GRAPHS = ("listener.onnx", "ctc_head.onnx", "speller_start.onnx", "speller_step.onnx")
 OPSET = 17
 EXTRA = "onnx and onnxruntime are not installed: pip install 'las[export]'"
 
@@ -132,11 +133,23 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
     onnx_modules()
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
-    model = checkpoint.build_model("cpu")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
-        raise LasError(f"{out}: a folder with other files in it; export into a new or an export's folder")
+    others = sorted(path.name for path in out.iterdir() if not export_file(path.name)) if out.is_dir() else []
+    if others:
+        raise LasError(f"{out}: a folder with other files in it ({others[0]}); export into a new or an export's folder")
     make_directory(out, "export folder")
-    (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
+    with locked_directory(out):  # a second export into the same folder waits for none: one clear error
+        (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
+        write_export(checkpoint, out, quantize)
+    return out
+
+
+def export_file(name: str) -> bool:
+    """Whether a file of this name is an export's own (or left by an export cut short)."""
+    return name in (*GRAPHS, MANIFEST, ".lock") or name.endswith((".tmp", ".int8.onnx"))
+
+
+def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
+    model = checkpoint.build_model("cpu")
     layers = len(model.speller.cells)
     names = state_names(layers)
     batch, frames = 2, 37
@@ -194,7 +207,6 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
         quantize_graphs(out, graphs)
     write_manifest(checkpoint, out, graphs, quantize, layers)
     say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
-    return out
 
 
 def quantize_graphs(out: Path, graphs: list[str]) -> None:

@@ -113,6 +113,23 @@ def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[
     assert_clear_error(*run("train", "--init", exported["fp32"], "--out", tmp_path / "run")[::2], "an export")
 
 
+def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(
+    exported: dict[str, Path], tmp_path: Path
+) -> None:
+    from las.files import locked_directory
+
+    out = copy_of(exported["fp32"], tmp_path / "out")
+    with locked_directory(out):  # another process exporting into it now
+        assert_clear_error(*run("export", exported["checkpoint"], out)[::2], "in use by another las process")
+    (out / "model.json").unlink()  # as an export killed before its last file leaves the folder
+    (out / "speller_step.onnx").write_bytes(b"half")
+    code, _, stderr = run("export", exported["checkpoint"], out)
+    assert code == 0, stderr
+    assert run("decode", out, exported["data"])[0] == 0
+    (out / "notes.txt").write_text("mine")
+    assert_clear_error(*run("export", exported["checkpoint"], out)[::2], "a folder with other files in it (notes.txt)")
+
+
 def test_without_onnx_runtime_exporting_names_the_extra(
     exported: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
