@@ -101,7 +101,7 @@ class CacheIndex:
             connection.executescript(SCHEMA)
         except sqlite3.OperationalError:  # a read-only folder, or no folder at all
             if self.path.exists() and not legacy.exists():
-                connection = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, isolation_level=None)
+                connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
             else:
                 connection = in_memory()
         connection.execute("SELECT 1 FROM entries LIMIT 1").fetchone()  # a damaged file fails here, not later
