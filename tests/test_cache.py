@@ -251,6 +251,42 @@ def test_an_index_that_is_not_one_is_set_aside_and_its_features_recomputed(
     assert "warning" not in capsys.readouterr().err
 
 
+FILL_CACHE = """
+import sys, torch
+from las.config import FeatureConfig
+from las.data.cache import FeatureCache
+from las.data.manifest import read_utterances
+features = FeatureCache(sys.argv[1], FeatureConfig()).load(read_utterances(sys.argv[2]))
+torch.save([item.clone() for item in features], sys.argv[3])
+"""
+
+
+def test_processes_filling_one_cache_at_once_each_get_the_right_features(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three runs extract the same utterances into one empty cache at the same time: each gets
+    every utterance's own features, and a later run finds them all, intact, without extracting."""
+    import subprocess
+    import sys
+
+    manifest = write_manifest(tmp_path / "six.tsv", an4_rows("train", 6))
+    outputs = [tmp_path / f"features-{index}.pt" for index in range(3)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", FILL_CACHE, str(tmp_path / "cache"), str(manifest), str(output)])
+        for output in outputs
+    ]
+    assert [child.wait(timeout=300) for child in children] == [0, 0, 0]
+    extractor = FilterbankExtractor(FeatureConfig())
+    expected = [extractor(load_audio(utterance.audio, 16000)) for utterance in utterances]
+    for output in outputs:
+        for served, direct in zip(torch.load(output), expected, strict=True):
+            torch.testing.assert_close(served, direct, atol=0.02, rtol=2e-3)
+    forbid(monkeypatch, "extract_chunk")
+    again = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
+    for served, direct in zip(again, expected, strict=True):
+        torch.testing.assert_close(served, direct, atol=0.02, rtol=2e-3)
+
+
 def test_streaming_statistics_equal_the_statistics_of_everything_at_once(tmp_path: Path, utterances: list) -> None:
     features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
     everything = torch.cat(list(features)).double()
