@@ -44,7 +44,6 @@ decode)
 seeds)
     name=${3:?run name}
     shift 3
-    [ -f runs/robustness/sets/telephone.tsv ] || python3 scripts/robustness.py build > "$out/build.txt"
     for seed in 1 2 3; do
         setsid nohup python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda --seed "$seed" \
             --set data.cache_dir="runs/cache-$name-s$seed" "$@" > "runs/$name-s$seed.log" 2>&1 < /dev/null &
@@ -62,6 +61,7 @@ scale)
     ;;
 robustness)
     name=${3:?run name}
+    [ -f runs/robustness/sets/telephone.tsv ] || python3 scripts/robustness.py build > "$out/build.txt"
     python3 scripts/robustness.py measure --device cuda runs/"$name"-s{1,2,3}/averaged.pt | tee "$out/$name.md"
     ;;
 esac
