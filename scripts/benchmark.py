@@ -218,6 +218,52 @@ def throughput(
 
 
 @app.command()
+def profile(steps: int = 20, utterances: int = 848, packed: bool = True, precision: str = "fp32") -> None:
+    """Where a training step's time goes on a GPU (torch.profiler): kernels launched per step, the
+    share of the step the GPU is busy, and the kernels that take the most time. AN4 train's
+    bucketed batches, default model, after two warm-up steps."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiled
+
+    from las.train import Trainer, load_corpus
+
+    with tempfile.TemporaryDirectory() as folder:
+        head = subset_manifest(Path("data/an4/train.tsv"), utterances, Path(folder) / "train.tsv")
+        config = Config().replace(
+            [f"data.train={head}", f"data.dev={head}", f"train.out={folder}/run", "train.device=cuda"]
+            + ["train.tensorboard=false", f"train.precision={precision}"]
+        )
+        torch.manual_seed(0)
+        corpus = load_corpus(config, None, None)
+        trainer = Trainer(corpus.config, corpus, Path(folder), None)
+    for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
+        layer.packed = packed
+    batches = trainer.global_batches()[: steps + 2]
+    loaded = [(indices, batch.to("cuda")) for indices, batch in zip(batches, trainer.loader(batches), strict=True)]
+    for indices, batch in loaded[:2]:
+        trainer.step(batch, indices, forcing=1.0, augment=False)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with profiled(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        for indices, batch in loaded[2:]:
+            trainer.step(batch, indices, forcing=1.0, augment=False)
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    kernels = [event for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    busy = sum(event.device_time for event in kernels) / 1e6
+    characters = sum(int(batch.target_lengths.max()) for _, batch in loaded[2:])
+    print(
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {precision}, "
+        f"{'packed' if packed else 'padded'} BLSTMs, {steps} steps of AN4 train batches (profiled)"
+    )
+    print(
+        f"seconds per step {wall / steps:.4f}; kernels per step {len(kernels) / steps:.0f} "
+        f"({len(kernels) / characters:.0f} per output character); GPU busy {busy / wall:.0%} of the wall time"
+    )
+    print(profiler.key_averages().table(sort_by="device_time_total", row_limit=12))
+
+
+@app.command()
 def step(
     rounds: int = 5,
     steps: int = 5,

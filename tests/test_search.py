@@ -336,3 +336,15 @@ def test_greedy_and_sampling_obey_the_end_of_sentence_rules(model_and_memory) ->
     for search in (GreedySearch(symbols, rules), sampling(symbols, min_length_ratio=0.3, ctc_length_ratio=0.0)):
         for hypotheses, minimum in zip(search.search(model, memory), least, strict=True):
             assert all(len(hypothesis.tokens) >= minimum for hypothesis in hypotheses)
+
+
+@pytest.mark.parametrize("temperature", [0.6, 1.5])
+def test_random_search_with_the_ctc_prefix_scorer_draws_until_every_row_ends(model_and_memory, temperature) -> None:
+    """Rows that ended keep stepping beside the others; their CTC prefix, impossible by then,
+    must not turn the scores the draws come from into NaN."""
+    model, _, _, memory, symbols = model_and_memory
+    results = sampling(symbols, ctc_weight=0.5, temperature=temperature, samples=32).search(model, memory)
+    greedy = GreedySearch(symbols, RULES, Scoring(ctc_weight=0.5)).search(model, memory)
+    for hypotheses, best in zip(results, greedy, strict=True):
+        assert all(torch.isfinite(torch.tensor(h.score)) for h in hypotheses)
+        assert hypotheses[0].score >= best[0].score - 1e-4  # the greedy path is still a candidate

@@ -33,9 +33,11 @@ def follow_paths(
     for step in range(int(limits.longest.max())):
         scored = scorer.score(states, tokens)
         allowed = rules.constrain(scored.total, scored.speller, step + 1, limits, symbols.eos)
-        # A row that no extension may follow (the CTC prefix is impossible) ends here.
-        stuck = ~torch.isfinite(allowed).any(dim=1)
-        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(stuck, 0.0)
+        # A row that ended, or that no extension may follow (its CTC prefix is impossible), may only
+        # end: its scores (NaN once its CTC prefix is impossible: -inf - -inf) are not drawn from.
+        ending = finished | ~torch.isfinite(allowed).any(dim=1)
+        allowed = allowed.masked_fill(ending[:, None], float("-inf"))
+        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(ending, 0.0)
         tokens = choose(allowed)
         scores += scored.total.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
         states = scorer.advance(scored, torch.arange(rows, device=tokens.device), tokens)
