@@ -3,7 +3,7 @@
 # (the `device` tool; its image has torch and torchaudio, the other wheels travel in .whl/ as
 # /work/.library/device/README.md describes). Each phase fits one 10-minute call:
 #
-#   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16
+#   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
 #   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
@@ -13,7 +13,8 @@
 #
 # `seeds` returns at once: its runs outlive the call while the machine stays warm (poll
 # runs/NAME-s*/metrics.jsonl from the next calls). Each run has its own feature cache, so that
-# three writers never share one index.
+# three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
+# working tree taken by the first phase of a lease (see below).
 set -euo pipefail
 phase=${1:?check, train, decode, seeds, robustness or scale}
 out=${2:-gpu-results}
@@ -22,6 +23,17 @@ if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH=/tmp/site
 fi
+out=$(realpath "$out")
+# The device tool copies the working tree afresh into the repository root at every call, so a
+# run that outlives its call (train, seeds, scale) breaks when its audio is rewritten under it.
+# Every phase works in a snapshot of the tree taken by the first one; later calls reuse it.
+work=/tmp/las-work
+if [ ! -f "$work/pyproject.toml" ]; then
+    mkdir -p "$work"
+    tar --exclude=./runs --exclude=./.whl -cf - . | tar -C "$work" -xf -
+fi
+cd "$work"
+mkdir -p runs
 python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
@@ -30,6 +42,7 @@ check)
     python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
     python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --utterances 848 \
         | tee "$out/throughput.md"
+    for listener in --packed --no-packed; do python3 scripts/benchmark.py profile $listener; done | tee "$out/profile.txt"
     ;;
 train)
     resume=$([ -f runs/gpu/last.pt ] && echo --resume || true)
