@@ -119,9 +119,9 @@ def throughput(
 ) -> None:
     """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
     batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
-    utterances, interleaved: length-bucketed batches as `las train` makes them (padded BLSTMs on
-    a CPU, packed on CUDA), random (unbucketed) padded batches, and bucketed batches on the other
-    BLSTM path; each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
+    utterances, interleaved: length-bucketed batches as `las train` makes them (padded BLSTMs),
+    random (unbucketed) padded batches, and bucketed batches on the packed BLSTM path
+    (`pack_padded_sequence`); each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
     share = time the step waited for its batch."""
     from las.train import Trainer, load_corpus
 
@@ -164,17 +164,16 @@ def throughput(
             stepping += started - loaded
         return loading, stepping
 
-    ours, other = ("packed", "padded") if cuda else ("padded", "packed")
     variants = {}
     for precision in precisions.split(","):
         variants |= {
-            f"bucketed, {ours} ({precision}, las on {target.type})": (bucketed, cuda, precision),
+            f"bucketed, padded ({precision}, las)": (bucketed, False, precision),
             f"unbucketed, padded ({precision})": (unbucketed, False, precision),
-            f"bucketed, {other} ({precision})": (bucketed, not cuda, precision),
+            f"bucketed, packed ({precision})": (bucketed, True, precision),
         }
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     peaks: dict[str, int] = {}
-    epoch(bucketed[:2], cuda, precisions.split(",")[0])  # warm-up
+    epoch(bucketed[:2], False, precisions.split(",")[0])  # warm-up
     for _ in range(repeats):
         for name, variant in variants.items():
             if cuda:
@@ -203,17 +202,17 @@ def throughput(
         )
     print()
     for precision in precisions.split(","):
-        las = medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
+        las = medians[f"bucketed, padded ({precision}, las)"]
         print(
             f"{precision}: las's batches give {medians[f'unbucketed, padded ({precision})'] / las:.2f}x the frames/s "
-            f"of unbucketed padded ones, {medians[f'bucketed, {other} ({precision})'] / las:.2f}x those of "
-            f"bucketed {other} ones"
+            f"of unbucketed padded ones, {medians[f'bucketed, packed ({precision})'] / las:.2f}x those of "
+            f"bucketed packed ones"
         )
     if len(precisions.split(",")) > 1:
         first, *rest = precisions.split(",")
-        base = medians[f"bucketed, {ours} ({first}, las on {target.type})"]
+        base = medians[f"bucketed, padded ({first}, las)"]
         for precision in rest:
-            ratio = base / medians[f"bucketed, {ours} ({precision}, las on {target.type})"]
+            ratio = base / medians[f"bucketed, padded ({precision}, las)"]
             print(f"{precision} gives {ratio:.2f}x the frames/s of {first}")
 
 

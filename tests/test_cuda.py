@@ -22,15 +22,15 @@ from .conftest import an4_rows
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-def test_packed_cuda_blstm_equals_the_padded_cpu_one() -> None:
+@pytest.mark.parametrize("packed", [False, True])  # las's path (padded) and the packed one
+def test_cuda_blstm_equals_the_cpu_one(packed: bool) -> None:
     torch.manual_seed(0)
     layer = BidirectionalLSTM(5, 7)
     features, lengths = torch.randn(3, 11, 5), torch.tensor([11, 6, 2])
-    layer.packed = False
     expected = layer(features, lengths)
     on_gpu = BidirectionalLSTM(5, 7).cuda()
     on_gpu.load_state_dict(layer.state_dict())
-    on_gpu.packed = None  # las's choice: packed on CUDA
+    on_gpu.packed = packed
     # cuDNN runs float32 RNNs in TF32 by default: ~3e-4 from the CPU's float32, measured on an H100.
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         output = on_gpu(features.cuda(), lengths)

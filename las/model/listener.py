@@ -30,23 +30,24 @@ class BidirectionalLSTM(nn.Module):
     """A BLSTM as two unidirectional LSTMs, the backward one reading each sequence reversed in place.
 
     Both directions then read valid frames before padding, so a padded batch gives exactly the
-    outputs of a packed one at valid positions. On CUDA the packed path is used (cuDNN skips the
-    padding); on the CPU the padded path is several times faster in the backward pass, because
-    PyTorch's packed CPU kernel runs one small matrix product per time step and batch size.
+    outputs of a packed one at valid positions, and the padded path is the faster on both devices
+    (docs/BENCHMARKS.md): on the CPU several times in the backward pass, because PyTorch's packed
+    CPU kernel runs one small matrix product per time step and batch size; on an H100 1.19x per
+    training step, because packing and unpacking add a third more kernel launches to a step that
+    launches, not computes, and length-bucketed batches leave little padding to skip.
     """
 
     def __init__(self, input_size: int, hidden_size: int) -> None:
         super().__init__()
-        self.packed: bool | None = None  # None: packed on CUDA only; benchmarks and tests force either path
+        self.packed = False  # benchmarks and tests force either path
         self.forward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
         self.backward_lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         # x: (batch, frames, input_size) -> (batch, frames, 2 * hidden_size), zero on padding
-        packed = x.is_cuda if self.packed is None else self.packed
         reversed_x = reverse_within_lengths(x, lengths)
-        forward = self._run(self.forward_lstm, x, lengths, packed)
-        backward = reverse_within_lengths(self._run(self.backward_lstm, reversed_x, lengths, packed), lengths)
+        forward = self._run(self.forward_lstm, x, lengths, self.packed)
+        backward = reverse_within_lengths(self._run(self.backward_lstm, reversed_x, lengths, self.packed), lengths)
         output = torch.cat([forward, backward], dim=-1)
         return output * length_mask(lengths.to(x.device), x.shape[1])[:, :, None]
 
