@@ -44,7 +44,7 @@ from las.plots import plot_hypothesis
 from las.progress import progress_bar, say, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
-from las.text import Vocabulary
+from las.text import Vocabulary, characters_of
 from las.threads import follow_load
 
 
@@ -119,7 +119,7 @@ def load_corpus(
     skip = data.bad_utterances == "skip"
     train_utterances = read_utterances(data.train, input_format=data.input_format, skip_bad=skip)
     dev_utterances = read_utterances(data.dev, input_format=data.input_format, skip_bad=skip)
-    characters = set().union(*(set(utterance.text) for utterance in train_utterances))
+    characters = characters_of(utterance.text for utterance in train_utterances)
     if vocabulary is None:
         vocabulary = Vocabulary.from_texts(characters)
     elif extend_vocabulary:
