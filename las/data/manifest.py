@@ -66,7 +66,7 @@ def read_utterances(
     else:
         reader = READERS[input_format]
     try:
-        utterances = _checked(reader(path), path, skip_bad, require_text)
+        utterances = _checked(reader, path, skip_bad, require_text)
     except UnicodeDecodeError as error:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:  # a folder where a file should be, no permission, ...
@@ -103,22 +103,27 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     )
 
 
-def _checked(records: Records, source: Path, skip_bad: bool, require_text: bool = True) -> list[Utterance]:
-    """The utterances, refusing empty or duplicate ids, and unusable utterances (an empty
-    transcript where transcripts are needed, missing audio, non-finite features) — or with
-    `skip_bad`, leaving those out."""
+def _checked(
+    reader: Callable[[Path], Records], source: Path, skip_bad: bool, require_text: bool = True
+) -> list[Utterance]:
+    """The utterances `reader` reads from `source`, refusing empty or duplicate ids, and unusable
+    utterances (an empty transcript where transcripts are needed, missing audio, non-finite
+    features) — or with `skip_bad`, leaving those out."""
     utterances: list[Utterance] = []
-    first: dict[str, str] = {}
+    # Ids only: where each was read is found again for the error (a million "file:line" strings
+    # held for a duplicate that rarely comes were 100 MB).
+    seen: set[str] = set()
     skipped: list[str] = []
-    for where, utterance in records:
+    for where, utterance in reader(source):
         if not utterance.id:
             raise LasError(f"{where}: empty id")
         if not utterance.id.isprintable() or any(character.isspace() for character in utterance.id):
             # Kaldi text, CSV rows and file names of outputs all rely on ids being single words.
             raise LasError(f"{where}: id {utterance.id!r} has whitespace or control characters")
-        if utterance.id in first:
-            raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first[utterance.id]})")
-        first[utterance.id] = where
+        if utterance.id in seen:
+            first = next(place for place, earlier in reader(source) if earlier.id == utterance.id)
+            raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first})")
+        seen.add(utterance.id)
         problem = _problem(utterance, require_text)
         if problem and not skip_bad:
             raise LasError(f"{where}: {problem}")
