@@ -130,7 +130,7 @@ class Recognizer:
                 utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
                 ids.extend(utterance.id for utterance in utterances)
                 features.extend(found)
-                from_audio.extend(utterance.audio is not None for utterance in utterances)
+                from_audio.extend(utterance.audio_location is not None for utterance in utterances)
         results = self.recognize(ids, features, from_audio)
         one = isinstance(audio, (np.ndarray, torch.Tensor))
         one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)

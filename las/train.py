@@ -127,7 +127,7 @@ def load_corpus(
         vocabulary = vocabulary.extended(characters)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
-    if any(utterance.audio is None for utterance in train_utterances):
+    if any(utterance.audio_location is None for utterance in train_utterances):
         config = without_audio_effects(config)
     cache = FeatureCache(data.cache_dir, config.features, data.workers)
     change = config.train.speed_perturbation
@@ -149,7 +149,7 @@ def load_corpus(
     augment = config.train.augment
     augmentation = None
     if augment.enabled:
-        sources = [Source(str(utterance.audio), utterance.segment) for utterance in train_utterances]
+        sources = [Source(utterance.audio_location, utterance.segment) for utterance in train_utterances]
         augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
     train_set = SpeechDataset.from_utterances(
         train_utterances,

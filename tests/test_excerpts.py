@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -111,7 +110,7 @@ def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(tmp
     assert alignment_path(str(manifest), "") is None
     assert alignment_path(str(AN4 / "train.tsv"), "auto") == AN4 / "train.ctm"
     config = load_config(None, [*TINY, f"data.train={manifest}", "train.augment.words=0.3"])
-    utterances = [replace(utterance, text="G TWO EIGHTY") for utterance in read_utterances(manifest)]
+    utterances = [utterance.with_text("G TWO EIGHTY") for utterance in read_utterances(manifest)]
     assert WordExcerpts.of(config, utterances, no_digests) is None  # an empty CTM: off with a warning
     with (tmp_path / "train.ctm").open("w") as stream:
         write_ctm([(utterances[0].id, WORDS)], stream)
@@ -127,8 +126,8 @@ def test_stale_word_times_are_not_used(tmp_path: Path, capsys: pytest.CaptureFix
     """Word times of a transcript edited since, or of audio that changed since (the digest `las
     align` wrote beside them), would cut the wrong words: those utterances train whole."""
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 3))
-    utterances = [replace(utterance, text="G TWO EIGHTY") for utterance in read_utterances(manifest)]
-    utterances[1] = replace(utterances[1], text="G TOO EIGHTY")  # edited since
+    utterances = [utterance.with_text("G TWO EIGHTY") for utterance in read_utterances(manifest)]
+    utterances[1] = utterances[1].with_text("G TOO EIGHTY")  # edited since
     digests = [content_digest(utterance) for utterance in utterances]
     aligned_on = {utterances[0].id: digests[0], utterances[1].id: digests[1], utterances[2].id: "0" * 64}
     with (tmp_path / "train.ctm").open("w") as stream:

@@ -244,7 +244,7 @@ class FeatureCache:
             warn(f"feature cache {self.index.path}: {self.index.damaged} damaged index rows dropped; recomputing them")
             self.index.damaged = 0
         missing = {
-            key: Missing(key, utterance.file, utterance.segment, utterance.audio is None)
+            key: Missing(key, utterance.file, utterance.segment, utterance.audio_location is None)
             for key, utterance in zip(keys, utterances, strict=True)
             if key not in found and key not in self.memory
         }

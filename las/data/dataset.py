@@ -174,9 +174,9 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             normalizer,
             augmentation,
             [
-                Source(str(utterance.audio), utterance.segment)
+                Source(utterance.audio_location, utterance.segment)
                 for utterance in utterances
-                if utterance.audio is not None
+                if utterance.audio_location is not None
             ],
             speeds,
             surroundings,

@@ -6,7 +6,6 @@ import csv
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,26 +19,49 @@ from las.text import Vocabulary
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 
 
-@dataclass(frozen=True, eq=False, slots=True)  # slots: 48 bytes less per utterance, 48 MB at a million
 class Utterance:
-    id: str
-    audio: Path | None  # None for precomputed features
-    text: str | None = None  # None when transcripts are unknown (decoding raw audio)
-    features: np.ndarray | None = None  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
-    segment: Segment | None = None  # the part of `audio` this utterance is (None: all of it)
-    # A `.npy` of (frames, dim) precomputed features (HW4P2's per-utterance files), copied into the
-    # feature cache on first use and memory-mapped from there: a corpus of them is never in memory.
-    feature_file: Path | None = None
+    """One utterance of a manifest. The path of its file is held as text and made a `Path` when
+    asked for: a `Path` object with its parts costs about 300 bytes, 300 MB at a million rows.
+    `audio_location` is that text (None for precomputed features)."""
+
+    __slots__ = ("id", "text", "features", "segment", "audio_location", "_feature_file")
+
+    def __init__(
+        self,
+        id: str,
+        audio: Path | None,  # None for precomputed features
+        text: str | None = None,  # None when transcripts are unknown (decoding raw audio)
+        features: np.ndarray | None = None,  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
+        segment: Segment | None = None,  # the part of `audio` this utterance is (None: all of it)
+        # A `.npy` of (frames, dim) precomputed features (HW4P2's per-utterance files), copied into
+        # the feature cache on first use and memory-mapped from there: a corpus of them is never in memory.
+        feature_file: Path | None = None,
+    ) -> None:
+        self.id, self.text, self.features, self.segment = id, text, features, segment
+        self.audio_location = None if audio is None else str(audio)
+        self._feature_file = None if feature_file is None else str(feature_file)
+
+    @property
+    def audio(self) -> Path | None:
+        return None if self.audio_location is None else Path(self.audio_location)
+
+    @property
+    def feature_file(self) -> Path | None:
+        return None if self._feature_file is None else Path(self._feature_file)
 
     @property
     def file(self) -> Path:
         """The file this utterance is read from: its audio, or its precomputed features."""
-        return self.audio if self.audio is not None else self.feature_file  # type: ignore[return-value]
+        return Path(self.audio_location if self.audio_location is not None else self._feature_file)  # type: ignore[arg-type]
 
     @property
     def file_kind(self) -> str:
         """What `file` is, as errors name it."""
-        return "audio file" if self.audio is not None else "feature file"
+        return "audio file" if self.audio_location is not None else "feature file"
+
+    def with_text(self, text: str) -> Utterance:
+        """The same utterance with another transcript."""
+        return Utterance(self.id, self.audio, text, self.features, self.segment, self.feature_file)
 
 
 def read_utterances(
