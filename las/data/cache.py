@@ -29,6 +29,7 @@ cannot be written (read-only, disk full) degrades to features computed in memory
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import multiprocessing
@@ -100,13 +101,14 @@ class StoredFeatures(FeatureSet):
         self.directory = directory
         numbers: dict[str, int] = {}
         self.memory = {index: item for index, item in enumerate(items) if isinstance(item, torch.Tensor)}
-        rows = [
+        rows = (
             (-1, 0, *item.shape)
             if isinstance(item, torch.Tensor)
             else (numbers.setdefault(item.shard, len(numbers)), item.offset, item.frames, item.dimension)
             for item in items
-        ]
-        self.location = np.array(rows, dtype=np.int32).reshape(-1, 4)  # shard number, offset, frames, dimension
+        )  # streamed into the array: a list of a million tuples first was another 100 MB
+        values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=4 * len(items))
+        self.location = values.reshape(-1, 4)  # shard number, offset, frames, dimension
         self.shard_names = list(numbers)
         self.shards: dict[int, np.ndarray] = {}
 
