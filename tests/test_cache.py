@@ -49,6 +49,22 @@ def test_workers_fill_float16_shards_that_match_direct_extraction(tmp_path: Path
         torch.testing.assert_close(stored, direct, atol=0.02, rtol=2e-3)  # float16 rounding only
 
 
+def test_a_corpus_looked_up_in_chunks_gets_every_utterances_own_features(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large corpora are looked up (and filled) a chunk of rows at a time, the chunks joined into
+    one set whose shards are numbered anew: the same features, in the same order, cold and warm."""
+    whole = FeatureCache(tmp_path / "whole", FeatureConfig()).load(utterances)
+    monkeypatch.setattr(cache_module, "SHARD_UTTERANCES", 2)  # chunks that span several shards
+    monkeypatch.setattr(cache_module, "LOOKUP_ROWS", 4)
+    twice = utterances[::-1] + utterances  # a chunk that repeats what another filled
+    for _ in ("cold", "warm"):
+        chunked = FeatureCache(tmp_path / "chunked", FeatureConfig()).load(twice)
+        assert len(chunked) == 12 and len(chunked.shard_names) == 3
+        for index, utterance in enumerate(twice):
+            assert torch.equal(chunked[index], whole[utterances.index(utterance)])
+
+
 def test_a_second_run_extracts_nothing_and_rehashes_nothing(
     tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,6 +63,7 @@ from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
+LOOKUP_ROWS = 50_000  # utterances whose features are looked up (and computed if missing) at a time
 Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
 
 
@@ -111,6 +112,25 @@ class StoredFeatures(FeatureSet):
         self.location = values.reshape(-1, 4)  # shard number, offset, frames, dimension
         self.shard_names = list(numbers)
         self.shards: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def joined(cls, parts: Sequence[StoredFeatures]) -> StoredFeatures:
+        """The utterances of `parts` (of one directory) in their order, as one set."""
+        if len(parts) == 1:
+            return parts[0]
+        whole = cls(parts[0].directory, [])
+        numbers: dict[str, int] = {}
+        locations, offset = [], 0
+        for part in parts:
+            renumbered = np.array([numbers.setdefault(name, len(numbers)) for name in part.shard_names], np.int32)
+            location = part.location.copy()
+            stored = location[:, 0] >= 0  # -1: held in memory
+            location[stored, 0] = renumbered[location[stored, 0]]
+            locations.append(location)
+            whole.memory.update({offset + index: item for index, item in part.memory.items()})
+            offset += len(part)
+        whole.location, whole.shard_names = np.concatenate(locations), list(numbers)
+        return whole
 
     def __len__(self) -> int:
         return len(self.location)
@@ -164,12 +184,19 @@ class FeatureCache:
         digests = self.identify(utterances)
         loaded = []
         for speed in speeds:
-            keys, found, missing = self.pending(utterances, speed, digests)
-            if missing:
-                label = description if speed == 1.0 else f"{description} x{speed:g}"
-                found |= self.extract(list(missing.values()), speed, label)
-            items = [self.memory[key] if key in self.memory else found[key] for key in keys]
-            loaded.append(StoredFeatures(self.directory, items))
+            label = description if speed == 1.0 else f"{description} x{speed:g}"
+            parts = []
+            # In chunks: a key, an index row and an entry per utterance of the whole corpus at once
+            # were the largest part of a million-row start-up's peak memory.
+            for start in range(0, len(utterances), LOOKUP_ROWS):
+                end = min(start + LOOKUP_ROWS, len(utterances))
+                keys, found, missing = self.pending(utterances[start:end], speed, digests[start:end])
+                if missing:
+                    rows = f" (rows {start + 1}-{end} of {len(utterances)})" if len(utterances) > LOOKUP_ROWS else ""
+                    found |= self.extract(list(missing.values()), speed, label + rows)
+                items = [self.memory[key] if key in self.memory else found[key] for key in keys]
+                parts.append(StoredFeatures(self.directory, items))
+            loaded.append(StoredFeatures.joined(parts))
         return loaded
 
     def usable(
