@@ -149,8 +149,13 @@ def load_corpus(
     augment = config.train.augment
     augmentation = None
     if augment.enabled:
-        sources = [Source(utterance.audio_location, utterance.segment) for utterance in train_utterances]
-        augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
+        # The sources only while the babble pool is drawn from them: the dataset keeps its own.
+        augmentation = WaveformAugmentation.of(
+            augment,
+            config.features,
+            [Source(utterance.audio_location, utterance.segment) for utterance in train_utterances],
+            config.train.seed,
+        )
     train_set = SpeechDataset.from_utterances(
         train_utterances,
         train_features,
