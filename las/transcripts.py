@@ -50,9 +50,9 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     path = Path(path)
     content = read_text(path)
     suffix = path.suffix.lower()
-    reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(
-        suffix, _kaldi_rows
-    )
+    reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(suffix)
+    if reader is None:  # Kaldi `text` has no suffix; neither has `las decode --out hyp`'s CSV
+        reader = _csv_rows if content.split("\n", 1)[0].strip() == "id,label" else _kaldi_rows
     transcripts: dict[str, str] = {}
     lines: dict[str, int] = {}
     for line, identifier, text in reader(content, path):

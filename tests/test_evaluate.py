@@ -52,10 +52,12 @@ def test_id_mismatches_are_refused_clearly() -> None:
         score({"a": "X", "z": "Y"}, {"a": "X"})
 
 
-@pytest.mark.parametrize("output_format", ["csv", "kaldi", "jsonl"])
-def test_every_output_format_reads_back(tmp_path: Path, output_format: str) -> None:
+@pytest.mark.parametrize(
+    ("output_format", "suffix"), [("csv", ".csv"), ("csv", ""), ("kaldi", ""), ("kaldi", ".txt"), ("jsonl", ".jsonl")]
+)
+def test_every_output_format_reads_back(tmp_path: Path, output_format: str, suffix: str) -> None:
+    """Also without the suffix of its format: `las decode --out hyp` writes CSV to `hyp`."""
     transcripts = [Transcript("an1", "HELLO WORLD", {"score": -1.5}), Transcript("an2", "A, B", {"score": -2.0})]
-    suffix = {"csv": ".csv", "kaldi": "", "jsonl": ".jsonl"}[output_format]
     path = tmp_path / f"hyp{suffix}"
     with open(path, "w") as stream:
         write_transcripts(transcripts, output_format, stream)
