@@ -30,7 +30,7 @@ out=$(realpath "$out")
 work=/tmp/las-work
 if [ ! -f "$work/pyproject.toml" ]; then
     mkdir -p "$work"
-    tar --exclude=./runs --exclude=./.whl -cf - . | tar -C "$work" -xf -
+    tar --exclude=./runs --exclude=./.whl --exclude=./.git -cf - . | tar -C "$work" -xf -
 fi
 cd "$work"
 mkdir -p runs
