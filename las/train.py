@@ -21,9 +21,9 @@ from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, load_snapshots, rank_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
-from las.data.augment import Source, WaveformAugmentation, spec_augment
+from las.data.augment import WaveformAugmentation, spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset
+from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset, audio_sources
 from las.data.excerpts import WordExcerpts
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
@@ -150,12 +150,9 @@ def load_corpus(
     augmentation = None
     if augment.enabled:
         # The sources only while the babble pool is drawn from them: the dataset keeps its own.
-        augmentation = WaveformAugmentation.of(
-            augment,
-            config.features,
-            [Source(utterance.audio_location, utterance.segment) for utterance in train_utterances],
-            config.train.seed,
-        )
+        sources = audio_sources(train_utterances)
+        augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
+        del sources
     train_set = SpeechDataset.from_utterances(
         train_utterances,
         train_features,

@@ -108,6 +108,11 @@ class PackedTokens(Sequence[torch.Tensor]):
         return PackedTokens(self[index].tolist() for index in indices)
 
 
+def audio_sources(utterances: Sequence[Utterance]) -> list[Source]:
+    """Where the audio of each utterance read from audio is, for features computed anew."""
+    return [Source(u.audio_location, u.segment) for u in utterances if u.audio_location is not None]
+
+
 class SpeechDataset(torch.utils.data.Dataset[Example]):
     """Utterances and their features (in memory or memory-mapped), normalised as they are read.
 
@@ -175,11 +180,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             perturbed,
             normalizer,
             augmentation,
-            [
-                Source(utterance.audio_location, utterance.segment)
-                for utterance in utterances
-                if utterance.audio_location is not None
-            ],
+            audio_sources(utterances),
             speeds,
             surroundings,
             excerpts,
