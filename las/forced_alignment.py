@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from las.checkpoint import load_checkpoint
-from las.data.cache import content_digest
 from las.data.ctm import WordTime, write_ctm
+from las.data.extraction import content_digest
 from las.data.manifest import read_utterances, unknown_characters
 from las.errors import LasError
 from las.files import check_writable, write_text_atomically

@@ -12,6 +12,7 @@ import torch
 
 from las.config import FeatureConfig
 from las.data import cache as cache_module
+from las.data import extraction
 from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.cache_index import line_checksum, write_rows
@@ -29,7 +30,9 @@ def forbid(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
         raise AssertionError("work done despite the cache")
 
     for name in names:
-        monkeypatch.setattr(cache_module, name, fail)
+        for module in (cache_module, extraction):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, fail)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import soundfile
 import torch
 
 from las.config import DataConfig, FeatureConfig
-from las.data import cache as cache_module
+from las.data import extraction
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
@@ -104,7 +104,7 @@ def test_features_are_log_mel_and_cached_by_content(tmp_path: Path, monkeypatch:
     def fail(*_: object) -> None:
         raise AssertionError("audio decoded despite the cache")
 
-    monkeypatch.setattr(cache_module, "load_audio", fail)
+    monkeypatch.setattr(extraction, "load_audio", fail)
     again = FeatureCache(tmp_path / "cache", FeatureConfig()).features(read_utterances(copy, require_text=False)[0])
     assert torch.equal(first, again)
     # How features are normalised is no part of the entry; other feature settings are another one.

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from las.config import load_config
-from las.data.cache import content_digest
 from las.data.ctm import WordTime, read_ctm, read_digests, write_ctm
 from las.data.dataset import Draw, SpeechDataset
 from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path
+from las.data.extraction import content_digest
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary

@@ -21,7 +21,7 @@ import torch
 
 from las.checkpoint import load_checkpoint
 from las.config import Config, FeatureConfig
-from las.data import cache as cache_module
+from las.data import extraction
 from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.cache_index import row_checksum
@@ -230,7 +230,7 @@ def test_a_cache_whose_disk_fills_up_computes_in_memory(
     def disk_full(*_: object) -> None:
         raise LasError("cannot write shard: No space left on device")
 
-    monkeypatch.setattr(cache_module, "write_atomically", disk_full)
+    monkeypatch.setattr(extraction, "write_atomically", disk_full)
     features = FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
     assert "warning: cannot write the feature cache" in capsys.readouterr().err
     for served, expected in zip(features, fresh_features(utterances), strict=True):

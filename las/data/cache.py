@@ -33,10 +33,7 @@ import itertools
 import json
 import math
 import multiprocessing
-import os
-import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,48 +41,30 @@ import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
-from las.data.audio import Segment, load_audio, read_bytes
-from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
+from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
 from las.data.checked_shards import CheckedShards
-from las.data.features import (
-    FEATURE_VERSION,
-    FeatureSet,
-    FilterbankExtractor,
-    InMemoryFeatures,
-    change_speed,
-    log_mel_features,
+from las.data.extraction import (
+    Extracted,
+    Missing,
+    Source,
+    cache_key,
+    content_digest,
+    entry_is_intact,
+    extract_chunk,
+    identity,
+    map_shard,
+    source_of,
 )
-from las.data.manifest import Utterance, read_feature_file, report_skipped
+from las.data.features import FEATURE_VERSION, FeatureSet, InMemoryFeatures
+from las.data.manifest import Utterance, report_skipped
 from las.errors import LasError
-from las.files import make_directory, write_atomically
+from las.files import make_directory
 from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
 LOOKUP_ROWS = 50_000  # utterances whose features are looked up (and computed if missing) at a time
-Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
-
-
-@dataclass(frozen=True)
-class Missing:
-    """An utterance to extract: its cache key and where its audio is."""
-
-    key: str
-    file: Path  # its audio, or its precomputed features (`precomputed`)
-    segment: Segment | None
-    precomputed: bool = False  # `file` is a `.npy` of features, copied as they are (float32)
-
-
-@dataclass(frozen=True)
-class Extracted:
-    """One utterance from a worker: where its shard holds it, or the features themselves when its
-    shard could not be written (they then live in memory for this run), or why it has none."""
-
-    key: str
-    entry: Entry | None = None
-    features: np.ndarray | None = None
-    error: str | None = None  # the utterance cannot be used (only when skipping bad ones)
 
 
 class StoredFeatures(FeatureSet):
@@ -369,98 +348,3 @@ class FeatureCache:
         if self.writable:
             warn(f"cannot write the feature cache in {self.directory} ({reason}): computing features in memory")
         self.writable = False
-
-
-def content_digest(utterance: Utterance) -> str:
-    """The sha256 of the bytes of the utterance's file: what its features and word times are of."""
-    return hashlib.sha256(read_bytes(utterance.file, utterance.file_kind)).hexdigest()
-
-
-def cache_key(digest: str, segment: Segment | None, speed: float) -> str:
-    return f"{digest}@{speed:g}" + (f"[{segment}]" if segment else "")
-
-
-def map_shard(path: Path) -> np.ndarray | None:
-    """A shard memory-mapped, or None when it is missing or not a float16 or float32 matrix."""
-    try:
-        shard = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    return shard if shard.dtype in (np.float16, np.float32) and shard.ndim == 2 else None
-
-
-def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
-    if shard is None or entry.dimension != shard.shape[1] or entry.frames < 1 or entry.offset < 0:
-        return False
-    if entry.offset + entry.frames > shard.shape[0]:
-        return False
-    return checksum(np.ascontiguousarray(shard[entry.offset : entry.offset + entry.frames])) == entry.checksum
-
-
-def source_of(utterance: Utterance) -> Source:
-    """What identifies an unchanged file without reading it: its size, mtime, inode and ctime (ns),
-    after symbolic links; and its absolute path, for `las cache info`. A file replaced with its size
-    and mtime kept (`cp -p`, `rsync -t`, `tar`) still has a new ctime, which no tool can set: the
-    kernel stamps it at every change. The path is not resolved: at a million rows that alone took
-    minutes, and the identity needs no path."""
-    path = utterance.file
-    try:
-        status = os.stat(path)
-    except OSError:
-        read_bytes(path, utterance.file_kind)  # raises the one-line error for a missing or unreadable file
-        raise
-    name = str(path) if path.is_absolute() else os.path.abspath(path)
-    return (name, status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
-
-
-def identity(source: Source | list) -> FileIdentity:
-    """Which file a source is, whatever the path (a symbolic link, a moved tree): its size, mtime,
-    inode and ctime. Nanosecond times make two files that agree on all four the same file."""
-    return tuple(source[1:])  # type: ignore[return-value]
-
-
-def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
-    """Log-mel features `(frames, mel_bins)` float16 of one utterance, played `speed` times
-    faster; or its precomputed features `(frames, dim)` float32, exactly as its file holds them."""
-    if item.precomputed:
-        if speed != 1.0:
-            raise LasError(f"{item.file}: precomputed features cannot be played at speed {speed:g}")
-        return read_feature_file(item.file)
-    rate = extractor.config.sample_rate
-    waveform = change_speed(load_audio(item.file, rate, item.segment), speed, rate)
-    return log_mel_features(extractor, waveform, describe(item.file, item.segment)).numpy().astype(np.float16)
-
-
-def describe(audio: Path, segment: Segment | None) -> str:
-    return f"{audio}" + (f" [{segment}]" if segment else "")
-
-
-def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], bool]) -> list[Extracted]:
-    """Features of a chunk of utterances -> one shard in `directory` (None: no shard, the
-    features come back in memory), and where each lies in it. With `skip_bad`, an utterance that
-    cannot be computed comes back as an error instead of stopping the chunk. A shard holds one dtype
-    and one dimension: float16 log-mels, or float32 precomputed features (a chunk is one or the other)."""
-    directory, config, speed, items, skip_bad = job
-    extractor = FilterbankExtractor(config)
-    arrays, entries, failures, offset = [], [], [], 0
-    name = f"shard-{uuid.uuid4().hex[:16]}.npy"
-    for item in items:
-        try:
-            features = extract_features(item, extractor, speed)
-            if arrays and features.shape[1] != arrays[0].shape[1]:
-                raise LasError(f"{item.file}: features of dimension {features.shape[1]}, others {arrays[0].shape[1]}")
-        except LasError as error:
-            if not skip_bad:
-                raise
-            failures.append(Extracted(item.key, error=str(error)))
-            continue
-        arrays.append(features)
-        entries.append((item.key, Entry(name, offset, len(features), features.shape[1], checksum(features))))
-        offset += len(features)
-    if directory is not None and arrays:
-        try:
-            write_atomically(directory / name, lambda file: np.save(file, np.concatenate(arrays)))
-            return failures + [Extracted(key, entry) for key, entry in entries]
-        except LasError:
-            pass  # read-only or full: the caller warns once and keeps these in memory
-    return failures + [Extracted(key, features=features) for (key, _), features in zip(entries, arrays, strict=True)]

@@ -8,7 +8,7 @@ transaction per shard, and a writer waits for another (a busy timeout) rather th
 Two tables:
 
     files    (size, mtime, inode, ctime) -> digest of the file's bytes, and its path (`las cache
-             info`): the identity `las.data.cache.identity` gives a file without reading it
+             info`): the identity `las.data.extraction.identity` gives a file without reading it
     entries  key -> shard, offset, frames, dimension, checksum of the entry's frames
 
 Each row carries a checksum of its fields, as each index line did: a row changed by anything but
@@ -38,7 +38,7 @@ LEGACY_FILE_NAME = "index.jsonl"
 BUSY_SECONDS = 600.0  # another process writing (extracting a shard of 512 utterances) is waited for
 LOOKUPS = 500  # keys per query: under SQLite's limit on bound parameters
 
-FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.cache.identity
+FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.extraction.identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
