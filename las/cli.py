@@ -21,7 +21,7 @@ import typer
 
 from las import config as config_module
 from las.config import Config, load_config
-from las.errors import LasError
+from las.errors import LasError, message_of
 from las.threads import use_threads, wait_passively
 
 app = typer.Typer(
@@ -42,7 +42,7 @@ def reports_errors(function: Function) -> Function:
         try:
             return function(*args, **kwargs)
         except LasError as error:
-            typer.echo(f"error: {error}", err=True)
+            typer.echo(f"error: {message_of(error)}", err=True)
             raise typer.Exit(1) from None
 
     return wrapper

@@ -156,6 +156,13 @@ class DataConfig(Section):
     batch_frames: NonNegative = 0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
+    # A training corpus of up to this many utterances (counted at each speed of
+    # train.speed_perturbation) has its features computed before training starts, so that a file
+    # that cannot be decoded stops the run before it begins. A larger one starts at once: each
+    # file's header is read for its length, and its features are computed (and cached) by the
+    # workers as the batches first need them; a file whose audio then cannot be decoded stops
+    # training when it is reached (data.bad_utterances=skip checks every file first).
+    extract_ahead: NonNegative = 20_000
     # An utterance that cannot be used — missing, unreadable, empty or non-finite audio or features,
     # audio shorter than one window, a segment outside its recording, an empty transcript,
     # characters outside the vocabulary: error stops naming it; skip leaves it out with a warning.

@@ -129,19 +129,19 @@ def load_corpus(
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
     if any(utterance.audio_location is None for utterance in train_utterances):
         config = without_audio_effects(config)
-    cache = FeatureCache(data.cache_dir, config.features, data.workers)
+    cache = FeatureCache(data.cache_dir, config.features, data.workers, data.extract_ahead)
     change = config.train.speed_perturbation
     speeds = [1 - change, 1 + change] if change else []
     if skip:  # only utterances whose features can be computed, at every speed
         train_utterances = cache.usable(train_utterances, data.train, [1.0, *speeds])
         dev_utterances = cache.usable(dev_utterances, data.dev)
-    train_features, *perturbed = cache.load_at_speeds(train_utterances, "train features", [1.0, *speeds])
+    sample = normalizer_sample(len(train_utterances), config.train.seed) if normalizer is None else []
+    train_features, *perturbed = cache.load_at_speeds(train_utterances, "train features", [1.0, *speeds], sample)
     dev_features = cache.load(dev_utterances, "dev features")
     if feature_dimension(train_features, config.data.train) != feature_dimension(dev_features, config.data.dev):
         raise LasError(f"{config.data.train} and {config.data.dev} have features of different dimensions")
     surroundings = Surroundings.of(config)
     if normalizer is None:  # from the features as the model hears them
-        sample = normalizer_sample(len(train_features), config.train.seed)
         heard = (train_features[index] for index in sample)
         if surroundings is not None:
             heard = map(surroundings.trim, heard)
@@ -460,6 +460,10 @@ class Trainer:
                     self.save(self.out / "last.pt")
         finally:
             progress.train_seconds += time.perf_counter() - started
+            # Shuts its workers down now: an error's traceback would otherwise keep the loader, and
+            # with it workers that ignore SIGTERM as the main thread does, alive until exit, where
+            # joining them never returns.
+            del loader
         return False
 
     def step(self, batch: Batch, indices: list[int], forcing: float, augment: bool) -> Step:

@@ -37,6 +37,7 @@ import numpy as np
 import soundfile
 import torch
 import typer
+from tqdm import tqdm
 
 from las.config import DataConfig, FeatureConfig, load_config
 from las.data.audio import load_audio
@@ -369,23 +370,49 @@ def describe_peak(measured: dict) -> str:
 @app.command()
 def rows(
     count: int = typer.Option(1_000_000, "--rows", help="Rows of the manifest."),
-    out: Path = typer.Option(OUT, help="Where the manifest and its links go."),
+    out: Path = typer.Option(OUT, help="Where the manifest and its files go."),
+    distinct: float = typer.Option(
+        0.0, help="> 0: each row a file of its own, this many seconds of an AN4 recording (not a link)."
+    ),
 ) -> None:
-    """A manifest of `count` rows, each a symbolic link to an AN4 training recording (cycled), for
-    measuring start-up at a corpus of that many utterances without its audio."""
+    """A manifest of `count` rows for measuring start-up at a corpus of that many utterances: each a
+    symbolic link to an AN4 training recording (cycled), or with `--distinct` a recording of its
+    own (cut from one, from 0.4 s in plus one sample per cycle, so that no two are the same), as
+    a cold cache meets a corpus of a million files."""
     source = [line.split("\t") for line in (AN4 / "train.tsv").read_text().splitlines()[1:]]
-    links = out / f"rows-{count}"
-    links.mkdir(parents=True, exist_ok=True)
+    folder = out / (f"rows-{count}" if not distinct else f"rows-{count}-distinct")
+    folder.mkdir(parents=True, exist_ok=True)
     lines = [HEADER]
     for number in range(count):
         identifier, audio, duration, text = source[number % len(source)]
-        link = links / f"{number:07d}.flac"
-        if not link.is_symlink():
-            link.symlink_to((AN4 / audio).resolve())
-        lines.append(f"row{number:07d}-{identifier}\t{links.name}/{link.name}\t{duration}\t{text}")
-    manifest = out / f"rows-{count}.tsv"
+        if distinct:
+            duration = f"{distinct:g}"
+        lines.append(f"row{number:07d}-{identifier}\t{folder.name}/{number:07d}.flac\t{duration}\t{text}")
+    if distinct:
+        jobs = [(folder, source, distinct, start, min(start + 10_000, count)) for start in range(0, count, 10_000)]
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            for _ in tqdm(pool.imap_unordered(write_excerpts, jobs), total=len(jobs), desc="files (10,000 each)"):
+                pass
+    else:
+        for number in range(count):
+            link = folder / f"{number:07d}.flac"
+            if not link.is_symlink():
+                link.symlink_to((AN4 / source[number % len(source)][1]).resolve())
+    manifest = out / f"{folder.name}.tsv"
     manifest.write_text("\n".join(lines) + "\n")
     print(f"{manifest}: {count} rows")
+
+
+def write_excerpts(job: tuple[Path, list[list[str]], float, int, int]) -> None:
+    folder, source, seconds, start, end = job
+    recordings: dict[str, tuple[np.ndarray, int]] = {}
+    for number in range(start, end):
+        audio = source[number % len(source)][1]
+        if audio not in recordings:
+            recordings[audio] = soundfile.read(AN4 / audio, dtype="int16")
+        samples, rate = recordings[audio]
+        first = round(0.4 * rate) + number // len(source)
+        soundfile.write(folder / f"{number:07d}.flac", samples[first : first + round(seconds * rate)], rate)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ scalars and refuses everything else — as `torch.load(weights_only=True)` does 
 
 from __future__ import annotations
 
+import io
 import pickle
 import warnings
 from pathlib import Path
@@ -41,14 +42,16 @@ class ArrayUnpickler(pickle.Unpickler):
 HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
 
-def load_array(path: Path) -> np.ndarray:
-    """The array in the `.npy` file at `path`; one LasError for a damaged, foreign or unsafe file."""
+def load_array(path: Path, content: bytes | None = None) -> np.ndarray:
+    """The array in the `.npy` file at `path` (or in `content`, its bytes); one LasError for a
+    damaged, foreign or unsafe file."""
     try:
-        with open(path, "rb") as file:
+        with open(path, "rb") if content is None else io.BytesIO(content) as file:
             version = np.lib.format.read_magic(file)
             read_header = HEADER_READERS.get(version)
             if read_header is None or not read_header(file)[2].hasobject:
-                return np.load(path, allow_pickle=False)
+                file.seek(0)
+                return np.load(file, allow_pickle=False)
             array = ArrayUnpickler(file, encoding="bytes").load()  # the rest of the file is the pickle
     except pickle.UnpicklingError as error:
         raise LasError(f"refusing {path}: {error}") from None
@@ -57,3 +60,19 @@ def load_array(path: Path) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise LasError(f"cannot read {path}: it holds a {type(array).__name__}, not an array")
     return array
+
+
+def array_shape(path: Path) -> tuple[int, ...]:
+    """The shape of the array in the `.npy` file at `path`, from its header alone."""
+    try:
+        with open(path, "rb") as file:
+            version = np.lib.format.read_magic(file)
+            read_header = HEADER_READERS.get(version)
+            if read_header is None:
+                raise ValueError(f"unsupported .npy version {version}")
+            shape, _, dtype = read_header(file)
+    except (OSError, ValueError, EOFError) as error:
+        raise LasError(f"cannot read {path}: {error}") from None
+    if dtype.hasobject:
+        raise LasError(f"{path}: an object array, not one utterance's (frames, dim) features")
+    return shape

@@ -3,6 +3,10 @@ unreadable, damaged or non-finite file."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,20 +50,16 @@ class Segment:
         return f"{self.start:g}s-{end}"
 
 
-def load_audio(path: Path, sample_rate: int, segment: Segment | None = None) -> torch.Tensor:
-    """Mono waveform `(samples,)` at `sample_rate` of the file at `path`, or of its `segment`."""
-    if read_size(path) == 0:
-        raise LasError(f"audio file is empty: {path}")
-    try:
-        with soundfile.SoundFile(path) as file:
-            rate = file.samplerate
-            start, end = segment.frames(rate, file.frames, path) if segment else (0, file.frames)
-            file.seek(start)
-            samples = file.read(end - start, dtype="float32", always_2d=True)  # (samples, channels)
-    except soundfile.LibsndfileError as error:
-        raise LasError(f"cannot read audio file {path}: {error.error_string}") from None
-    except (RuntimeError, TypeError, ValueError) as error:
-        raise LasError(f"cannot read audio file {path}: {error}") from None
+def load_audio(
+    path: Path, sample_rate: int, segment: Segment | None = None, content: bytes | None = None
+) -> torch.Tensor:
+    """Mono waveform `(samples,)` at `sample_rate` of the file at `path`, or of its `segment`;
+    decoded from `content` where given (the file's bytes, already read and hashed)."""
+    with opened(path, content) as file:
+        rate = file.samplerate
+        start, end = segment.frames(rate, file.frames, path) if segment else (0, file.frames)
+        file.seek(start)
+        samples = file.read(end - start, dtype="float32", always_2d=True)  # (samples, channels)
     if samples.shape[0] == 0:
         raise LasError(f"audio file is empty: {path}")
     non_finite = int(samples.size - np.isfinite(samples).sum())
@@ -70,6 +70,40 @@ def load_audio(path: Path, sample_rate: int, segment: Segment | None = None) -> 
     if rate != sample_rate:
         waveform = torchaudio.functional.resample(waveform, rate, sample_rate)
     return waveform
+
+
+def audio_length(path: Path, segment: Segment | None = None) -> tuple[int, int]:
+    """(samples, sample rate) of the file at `path`, or of its `segment`, from its header alone."""
+    with opened(path) as file:
+        start, end = segment.frames(file.samplerate, file.frames, path) if segment else (0, file.frames)
+        if end <= start:
+            raise LasError(f"audio file is empty: {path}")
+        return end - start, file.samplerate
+
+
+@contextlib.contextmanager
+def opened(path: Path, content: bytes | None = None) -> Iterator[soundfile.SoundFile]:
+    """The audio file at `path` (or `content`, its bytes) open for reading; one clear error for a
+    missing, empty or unreadable one."""
+    if (read_size(path) if content is None else len(content)) == 0:
+        raise LasError(f"audio file is empty: {path}")
+    try:
+        with soundfile.SoundFile(path if content is None else io.BytesIO(content)) as file:
+            yield file
+    except soundfile.LibsndfileError as error:
+        raise LasError(f"cannot read audio file {path}: {error.error_string}") from None
+    except (RuntimeError, TypeError, ValueError) as error:
+        raise LasError(f"cannot read audio file {path}: {error}") from None
+
+
+def resampled_length(length: int, rate: int, new_rate: int) -> int:
+    """Samples after `torchaudio.functional.resample` of `length` samples from `rate` to
+    `new_rate`: its own arithmetic (float32 included), so that planned lengths are exact."""
+    divisor = math.gcd(rate, new_rate)
+    rate, new_rate = rate // divisor, new_rate // divisor
+    if rate == new_rate:
+        return length
+    return int(torch.ceil(torch.as_tensor(new_rate * length / rate)))
 
 
 def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | None, target_rate: int) -> torch.Tensor:

@@ -35,12 +35,14 @@ import math
 import multiprocessing
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
+from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
 from las.data.checked_shards import CheckedShards
@@ -54,10 +56,12 @@ from las.data.extraction import (
     extract_chunk,
     identity,
     map_shard,
+    planned_frames,
     source_of,
 )
 from las.data.features import FEATURE_VERSION, FeatureSet, InMemoryFeatures
 from las.data.manifest import Utterance, report_skipped
+from las.data.on_demand import OnDemand
 from las.errors import LasError
 from las.files import make_directory
 from las.progress import progress_bar, warn
@@ -65,11 +69,21 @@ from las.progress import progress_bar, warn
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
 LOOKUP_ROWS = 50_000  # utterances whose features are looked up (and computed if missing) at a time
+IN_MEMORY, PLANNED = -1, -2  # StoredFeatures rows that lie in no shard
+
+
+class Planned(NamedTuple):
+    """A row whose features are computed when first read (`OnDemand`), and their shape."""
+
+    row: int  # in the corpus
+    frames: int
+    dimension: int
 
 
 class StoredFeatures(FeatureSet):
     """Features read on access: float32 `(frames, dim)` each, memory-mapped from a cache shard
-    (an `Entry`) or held in memory (a tensor, when the cache could not be written).
+    (an `Entry`), held in memory (a tensor, when the cache could not be written), or computed
+    when first read (`Planned`, by `on_demand`).
 
     Only the requested frames are read, so a corpus far larger than memory trains from the page
     cache; each process (DataLoader workers included) maps a shard once. Where each utterance lies
@@ -77,18 +91,24 @@ class StoredFeatures(FeatureSet):
     utterances, objects would be a quarter of a gigabyte in every process.
     """
 
-    def __init__(self, directory: Path, items: Sequence[Entry | torch.Tensor]) -> None:
+    def __init__(
+        self, directory: Path, items: Sequence[Entry | torch.Tensor | Planned], on_demand: OnDemand | None = None
+    ) -> None:
         self.directory = directory
+        self.on_demand = on_demand
         numbers: dict[str, int] = {}
         self.memory = {index: item for index, item in enumerate(items) if isinstance(item, torch.Tensor)}
         rows = (
-            (-1, 0, *item.shape)
+            (IN_MEMORY, 0, *item.shape)
             if isinstance(item, torch.Tensor)
+            else (PLANNED, *item)
+            if isinstance(item, Planned)
             else (numbers.setdefault(item.shard, len(numbers)), item.offset, item.frames, item.dimension)
             for item in items
         )  # streamed into the array: a list of a million tuples first was another 100 MB
         values = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=4 * len(items))
-        self.location = values.reshape(-1, 4)  # shard number, offset, frames, dimension
+        # shard number (or IN_MEMORY, or PLANNED), offset in it (a planned one's row), frames, dimension
+        self.location = values.reshape(-1, 4)
         self.shard_names = list(numbers)
         self.shards: dict[int, np.ndarray] = {}
 
@@ -97,13 +117,13 @@ class StoredFeatures(FeatureSet):
         """The utterances of `parts` (of one directory) in their order, as one set."""
         if len(parts) == 1:
             return parts[0]
-        whole = cls(parts[0].directory, [])
+        whole = cls(parts[0].directory, [], parts[0].on_demand)
         numbers: dict[str, int] = {}
         locations, offset = [], 0
         for part in parts:
             renumbered = np.array([numbers.setdefault(name, len(numbers)) for name in part.shard_names], np.int32)
             location = part.location.copy()
-            stored = location[:, 0] >= 0  # -1: held in memory
+            stored = location[:, 0] >= 0
             location[stored, 0] = renumbered[location[stored, 0]]
             locations.append(location)
             whole.memory.update({offset + index: item for index, item in part.memory.items()})
@@ -118,6 +138,8 @@ class StoredFeatures(FeatureSet):
         if index in self.memory:
             return self.memory[index]
         shard, offset, frames, _ = self.location[index].tolist()
+        if shard == PLANNED:
+            return self.on_demand.features(offset)  # type: ignore[union-attr]
         if shard not in self.shards:
             path = self.directory / self.shard_names[shard]
             self.shards[shard] = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -131,13 +153,18 @@ class StoredFeatures(FeatureSet):
 
 
 class FeatureCache:
-    def __init__(self, directory: str | Path, config: FeatureConfig, workers: int = 0) -> None:
+    def __init__(
+        self, directory: str | Path, config: FeatureConfig, workers: int = 0, ahead_limit: float = math.inf
+    ) -> None:
         """The cache in `directory` (see `cache_directory`); `workers` processes compute misses (0:
-        in this process)."""
+        in this process) before they are needed, for corpora of up to `ahead_limit` utterances
+        x speeds; larger ones are computed as they are first read."""
         settings = json.dumps([FEATURE_VERSION, config.extraction()], sort_keys=True)
         self.directory = cache_directory(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.config = config
         self.workers = workers
+        self.ahead_limit = ahead_limit
+        self.planned: dict[tuple[Path, Segment | None, tuple[float, ...]], list[tuple[int, int]]] = {}
         self.index = CacheIndex(self.directory)  # opened on first lookup
         self.hashed: dict[FileIdentity, tuple[str, str]] = {}  # files hashed by this run, not yet indexed
         self.looked_up: dict[FileIdentity, str] = {}  # files found lately: many rows may link to one
@@ -150,33 +177,87 @@ class FeatureCache:
 
     def load(self, utterances: Sequence[Utterance], description: str = "features", speed: float = 1.0) -> FeatureSet:
         """Every utterance's features: precomputed ones as they are, else log-mels (of the audio
-        played `speed` times faster) from the cache, computing the misses first."""
-        return self.load_at_speeds(utterances, description, [speed])[0]
+        played `speed` times faster) from the cache, computing the misses first (always: only a
+        training corpus is worth starting before its features are computed)."""
+        return self.load_at_speeds(utterances, description, [speed], on_demand=False)[0]
 
     def load_at_speeds(
-        self, utterances: Sequence[Utterance], description: str, speeds: Sequence[float]
+        self,
+        utterances: Sequence[Utterance],
+        description: str,
+        speeds: Sequence[float],
+        ahead: Sequence[int] = (),
+        on_demand: bool = True,
     ) -> list[FeatureSet]:
-        """`load` at each of `speeds`, each file looked at once (a stat, or a read if it is new)."""
+        """`load` at each of `speeds`, each file looked at once (a stat, or a read if it is new).
+        With `on_demand`, a corpus of more than `ahead_limit` utterances x speeds computes its
+        missing features as they are first read (`OnDemand`) instead, except those of the rows
+        `ahead` at the first speed, computed now (the normaliser's sample)."""
         if all(utterance.features is not None for utterance in utterances):
             features = InMemoryFeatures([torch.from_numpy(utterance.features) for utterance in utterances])
             return [features for _ in speeds]
-        digests = self.identify(utterances)
-        loaded = []
-        for speed in speeds:
-            label = description if speed == 1.0 else f"{description} x{speed:g}"
-            parts = []
-            # In chunks: a key, an index row and an entry per utterance of the whole corpus at once
-            # were the largest part of a million-row start-up's peak memory.
-            for start in range(0, len(utterances), LOOKUP_ROWS):
-                end = min(start + LOOKUP_ROWS, len(utterances))
-                keys, found, missing = self.pending(utterances[start:end], speed, digests[start:end])
-                if missing:
+        if not on_demand or len(utterances) * len(speeds) <= self.ahead_limit:
+            return self.collect(utterances, description, speeds)
+        if ahead:
+            self.collect([utterances[index] for index in ahead], f"{description} (a sample, ahead)", speeds[:1])
+        return self.collect(utterances, description, speeds, planned=True)
+
+    def collect(
+        self, utterances: Sequence[Utterance], description: str, speeds: Sequence[float], planned: bool = False
+    ) -> list[StoredFeatures]:
+        """Each utterance's features at each speed: cached, or computed now (or, `planned`, when
+        first read)."""
+        as_read = [self.as_read(utterances, speed) for speed in speeds] if planned else []
+        parts: list[list[StoredFeatures]] = [[] for _ in speeds]
+        # In chunks: a key, an index row and an entry per utterance of the whole corpus at once
+        # were the largest part of a million-row start-up's peak memory.
+        for start in range(0, len(utterances), LOOKUP_ROWS):
+            end = min(start + LOOKUP_ROWS, len(utterances))
+            chunk = utterances[start:end]
+            digests = self.identify(chunk, read=not planned)
+            shapes: dict[int, list[tuple[int, int]]] = {}  # by row in the chunk: at each speed
+            for number, speed in enumerate(speeds):
+                keys, found, missing = self.pending(chunk, speed, digests)
+                if missing and not planned:
+                    label = description if speed == 1.0 else f"{description} x{speed:g}"
                     rows = f" (rows {start + 1}-{end} of {len(utterances)})" if len(utterances) > LOOKUP_ROWS else ""
                     found |= self.extract(list(missing.values()), speed, label + rows)
-                items = [self.memory[key] if key in self.memory else found[key] for key in keys]
-                parts.append(StoredFeatures(self.directory, items))
-            loaded.append(StoredFeatures.joined(parts))
-        return loaded
+                items: list[Entry | torch.Tensor | Planned] = []
+                for row, key in enumerate(keys):
+                    if key in self.memory:
+                        items.append(self.memory[key])
+                    elif key in found:
+                        items.append(found[key])
+                    else:
+                        if row not in shapes:
+                            shapes[row] = self.planned_shapes(chunk[row], speeds)
+                        items.append(Planned(start + row, *shapes[row][number]))
+                parts[number].append(StoredFeatures(self.directory, items, as_read[number] if planned else None))
+        return [StoredFeatures.joined(speed_parts) for speed_parts in parts]
+
+    def as_read(self, utterances: Sequence[Utterance], speed: float) -> OnDemand:
+        """What computes the utterances' features at `speed` where they are first read."""
+        if self.writable:
+            try:
+                make_directory(self.directory, "feature cache")
+            except LasError as error:
+                self.cannot_store(str(error))
+        files = [utterance.audio_location or utterance.feature_location for utterance in utterances]
+        segments = [utterance.segment for utterance in utterances]
+        precomputed = any(utterance.audio_location is None for utterance in utterances)
+        directory = self.directory if self.writable else None
+        return OnDemand(directory, self.config, speed, files, segments, precomputed)  # type: ignore[arg-type]
+
+    def planned_shapes(self, utterance: Utterance, speeds: Sequence[float]) -> list[tuple[int, int]]:
+        """(frames, dimension) of the utterance's features at each speed, from its file's header;
+        a file many rows link to is read once."""
+        item = Missing("", utterance.file, utterance.segment, utterance.audio_location is None)
+        known = (item.file, item.segment, tuple(speeds))
+        if known not in self.planned:
+            if len(self.planned) >= FILES_PER_WRITE:
+                self.planned.clear()
+            self.planned[known] = planned_frames(item, self.config, speeds)
+        return self.planned[known]
 
     def usable(
         self, utterances: Sequence[Utterance], source: str | Path, speeds: Sequence[float] = (1.0,)
@@ -205,14 +286,14 @@ class FeatureCache:
         report_skipped(source, list(problems.values()))
         return [utterance for utterance in utterances if utterance.id not in problems]
 
-    def identify(self, utterances: Sequence[Utterance]) -> list[str]:
+    def identify(self, utterances: Sequence[Utterance], read: bool = True) -> list[str | None]:
         """Each utterance's content digest: a stat per file (`source_of`) and a lookup, and a read
-        only for files this cache has not seen."""
-        digests = [self.digest(utterance, source_of(utterance)) for utterance in utterances]
+        only for files this cache has not seen (None for those, without `read`)."""
+        digests = [self.digest(utterance, source_of(utterance), read) for utterance in utterances]
         self.record_files()
         return digests
 
-    def digest(self, utterance: Utterance, source: Source) -> str:
+    def digest(self, utterance: Utterance, source: Source, read: bool = True) -> str | None:
         file = identity(source)
         if file in self.hashed:
             return self.hashed[file][0]
@@ -221,7 +302,7 @@ class FeatureCache:
             if len(self.looked_up) >= FILES_PER_WRITE:  # bounded: a million rows may be a million files
                 self.looked_up.clear()
             self.looked_up[file] = known
-        else:
+        elif read:
             known = content_digest(utterance)
             self.hashed[file] = (known, source[0])
             if len(self.hashed) >= FILES_PER_WRITE:
@@ -240,21 +321,22 @@ class FeatureCache:
         self.hashed.clear()
 
     def pending(
-        self, utterances: Sequence[Utterance], speed: float, digests: list[str]
-    ) -> tuple[list[str], dict[str, Entry], dict[str, Missing]]:
-        """Each utterance's cache key at `speed`, the intact entries of those cached, and those not
-        cached (or damaged) to compute."""
+        self, utterances: Sequence[Utterance], speed: float, digests: Sequence[str | None]
+    ) -> tuple[list[str | None], dict[str, Entry], dict[str, Missing]]:
+        """Each utterance's cache key at `speed` (None where its file's digest is not known), the
+        intact entries of those cached, and those not cached (or damaged) to compute."""
         keys = [
-            cache_key(digest, utterance.segment, speed) for digest, utterance in zip(digests, utterances, strict=True)
+            None if digest is None else cache_key(digest, utterance.segment, speed)
+            for digest, utterance in zip(digests, utterances, strict=True)
         ]
-        found = self.verify(self.index.entries(key for key in keys if key not in self.memory))
+        found = self.verify(self.index.entries(key for key in keys if key is not None and key not in self.memory))
         if self.index.damaged:
             warn(f"feature cache {self.index.path}: {self.index.damaged} damaged index rows dropped; recomputing them")
             self.index.damaged = 0
         missing = {
             key: Missing(key, utterance.file, utterance.segment, utterance.audio_location is None)
             for key, utterance in zip(keys, utterances, strict=True)
-            if key not in found and key not in self.memory
+            if key is not None and key not in found and key not in self.memory
         }
         return keys, found, missing
 

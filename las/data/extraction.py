@@ -9,15 +9,17 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from las.config import FeatureConfig
-from las.data.audio import Segment, load_audio, read_bytes
+from las.data.arrays import array_shape
+from las.data.audio import Segment, audio_length, load_audio, read_bytes, resampled_length
 from las.data.cache_index import Entry, FileIdentity, checksum
-from las.data.features import FilterbankExtractor, change_speed, log_mel_features
+from las.data.features import FilterbankExtractor, change_speed, check_analysable, frame_count, log_mel_features
 from las.data.manifest import Utterance, read_feature_file
 from las.errors import LasError
 from las.files import write_atomically
@@ -73,16 +75,20 @@ def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
 
 
 def source_of(utterance: Utterance) -> Source:
+    """`source_at` the utterance's file."""
+    return source_at(utterance.file, utterance.file_kind)
+
+
+def source_at(path: Path, kind: str) -> Source:
     """What identifies an unchanged file without reading it: its size, mtime, inode and ctime (ns),
     after symbolic links; and its absolute path, for `las cache info`. A file replaced with its size
     and mtime kept (`cp -p`, `rsync -t`, `tar`) still has a new ctime, which no tool can set: the
     kernel stamps it at every change. The path is not resolved: at a million rows that alone took
     minutes, and the identity needs no path."""
-    path = utterance.file
     try:
         status = os.stat(path)
     except OSError:
-        read_bytes(path, utterance.file_kind)  # raises the one-line error for a missing or unreadable file
+        read_bytes(path, kind)  # raises the one-line error for a missing or unreadable file
         raise
     name = str(path) if path.is_absolute() else os.path.abspath(path)
     return (name, status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
@@ -94,16 +100,41 @@ def identity(source: Source | list) -> FileIdentity:
     return tuple(source[1:])  # type: ignore[return-value]
 
 
-def extract_features(item: Missing, extractor: FilterbankExtractor, speed: float) -> np.ndarray:
+def extract_features(
+    item: Missing, extractor: FilterbankExtractor, speed: float, content: bytes | None = None
+) -> np.ndarray:
     """Log-mel features `(frames, mel_bins)` float16 of one utterance, played `speed` times
-    faster; or its precomputed features `(frames, dim)` float32, exactly as its file holds them."""
+    faster; or its precomputed features `(frames, dim)` float32, exactly as its file holds them.
+    From `content` where given: the file's bytes, as read (and hashed) by the caller."""
     if item.precomputed:
         if speed != 1.0:
             raise LasError(f"{item.file}: precomputed features cannot be played at speed {speed:g}")
-        return read_feature_file(item.file)
+        return read_feature_file(item.file, content)
     rate = extractor.config.sample_rate
-    waveform = change_speed(load_audio(item.file, rate, item.segment), speed, rate)
+    waveform = change_speed(load_audio(item.file, rate, item.segment, content), speed, rate)
     return log_mel_features(extractor, waveform, describe(item.file, item.segment)).numpy().astype(np.float16)
+
+
+def planned_frames(item: Missing, config: FeatureConfig, speeds: Sequence[float]) -> list[tuple[int, int]]:
+    """(frames, dimension) of what `extract_features` will give `item` at each of `speeds`, from
+    its file's header alone: the length buckets of rows whose features are not computed yet, the
+    same as those of rows the cache holds, so that batches do not depend on what was cached."""
+    if item.precomputed:
+        shape = array_shape(item.file)
+        if len(shape) != 2 or 0 in shape:
+            raise LasError(f"{item.file}: expected a (frames, dim) array of features, got shape {shape}")
+        if any(speed != 1.0 for speed in speeds):
+            raise LasError(f"{item.file}: precomputed features cannot be played at another speed")
+        return [(shape[0], shape[1]) for _ in speeds]
+    samples, rate = audio_length(item.file, item.segment)
+    target = config.sample_rate
+    samples = resampled_length(samples, rate, target)
+    shapes = []
+    for speed in speeds:  # as change_speed plays it
+        played = samples if speed == 1.0 else resampled_length(samples, round(target * speed), target)
+        check_analysable(played, config, describe(item.file, item.segment))
+        shapes.append((frame_count(played, config), config.mel_bins))
+    return shapes
 
 
 def describe(audio: Path, segment: Segment | None) -> str:

@@ -56,9 +56,8 @@ class FilterbankExtractor:
 
     def __init__(self, config: FeatureConfig) -> None:
         self.config = config
-        window = round(config.sample_rate * config.window_ms / 1000)
+        window, self.hop = analysis_sizes(config)
         self.window = window  # samples: shorter audio has no frame to analyse
-        self.hop = round(config.sample_rate * config.hop_ms / 1000)
         # Uncentred: __call__ pads the whole waveform as a centred transform would, then analyses
         # it in blocks, which gives the same frames bit for bit in bounded memory.
         self.transform = torchaudio.transforms.MelSpectrogram(
@@ -78,7 +77,7 @@ class FilterbankExtractor:
         if 0 < peak < QUIET_PEAK:
             waveform = waveform * (QUIET_PEAK / peak)
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
-        frames = 1 + (len(padded) - self.window) // self.hop
+        frames = frame_count(len(waveform), self.config)
         with torch.no_grad():
             power = torch.cat(
                 [
@@ -90,6 +89,24 @@ class FilterbankExtractor:
                 dim=1,
             )  # (mel_bins, frames)
         return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
+
+
+def analysis_sizes(config: FeatureConfig) -> tuple[int, int]:
+    """(window, hop) of the analysis in samples."""
+    return round(config.sample_rate * config.window_ms / 1000), round(config.sample_rate * config.hop_ms / 1000)
+
+
+def frame_count(samples: int, config: FeatureConfig) -> int:
+    """Frames of the features of `samples` samples: one centred on every hop."""
+    window, hop = analysis_sizes(config)
+    return 1 + (samples + 2 * (window // 2) - window) // hop
+
+
+def check_analysable(samples: int, config: FeatureConfig, where: str) -> None:
+    """One clear error for audio shorter than one analysis window."""
+    if samples < analysis_sizes(config)[0]:
+        window = f"{config.window_ms:g} ms analysis window"
+        raise LasError(f"audio {where} is {samples} samples long, shorter than one {window}")
 
 
 def without_offset(waveform: torch.Tensor, silent_run: int) -> torch.Tensor:
@@ -117,11 +134,7 @@ def without_offset(waveform: torch.Tensor, silent_run: int) -> torch.Tensor:
 def log_mel_features(extractor: FilterbankExtractor, waveform: torch.Tensor, where: str) -> torch.Tensor:
     """Log-mel features `(frames, mel_bins)` of a waveform read from `where`; one clear error for
     audio too short to analyse or features that are not finite."""
-    if len(waveform) < extractor.window:
-        raise LasError(
-            f"audio {where} is {len(waveform)} samples long, "
-            f"shorter than one {extractor.config.window_ms:g} ms analysis window"
-        )
+    check_analysable(len(waveform), extractor.config, where)
     features = extractor(waveform)
     if not torch.isfinite(features).all():
         raise LasError(f"audio {where} gives features that are not finite (samples far outside [-1, 1]?)")

@@ -355,9 +355,10 @@ def _feature_folder_records(directory: Path) -> Records:
         yield str(file), Utterance(file_id(file), None, text, feature_file=file)
 
 
-def read_feature_file(path: Path) -> np.ndarray:
-    """The precomputed features `(frames, dim)` float32 in the `.npy` file at `path`, checked."""
-    array = _feature_matrix(load_array(path), str(path))
+def read_feature_file(path: Path, content: bytes | None = None) -> np.ndarray:
+    """The precomputed features `(frames, dim)` float32 in the `.npy` file at `path` (or in
+    `content`, its bytes), checked."""
+    array = _feature_matrix(load_array(path, content), str(path))
     problem = non_finite_problem(array)
     if problem:
         raise LasError(f"{path}: {problem}")
