@@ -35,7 +35,7 @@ from las.errors import LasError
 from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
 from las.inference import transcribe
 from las.initialisation import check_shared_characters, initialise
-from las.losses import ctc_frames_needed, joint_loss
+from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.model.pretrained import load_speller
@@ -211,11 +211,10 @@ def without_audio_effects(config: Config) -> Config:
 def warn_about_ctc_alignments(dataset: SpeechDataset, pyramid_layers: int, source: str) -> None:
     """Name the utterances too short for their transcripts under CTC: its loss cannot align them
     and counts them as zero (zero_infinity), so they would otherwise be dropped from it silently."""
-    short = [
-        identifier
-        for identifier, frames, tokens in zip(dataset.ids, dataset.frame_counts(), dataset.tokens, strict=True)
-        if math.ceil(frames / 2**pyramid_layers) < ctc_frames_needed(tokens.tolist())
-    ]
+    tokens = dataset.tokens
+    needed = tokens.lengths.numpy() + tokens.repeats()  # as ctc_frames_needed counts, for all at once
+    frames = -(-np.asarray(dataset.frame_counts()) // 2**pyramid_layers)
+    short = [dataset.ids[index] for index in np.flatnonzero(frames < needed)]
     if short:
         warn(
             f"{source}: {len(short)} utterances have fewer encoder frames than CTC needs for their transcripts "
@@ -460,10 +459,11 @@ class Trainer:
                     self.save(self.out / "last.pt")
         finally:
             progress.train_seconds += time.perf_counter() - started
-            # Shuts its workers down now: an error's traceback would otherwise keep the loader, and
-            # with it workers that ignore SIGTERM as the main thread does, alive until exit, where
-            # joining them never returns.
-            del loader
+            # Its workers down now, not when the iterator is collected: an error's traceback holds
+            # the iterator (its own frames are in it) until exit, where joining workers that block
+            # SIGTERM as the main thread does (las.stopping) would never return.
+            if hasattr(loader, "_shutdown_workers"):
+                loader._shutdown_workers()
         return False
 
     def step(self, batch: Batch, indices: list[int], forcing: float, augment: bool) -> Step:

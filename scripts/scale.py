@@ -204,6 +204,7 @@ except FirstStep:
 def startup(
     manifests: list[Path] = typer.Argument(..., help="Training manifests, e.g. runs/scale/rows-1000000.tsv."),
     dev: Path = typer.Option(AN4 / "dev.tsv"),
+    setting: list[str] = typer.Option([], "--set", help="Training settings, e.g. data.cache_dir=/tmp/cold."),
 ) -> None:
     """Seconds from starting `las train` to its first training step, and the process's peak
     memory by then, for each manifest (a fresh process each, the feature cache as it is)."""
@@ -211,6 +212,7 @@ def startup(
     for manifest in manifests:
         with tempfile.TemporaryDirectory() as out:
             settings = [f"data.train={manifest}", f"data.dev={dev}", f"train.out={out}/run", "train.device=cpu"]
+            settings += setting
             started = time.perf_counter()
             with open(f"{out}/stderr", "w+") as errors:
                 child = subprocess.Popen([sys.executable, "-c", FIRST_STEP, *settings], stderr=errors)

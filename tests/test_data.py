@@ -1,3 +1,4 @@
+import random
 import statistics
 from pathlib import Path
 
@@ -251,3 +252,16 @@ def test_variants_pick_perturbed_copies_reproducibly() -> None:
     assert dataset.variants(epoch=1, seed=1) != variants
     batch = dataset.collate([Draw(index, variant, seed=index) for index, variant in enumerate(variants)])
     assert batch.feature_lengths.tolist() == [3 if variant else 4 for variant in variants]
+
+
+def test_repeated_characters_are_counted_per_utterance_as_ctc_needs_them() -> None:
+    from las.data.dataset import PackedTokens
+    from las.losses import ctc_frames_needed
+
+    draw = random.Random(0)
+    for _ in range(200):
+        sequences = [
+            [draw.randint(0, 3) for _ in range(draw.choice([0, 1, 2, 5, 9]))] for _ in range(draw.randint(0, 8))
+        ]
+        repeats = PackedTokens(sequences).repeats().tolist()
+        assert repeats == [ctc_frames_needed(sequence) - len(sequence) for sequence in sequences]

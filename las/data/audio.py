@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from las.errors import LasError
 from las.progress import warn
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
+HEADER_BYTES = 4096  # of a file read for its plain header (`plain_header`)
 # A segment may end this far past the end of its file (manifests round durations); further is an error.
 SEGMENT_END_TOLERANCE_SECONDS = 0.1
 
@@ -74,11 +76,50 @@ def load_audio(
 
 def audio_length(path: Path, segment: Segment | None = None) -> tuple[int, int]:
     """(samples, sample rate) of the file at `path`, or of its `segment`, from its header alone."""
-    with opened(path) as file:
-        start, end = segment.frames(file.samplerate, file.frames, path) if segment else (0, file.frames)
-        if end <= start:
-            raise LasError(f"audio file is empty: {path}")
-        return end - start, file.samplerate
+    header = plain_header(path)
+    if header is None:
+        with opened(path) as file:
+            header = file.frames, file.samplerate
+    frames, rate = header
+    start, end = segment.frames(rate, frames, path) if segment else (0, frames)
+    if end <= start:
+        raise LasError(f"audio file is empty: {path}")
+    return end - start, rate
+
+
+def plain_header(path: Path) -> tuple[int, int] | None:
+    """(samples, sample rate) read straight from a plain FLAC or WAV header, as libsndfile reads
+    them, in a tenth of its time (a million files' lengths are read at start-up); None for
+    anything else (other formats, tags before a FLAC stream, a WAV whose data chunk is not
+    where or as large as it says), which goes to libsndfile."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(HEADER_BYTES)
+            size = os.fstat(file.fileno()).st_size
+    except OSError:
+        return None  # libsndfile's error names it
+    if head[:4] == b"fLaC" and len(head) >= 42 and head[4] & 0x7F == 0:  # STREAMINFO comes first
+        fields = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels 3, bits 5, samples 36
+        rate, samples = fields >> 44, fields & ((1 << 36) - 1)
+        return (samples, rate) if samples and rate else None  # 0 samples: unknown, libsndfile counts
+    if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None
+    offset, block, rate = 12, 0, 0
+    while offset + 8 <= len(head):
+        name, length = head[offset : offset + 4], int.from_bytes(head[offset + 4 : offset + 8], "little")
+        body = offset + 8
+        if name == b"fmt " and body + 16 <= len(head):
+            tag = int.from_bytes(head[body : body + 2], "little")
+            if tag not in (1, 3, 0xFFFE):  # PCM, float, extensible: frames are block-aligned
+                return None
+            rate = int.from_bytes(head[body + 4 : body + 8], "little")
+            block = int.from_bytes(head[body + 12 : body + 14], "little")
+        elif name == b"data":
+            if not (block and rate) or body + length != size and body + length + 1 != size:
+                return None  # no format first, or a size that is not the file's (streamed, cut short)
+            return length // block, rate
+        offset = body + length + (length & 1)  # chunks are padded to even sizes
+    return None
 
 
 @contextlib.contextmanager
@@ -98,12 +139,13 @@ def opened(path: Path, content: bytes | None = None) -> Iterator[soundfile.Sound
 
 def resampled_length(length: int, rate: int, new_rate: int) -> int:
     """Samples after `torchaudio.functional.resample` of `length` samples from `rate` to
-    `new_rate`: its own arithmetic (float32 included), so that planned lengths are exact."""
+    `new_rate`: its own arithmetic (rounded to float32 before the ceiling, as its tensor is), so
+    that planned lengths are exact."""
     divisor = math.gcd(rate, new_rate)
     rate, new_rate = rate // divisor, new_rate // divisor
     if rate == new_rate:
         return length
-    return int(torch.ceil(torch.as_tensor(new_rate * length / rate)))
+    return int(np.ceil(np.float32(new_rate * length / rate)))
 
 
 def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | None, target_rate: int) -> torch.Tensor:

@@ -164,7 +164,7 @@ class FeatureCache:
         self.config = config
         self.workers = workers
         self.ahead_limit = ahead_limit
-        self.planned: dict[tuple[Path, Segment | None, tuple[float, ...]], list[tuple[int, int]]] = {}
+        self.planned: dict[tuple[str, Segment | None, tuple[float, ...]], list[tuple[int, int]]] = {}
         self.index = CacheIndex(self.directory)  # opened on first lookup
         self.hashed: dict[FileIdentity, tuple[str, str]] = {}  # files hashed by this run, not yet indexed
         self.looked_up: dict[FileIdentity, str] = {}  # files found lately: many rows may link to one
@@ -251,11 +251,11 @@ class FeatureCache:
     def planned_shapes(self, utterance: Utterance, speeds: Sequence[float]) -> list[tuple[int, int]]:
         """(frames, dimension) of the utterance's features at each speed, from its file's header;
         a file many rows link to is read once."""
-        item = Missing("", utterance.file, utterance.segment, utterance.audio_location is None)
-        known = (item.file, item.segment, tuple(speeds))
+        known = (utterance.location, utterance.segment, tuple(speeds))
         if known not in self.planned:
             if len(self.planned) >= FILES_PER_WRITE:
                 self.planned.clear()
+            item = Missing("", utterance.file, utterance.segment, utterance.audio_location is None)
             self.planned[known] = planned_frames(item, self.config, speeds)
         return self.planned[known]
 

@@ -107,6 +107,17 @@ class PackedTokens(Sequence[torch.Tensor]):
     def subset(self, indices: Sequence[int]) -> PackedTokens:
         return PackedTokens(self[index].tolist() for index in indices)
 
+    def repeats(self) -> np.ndarray:
+        """`(utterances,)` how many characters of each equal the one before it, in one pass over
+        the column (CTC needs a blank between repeats)."""
+        values = self.values.numpy()
+        same = np.zeros(len(values) + 1, dtype=np.int64)  # same[i + 1]: character i repeats i - 1
+        same[2:] = values[1:] == values[:-1]
+        starts = self.offsets[1:-1]
+        same[starts[starts < len(values)] + 1] = 0  # an utterance's first character repeats nothing
+        total = same.cumsum()
+        return total[self.offsets[1:]] - total[self.offsets[:-1]]
+
 
 def audio_sources(utterances: Sequence[Utterance]) -> list[Source]:
     """Where the audio of each utterance read from audio is, for features computed anew."""

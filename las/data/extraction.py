@@ -76,10 +76,10 @@ def entry_is_intact(entry: Entry, shard: np.ndarray | None) -> bool:
 
 def source_of(utterance: Utterance) -> Source:
     """`source_at` the utterance's file."""
-    return source_at(utterance.file, utterance.file_kind)
+    return source_at(utterance.location, utterance.file_kind)
 
 
-def source_at(path: Path, kind: str) -> Source:
+def source_at(path: str | Path, kind: str) -> Source:
     """What identifies an unchanged file without reading it: its size, mtime, inode and ctime (ns),
     after symbolic links; and its absolute path, for `las cache info`. A file replaced with its size
     and mtime kept (`cp -p`, `rsync -t`, `tar`) still has a new ctime, which no tool can set: the
@@ -88,9 +88,9 @@ def source_at(path: Path, kind: str) -> Source:
     try:
         status = os.stat(path)
     except OSError:
-        read_bytes(path, kind)  # raises the one-line error for a missing or unreadable file
+        read_bytes(Path(path), kind)  # raises the one-line error for a missing or unreadable file
         raise
-    name = str(path) if path.is_absolute() else os.path.abspath(path)
+    name = str(path) if os.path.isabs(path) else os.path.abspath(path)
     return (name, status.st_size, status.st_mtime_ns, status.st_ino, status.st_ctime_ns)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -52,7 +53,12 @@ class Utterance:
     @property
     def file(self) -> Path:
         """The file this utterance is read from: its audio, or its precomputed features."""
-        return Path(self.audio_location if self.audio_location is not None else self.feature_location)  # type: ignore[arg-type]
+        return Path(self.location)
+
+    @property
+    def location(self) -> str:
+        """`file` as its text."""
+        return self.audio_location if self.audio_location is not None else self.feature_location  # type: ignore[return-value]
 
     @property
     def file_kind(self) -> str:
@@ -164,7 +170,7 @@ def _problem(utterance: Utterance, require_text: bool) -> str | None:
     column left blank by mistake), but as a reference for decoding it says that nothing is said."""
     if require_text and utterance.text is not None and not utterance.text:
         return f"empty transcript for {utterance.id!r}"
-    if utterance.features is None and not utterance.file.is_file():
+    if utterance.features is None and not os.path.isfile(utterance.location):  # text: no Path per row
         return f"{utterance.file_kind} not found: {utterance.file}"
     return None if utterance.features is None else non_finite_problem(utterance.features)
 
