@@ -19,7 +19,14 @@ from las.config import FeatureConfig
 from las.data.arrays import array_shape
 from las.data.audio import Segment, audio_length, load_audio, read_bytes, resampled_length
 from las.data.cache_index import Entry, FileIdentity, checksum
-from las.data.features import FilterbankExtractor, change_speed, check_analysable, frame_count, log_mel_features
+from las.data.features import (
+    FilterbankExtractor,
+    analysis_sizes,
+    change_speed,
+    check_analysable,
+    frame_count,
+    log_mel_features,
+)
 from las.data.manifest import Utterance, read_feature_file
 from las.errors import LasError
 from las.files import write_atomically
@@ -129,11 +136,13 @@ def planned_frames(item: Missing, config: FeatureConfig, speeds: Sequence[float]
     samples, rate = audio_length(item.file, item.segment)
     target = config.sample_rate
     samples = resampled_length(samples, rate, target)
+    window, hop = analysis_sizes(config)
     shapes = []
     for speed in speeds:  # as change_speed plays it
         played = samples if speed == 1.0 else resampled_length(samples, round(target * speed), target)
-        check_analysable(played, config, describe(item.file, item.segment))
-        shapes.append((frame_count(played, config), config.mel_bins))
+        if played < window:
+            check_analysable(played, config, describe(item.file, item.segment))
+        shapes.append((frame_count(played, window, hop), config.mel_bins))
     return shapes
 
 

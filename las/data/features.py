@@ -77,7 +77,7 @@ class FilterbankExtractor:
         if 0 < peak < QUIET_PEAK:
             waveform = waveform * (QUIET_PEAK / peak)
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
-        frames = frame_count(len(waveform), self.config)
+        frames = frame_count(len(waveform), self.window, self.hop)
         with torch.no_grad():
             power = torch.cat(
                 [
@@ -96,9 +96,8 @@ def analysis_sizes(config: FeatureConfig) -> tuple[int, int]:
     return round(config.sample_rate * config.window_ms / 1000), round(config.sample_rate * config.hop_ms / 1000)
 
 
-def frame_count(samples: int, config: FeatureConfig) -> int:
-    """Frames of the features of `samples` samples: one centred on every hop."""
-    window, hop = analysis_sizes(config)
+def frame_count(samples: int, window: int, hop: int) -> int:
+    """Frames of the features of `samples` samples: one centred on every hop (`analysis_sizes`)."""
     return 1 + (samples + 2 * (window // 2) - window) // hop
 
 

@@ -30,7 +30,7 @@ class Utterance:
     def __init__(
         self,
         id: str,
-        audio: Path | None,  # None for precomputed features
+        audio: Path | str | None,  # None for precomputed features
         text: str | None = None,  # None when transcripts are unknown (decoding raw audio)
         features: np.ndarray | None = None,  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
         segment: Segment | None = None,  # the part of `audio` this utterance is (None: all of it)
@@ -206,6 +206,7 @@ def manifest_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
 
 def _tsv_records(path: Path) -> Records:
     """`id  path  duration_s  text` with a header line; audio paths are relative to the manifest."""
+    base = os.path.abspath(path.parent)  # joined as text: a Path per row was a tenth of a million rows' start-up
     for line, (identifier, audio, duration, text) in manifest_rows(path):
         try:
             seconds = float(duration)
@@ -213,7 +214,7 @@ def _tsv_records(path: Path) -> Records:
             raise LasError(f"{path}:{line}: duration_s {duration!r} is not a number") from None
         if not (math.isfinite(seconds) and seconds >= 0):
             raise LasError(f"{path}:{line}: duration_s {duration!r} is not a length in seconds (finite, >= 0)")
-        yield f"{path}:{line}", Utterance(identifier, path.parent / audio, text.strip())
+        yield f"{path}:{line}", Utterance(identifier, os.path.normpath(os.path.join(base, audio)), text.strip())
 
 
 def _jsonl_records(path: Path) -> Records:
