@@ -289,15 +289,23 @@ class FeatureCache:
     def identify(self, utterances: Sequence[Utterance], read: bool = True) -> list[str | None]:
         """Each utterance's content digest: a stat per file (`source_of`) and a lookup, and a read
         only for files this cache has not seen (None for those, without `read`)."""
-        digests = [self.digest(utterance, source_of(utterance), read) for utterance in utterances]
+        sources = [source_of(utterance) for utterance in utterances]
+        files = [identity(source) for source in sources]
+        found = self.index.digests(file for file in files if file not in self.hashed and file not in self.looked_up)
+        digests = [
+            self.digest(utterance, source, read, found) for utterance, source in zip(utterances, sources, strict=True)
+        ]
         self.record_files()
         return digests
 
-    def digest(self, utterance: Utterance, source: Source, read: bool = True) -> str | None:
+    def digest(
+        self, utterance: Utterance, source: Source, read: bool = True, found: dict[FileIdentity, str] | None = None
+    ) -> str | None:
+        """The utterance's content digest (see `identify`); `found`: digests looked up already."""
         file = identity(source)
         if file in self.hashed:
             return self.hashed[file][0]
-        known = self.looked_up.get(file) or self.index.digest(file)
+        known = self.looked_up.get(file) or (found.get(file) if found is not None else self.index.digest(file))
         if known is not None:
             if len(self.looked_up) >= FILES_PER_WRITE:  # bounded: a million rows may be a million files
                 self.looked_up.clear()

@@ -111,17 +111,28 @@ class CacheIndex:
 
     def digest(self, file: FileIdentity) -> str | None:
         """The digest recorded for this file, if its row is intact."""
-        row = (
-            self.connect()
-            .execute("SELECT digest, path, check_sum FROM files WHERE size=? AND mtime=? AND inode=? AND ctime=?", file)
-            .fetchone()
-        )
-        if row is None:
-            return None
-        if row[2] != row_checksum([*file, row[0], row[1]]):
-            self.damaged += 1
-            return None
-        return row[0]
+        return self.digests([file]).get(file)
+
+    def digests(self, files: Iterable[FileIdentity]) -> dict[FileIdentity, str]:
+        """The digests recorded for those of `files` the index knows, with intact rows: a query per
+        LOOKUPS // 4 files, not one each (a million files' start-up)."""
+        found: dict[FileIdentity, str] = {}
+        unique = list(dict.fromkeys(files))
+        per_query = LOOKUPS // 4
+        for start in range(0, len(unique), per_query):
+            chunk = unique[start : start + per_query]
+            rows = ",".join(["(?,?,?,?)"] * len(chunk))
+            query = (  # a join, so that each probe uses the primary key (IN (VALUES ...) scans the table)
+                f"WITH probe(size, mtime, inode, ctime) AS (VALUES {rows}) "
+                "SELECT files.* FROM probe CROSS JOIN files USING (size, mtime, inode, ctime)"
+            )
+            parameters = [number for identity in chunk for number in identity]
+            for *identity, digest, path, check in self.connect().execute(query, parameters):
+                if check != row_checksum([*identity, digest, path]):
+                    self.damaged += 1
+                    continue
+                found[tuple(identity)] = digest  # type: ignore[index]
+        return found
 
     def entries(self, keys: Iterable[str]) -> dict[str, Entry]:
         """The intact entries of `keys` (those the index has)."""
