@@ -124,7 +124,8 @@ class CacheIndex:
             rows = ",".join(["(?,?,?,?)"] * len(chunk))
             query = (  # a join, so that each probe uses the primary key (IN (VALUES ...) scans the table)
                 f"WITH probe(size, mtime, inode, ctime) AS (VALUES {rows}) "
-                "SELECT files.* FROM probe CROSS JOIN files USING (size, mtime, inode, ctime)"
+                "SELECT files.* FROM probe CROSS JOIN files WHERE files.size = probe.size AND "
+                "files.mtime = probe.mtime AND files.inode = probe.inode AND files.ctime = probe.ctime"
             )
             parameters = [number for identity in chunk for number in identity]
             for *identity, digest, path, check in self.connect().execute(query, parameters):
