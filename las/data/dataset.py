@@ -111,12 +111,12 @@ class PackedTokens(Sequence[torch.Tensor]):
         """`(utterances,)` how many characters of each equal the one before it, in one pass over
         the column (CTC needs a blank between repeats)."""
         values = self.values.numpy()
-        same = np.zeros(len(values) + 1, dtype=np.int64)  # same[i + 1]: character i repeats i - 1
-        same[2:] = values[1:] == values[:-1]
-        starts = self.offsets[1:-1]
-        same[starts[starts < len(values)] + 1] = 0  # an utterance's first character repeats nothing
-        total = same.cumsum()
-        return total[self.offsets[1:]] - total[self.offsets[:-1]]
+        # Where a character equals the one before it: few, so counted by position (an integer
+        # per character of a million transcripts would be a quarter of a gigabyte).
+        positions = np.flatnonzero(values[1:] == values[:-1]) + 1
+        owners = np.searchsorted(self.offsets, positions, side="right") - 1
+        owners = owners[self.offsets[owners] != positions]  # a first character repeats nothing
+        return np.bincount(owners, minlength=len(self))
 
 
 def audio_sources(utterances: Sequence[Utterance]) -> list[Source]:
