@@ -227,6 +227,10 @@ class AugmentConfig(Section):
     # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
     # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).
     crop: Fraction = 0.25
+    # Or, with this probability, up to a second more of the recording's own background before and
+    # after it (features.trim_surroundings): what the front end keeps around the words of a
+    # recording made with seconds of it.
+    surroundings: Fraction = 0.0
     # Of the draws, this share becomes one word of its utterance cut at its word times
     # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
     words: Fraction = 0.1
@@ -245,7 +249,9 @@ class AugmentConfig(Section):
 
     @property
     def enabled(self) -> bool:
-        return any((self.reverberation, self.noise, self.telephone, self.gain_db, self.crop, self.nonspeech))
+        return any(
+            (self.reverberation, self.noise, self.telephone, self.gain_db, self.crop, self.surroundings, self.nonspeech)
+        )
 
 
 FREEZABLE = ("listener", "speller", "ctc_head")  # the model's parts, as its weights' names begin

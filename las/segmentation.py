@@ -131,6 +131,34 @@ class Levels(NamedTuple):
         recordings")."""
         return self.activity < self.pause_level
 
+    def speech_regions(self) -> list[tuple[int, int]]:
+        """`sound_regions`, less those at either end that sound like the background rather than
+        the speech: a swell of the background seconds away from the words (a recording's own
+        background, 3 s of it around a few words, rose once in a region of its own, and everything
+        between it and the words was kept as speech). An end region is background where the median
+        energy of its loud frames is nearer the pauses' than the speech's, and SURROUNDINGS_CONTRAST
+        under the speech's: a soft word is louder than the silence it is spoken in."""
+        regions = sound_regions(self.pauses)
+        loud = torch.zeros_like(self.pauses)
+        for start, end in regions:
+            loud[start:end] = ~self.pauses[start:end]
+        speech, background = median_energy(self, loud), median_energy(self, self.pauses & ~loud)
+        if math.isnan(background):
+            return regions
+        level = min((speech + background) / 2, speech - SURROUNDINGS_CONTRAST)
+
+        def background_like(region: tuple[int, int]) -> bool:
+            start, end = region
+            part = torch.zeros_like(loud)
+            part[start:end] = loud[start:end]
+            return median_energy(self, part) < level
+
+        while len(regions) > 1 and background_like(regions[0]):
+            regions = regions[1:]
+        while len(regions) > 1 and background_like(regions[-1]):
+            regions = regions[:-1]
+        return regions
+
     def speech_extent(self) -> tuple[int, int]:
         """`[start, end)` frames from the first loud frame of the first sound region to the last
         of the last (`sound_regions`): where the speech is, without what surrounds it. Sounds
@@ -139,7 +167,7 @@ class Levels(NamedTuple):
         speech, and shorter quiet stretches there are soft words (a tight crop trimmed at every
         quiet run lost its last words)."""
         frames = len(self.pauses)
-        regions = sound_regions(self.pauses)
+        regions = self.speech_regions()
         if not regions or not self.heard.any():
             return 0, frames
         loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
@@ -158,6 +186,12 @@ class Levels(NamedTuple):
         start = first if surroundings(slice(0, first)) else int(heard[0])
         end = last if surroundings(slice(last, frames)) else int(heard[-1]) + 1
         return start, end
+
+
+def median_energy(levels: Levels, frames: torch.Tensor) -> float:
+    """The median frame energy where `frames` `(frames,)` is True and the frame is heard; NaN where none is."""
+    energy = levels.energy[frames & levels.heard]
+    return float(energy.median()) if len(energy) else math.nan
 
 
 def has_speech(features: torch.Tensor) -> bool:

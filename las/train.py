@@ -203,7 +203,9 @@ def without_audio_effects(config: Config) -> Config:
             raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
     if train.speed_perturbation or train.augment.enabled:
         warn(f"{config.data.train}: precomputed features: no speed perturbation or waveform augmentation (need audio)")
-    off = replace(train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0, crop=0.0, nonspeech=0.0)
+    off = replace(
+        train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0, crop=0.0, surroundings=0.0, nonspeech=0.0
+    )
     features = replace(config.features, trim_surroundings=False)
     return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
 

@@ -44,6 +44,7 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, single words 0.2 of draws": ["train.augment.words=0.2"],
     "location, cumulative, no single words": ["train.augment.words=0"],
     "location, cumulative, no non-speech": ["train.augment.nonspeech=0"],
+    "location, cumulative, more background 0.2 of draws": ["train.augment.surroundings=0.2"],
     "dot": ["model.attention=dot"],
     "scaled dot": ["model.attention=scaled_dot"],
     "general (bilinear)": ["model.attention=general"],

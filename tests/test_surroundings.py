@@ -10,8 +10,8 @@ from las.config import FeatureConfig, load_config
 from las.data.audio import load_audio
 from las.data.channels import own_background
 from las.data.features import FilterbankExtractor
-from las.data.surroundings import Surroundings
-from las.segmentation import Levels
+from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
+from las.segmentation import Levels, sound_regions
 
 from .conftest import AN4
 
@@ -63,7 +63,7 @@ def test_training_draws_tight_crops_reproducibly_and_never_cut_into_the_speech()
 
 def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_features() -> None:
     config = load_config(None, [])
-    assert Surroundings.of(config) == Surroundings(margin=30, crop=0.25)
+    assert Surroundings.of(config) == Surroundings(margin=30, crop=0.25, extend=0.0)
     assert Surroundings.of(load_config(None, ["features.trim_surroundings=false"])) is None
     assert "trim_surroundings" not in config.features.extraction()  # the cached features stay valid
 
@@ -122,3 +122,44 @@ def test_a_clip_cut_at_its_words_or_all_silence_keeps_every_frame() -> None:
         assert Surroundings(margin=30).span(levels) == (0, len(levels.pauses))
     silent = Levels.of(features_of(torch.zeros(RATE)))
     assert Surroundings(margin=30, crop=1.0).span(silent, torch.Generator().manual_seed(0)) == (0, 101)
+
+
+def test_a_swell_of_the_background_seconds_away_is_not_speech_but_a_soft_word_after_a_pause_is() -> None:
+    """The class that kept seconds of background: a swell of the room's noise set apart by a pause
+    was taken for the first words, and everything between it and them kept as speech."""
+    speech = load_audio(SPEECH, RATE)
+    first, last = Levels.of(features_of(speech)).speech_extent()
+    lead = background_like(speech, 3 * RATE)
+    lead[RATE : RATE + RATE // 4] *= 4  # 12 dB louder for 0.25 s, 2 s before the words
+    levels = Levels.of(features_of(torch.cat([lead, speech, background_like(speech, RATE, 1)])))
+    assert len(levels.speech_regions()) < len(sound_regions(levels.pauses))
+    start, end = levels.speech_extent()
+    assert abs(start - (300 + first)) <= 10 and abs(end - (300 + last)) <= 10
+    # A soft word (the same words 8 dB down) after a pause of 0.8 s is speech, and kept.
+    soft = speech[first * 160 : last * 160] * 10 ** (-8 / 20)
+    gap = background_like(speech, round(0.8 * RATE), 2)
+    levels = Levels.of(features_of(torch.cat([speech, gap, soft, background_like(speech, RATE // 2, 3)])))
+    end_of_soft = len(speech) // 160 + 80 + (last - first)
+    assert abs(levels.speech_extent()[1] - end_of_soft) <= 10
+
+
+def test_training_draws_more_background_reproducibly_from_the_quietest_part_of_the_draw() -> None:
+    features = features_of(torch.cat([background_like(load_audio(SPEECH, RATE), RATE // 2), load_audio(SPEECH, RATE)]))
+    levels = Levels.of(features)
+    start, end = Surroundings(margin=30).span(levels)
+    surroundings = Surroundings(margin=30, crop=0.25, extend=0.5)
+    draws = [surroundings.heard(features, levels, torch.Generator().manual_seed(seed)) for seed in range(200)]
+    again = [surroundings.heard(features, levels, torch.Generator().manual_seed(seed)) for seed in range(200)]
+    assert all(torch.equal(one, other) for one, other in zip(draws, again, strict=True))
+    longer = [draw for draw in draws if len(draw) > end - start]
+    assert 0.35 < len(longer) / len(draws) < 0.65  # a share `extend` of the draws: the rest as they were
+    assert max(len(draw) for draw in longer) > end - start + EXTEND_FRAMES  # up to a second each side
+    assert all(len(draw) <= end - start + 2 * EXTEND_FRAMES for draw in draws)
+    # Its frames are the quietest 0.2 s of what is heard: every added row is one of those rows.
+    heard = features[start:end]
+    rows = background_frames(heard, 57, torch.Generator().manual_seed(0))
+    assert rows.shape == (57, features.shape[1])
+    energy = heard.logsumexp(dim=1)
+    assert rows.logsumexp(dim=1).max() < energy.median()
+    assert all((heard == row).all(dim=1).any() for row in rows)
+    assert torch.equal(surroundings.heard(features, levels), heard)  # outside training: the span

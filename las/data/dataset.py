@@ -212,8 +212,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             features = recorded
         whole, tokens, text = features, self.tokens[index], self.texts[index]
         if self.surroundings is not None:
-            start, end = self.surroundings.span(Levels.of(recorded), generator)
-            features = features[start:end]
+            features = self.surroundings.heard(features, Levels.of(recorded), generator)
         # Drawn last, so that the draws before it are the same with or without it.
         if self.excerpts is not None and generator is not None:
             excerpt = self.excerpts.draw(index, self.speeds[variant], len(whole), generator)

@@ -5,7 +5,10 @@ after it. Recordings bring anything from none (a clip cut at the word) to second
 exports, a phone app that records before its user speaks). Seconds of digital silence moved the
 per-utterance mean and drew the attention away from the first word (7.6x the CER of the same
 utterances unpadded), so the front end keeps at most `margin` frames of non-speech at each end,
-in training and in decoding alike; training also hears tight crops, so that less is no surprise.
+in training and in decoding alike. Training also hears tight crops, so that less is no surprise,
+and more of the recording's background than AN4 has around its words: the front end passes what
+it takes for speech, and a lead-in louder than the room around it, or a swell of the room's
+noise, is more than the margin.
 """
 
 from __future__ import annotations
@@ -15,13 +18,18 @@ from dataclasses import dataclass
 import torch
 
 from las.config import Config
-from las.segmentation import Levels
+from las.segmentation import Levels, frame_energy
+
+EXTEND_FRAMES = 100  # a draw that hears more background hears up to 1 s more at each end
+BACKGROUND_FRAMES = 20  # drawn from the quietest 0.2 s of the draw (as channels.own_background) ...
+PIECE_FRAMES = 5  # ... in pieces of 50 ms
 
 
 @dataclass(frozen=True)
 class Surroundings:
     margin: int  # frames of non-speech kept at each end at most
     crop: float = 0.0  # probability that a training draw is cut tighter (see `span`)
+    extend: float = 0.0  # probability that it hears more of its background instead (see `heard`)
 
     @classmethod
     def of(cls, config: Config) -> Surroundings | None:
@@ -30,7 +38,7 @@ class Surroundings:
         if not features.trim_surroundings:
             return None
         margin = round(features.surroundings_seconds * 1000 / features.hop_ms)
-        return cls(margin, config.train.augment.crop)
+        return cls(margin, config.train.augment.crop, config.train.augment.surroundings)
 
     def span(self, levels: Levels, generator: torch.Generator | None = None) -> tuple[int, int]:
         """`[start, end)` frames of a recording with these `levels` to hear: its speech with at most
@@ -38,15 +46,41 @@ class Surroundings:
         log floor, far below any background a model has heard). With a `generator` (a training
         draw), with probability `crop`, the lead-in and the trail are each cut to a uniform share
         of themselves, down to none."""
+        start, end, _, _ = self.drawn(levels, generator)
+        return start, end
+
+    def heard(self, features: torch.Tensor, levels: Levels, generator: torch.Generator | None = None) -> torch.Tensor:
+        """`features` `(frames, mel_bins)` of a recording with these `levels` (as recorded: noise
+        drawn into the features cannot move the speech's edges) as a model hears them: cut to their
+        `span`, and in a training draw, with probability `extend` (where it is not cropped), with
+        up to EXTEND_FRAMES of its own background (`background_frames`) more before and after it."""
+        start, end, before, after = self.drawn(levels, generator)
+        features = features[start:end]
+        if not before and not after:
+            return features
+        assert generator is not None  # only a draw extends
+        return torch.cat(
+            [background_frames(features, before, generator), features, background_frames(features, after, generator)]
+        )
+
+    def drawn(self, levels: Levels, generator: torch.Generator | None) -> tuple[int, int, int, int]:
+        """`span`'s `start, end`, and how many frames of background a draw adds before and after."""
         first, last = levels.speech_extent()
         lead, trail = (
             min(heard_run(levels.heard[:first].flip(0)), self.margin),
             min(heard_run(levels.heard[last:]), self.margin),
         )
-        if generator is not None and self.crop > 0 and torch.rand((), generator=generator).item() < self.crop:
-            lead = int(torch.randint(lead + 1, (), generator=generator))
-            trail = int(torch.randint(trail + 1, (), generator=generator))
-        return first - lead, last + trail
+        before = after = 0
+        # One draw decides: cropped, extended or as it is (none without either, as before them).
+        if generator is not None and (self.crop > 0 or self.extend > 0):
+            chance = torch.rand((), generator=generator).item()
+            if chance < self.crop:
+                lead = int(torch.randint(lead + 1, (), generator=generator))
+                trail = int(torch.randint(trail + 1, (), generator=generator))
+            elif chance < self.crop + self.extend:
+                before = int(torch.randint(EXTEND_FRAMES + 1, (), generator=generator))
+                after = int(torch.randint(EXTEND_FRAMES + 1, (), generator=generator))
+        return first - lead, last + trail, before, after
 
     def trim(self, features: torch.Tensor) -> torch.Tensor:
         """`features` `(frames, mel_bins)` as heard outside training: `span` without a draw."""
@@ -58,3 +92,15 @@ def heard_run(heard: torch.Tensor) -> int:
     """How many of the flags `(frames,)` are True before the first False."""
     silent = (~heard).nonzero()
     return int(silent[0]) if len(silent) else len(heard)
+
+
+def background_frames(features: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """`(count, mel_bins)` of the background of `features` `(frames, mel_bins)`, as if the recording
+    had gone on: random PIECE_FRAMES pieces of its quietest BACKGROUND_FRAMES, end to end."""
+    span = min(BACKGROUND_FRAMES, len(features))
+    energy = frame_energy(features).unfold(0, span, 1).mean(dim=1)  # (positions,)
+    quietest = int(energy.argmin())
+    pool = features[quietest : quietest + span]
+    piece = min(PIECE_FRAMES, span)
+    offsets = torch.randint(span - piece + 1, (-(-count // piece),), generator=generator).tolist()
+    return torch.cat([pool[offset : offset + piece] for offset in offsets] or [features[:0]])[:count]
