@@ -23,7 +23,7 @@ from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.data.augment import WaveformAugmentation, spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import Batch, BucketBatchSampler, Draw, SpeechDataset, audio_sources
+from las.data.dataset import Batch, BatchDraws, BucketBatchSampler, Sources, SpeechDataset
 from las.data.excerpts import WordExcerpts
 from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
@@ -150,7 +150,7 @@ def load_corpus(
     augmentation = None
     if augment.enabled:
         # The sources only while the babble pool is drawn from them: the dataset keeps its own.
-        sources = audio_sources(train_utterances)
+        sources = Sources(train_utterances)
         augmentation = WaveformAugmentation.of(augment, config.features, sources, config.train.seed)
         del sources
     train_set = SpeechDataset.from_utterances(
@@ -204,7 +204,14 @@ def without_audio_effects(config: Config) -> Config:
     if train.speed_perturbation or train.augment.enabled:
         warn(f"{config.data.train}: precomputed features: no speed perturbation or waveform augmentation (need audio)")
     off = replace(
-        train.augment, reverberation=0.0, noise=0.0, telephone=0.0, gain_db=0.0, crop=0.0, surroundings=0.0, nonspeech=0.0
+        train.augment,
+        reverberation=0.0,
+        noise=0.0,
+        telephone=0.0,
+        gain_db=0.0,
+        crop=0.0,
+        surroundings=0.0,
+        nonspeech=0.0,
     )
     features = replace(config.features, trim_surroundings=False)
     return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
@@ -559,13 +566,7 @@ class Trainer:
         epoch = self.progress.epoch
         seed = self.config.train.seed * 1_000_003 + epoch * 100_003
         augmenting = epoch >= self.config.train.augment.start_epoch
-        items = [
-            [
-                Draw(index, variants[index], seed + index if augmenting else None)
-                for index in self.distributed.shard(batch)
-            ]
-            for batch in batches
-        ]
+        items = BatchDraws(batches, variants, seed if augmenting else None, self.distributed.shard)
         workers = self.config.data.workers
         return torch.utils.data.DataLoader(
             dataset,
