@@ -24,8 +24,9 @@ from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.features import FilterbankExtractor, log_mel_features
-from las.data.manifest import Utterance, read_utterances, warn_about_characters
+from las.data.manifest import read_utterances, warn_about_characters
 from las.data.surroundings import Surroundings
+from las.data.utterances import Utterance
 from las.device import resolve_device
 from las.errors import LasError
 from las.inference import transcribe

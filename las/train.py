@@ -119,7 +119,7 @@ def load_corpus(
     skip = data.bad_utterances == "skip"
     train_utterances = read_utterances(data.train, input_format=data.input_format, skip_bad=skip)
     dev_utterances = read_utterances(data.dev, input_format=data.input_format, skip_bad=skip)
-    characters = characters_of(utterance.text for utterance in train_utterances)
+    characters = characters_of(train_utterances.texts)
     if vocabulary is None:
         vocabulary = Vocabulary.from_texts(characters)
     elif extend_vocabulary:

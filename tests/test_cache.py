@@ -60,12 +60,13 @@ def test_a_corpus_looked_up_in_chunks_gets_every_utterances_own_features(
     whole = FeatureCache(tmp_path / "whole", FeatureConfig()).load(utterances)
     monkeypatch.setattr(cache_module, "SHARD_UTTERANCES", 2)  # chunks that span several shards
     monkeypatch.setattr(cache_module, "LOOKUP_ROWS", 4)
-    twice = utterances[::-1] + utterances  # a chunk that repeats what another filled
+    twice = [*utterances[::-1], *utterances]  # a chunk that repeats what another filled
+    ids = [utterance.id for utterance in utterances]
     for _ in ("cold", "warm"):
         chunked = FeatureCache(tmp_path / "chunked", FeatureConfig()).load(twice)
         assert len(chunked) == 12 and len(chunked.shard_names) == 3
         for index, utterance in enumerate(twice):
-            assert torch.equal(chunked[index], whole[utterances.index(utterance)])
+            assert torch.equal(chunked[index], whole[ids.index(utterance.id)])
 
 
 def test_a_second_run_extracts_nothing_and_rehashes_nothing(

@@ -629,7 +629,7 @@ def test_training_skips_bad_utterances_at_every_speed(tiny_config: Config, tmp_p
     data = replace(tiny_config.data, train=str(manifest), bad_utterances="skip")
     config = replace(tiny_config, data=data, train=replace(tiny_config.train, speed_perturbation=0.1))
     corpus = load_corpus(config, None, None)
-    assert corpus.train.ids == [row[0] for row in rows[:3]]
+    assert list(corpus.train.ids) == [row[0] for row in rows[:3]]
     assert len(corpus.train.perturbed) == 2 and all(len(variant) == 3 for variant in corpus.train.perturbed)
 
 

@@ -60,8 +60,9 @@ from las.data.extraction import (
     source_of,
 )
 from las.data.features import FEATURE_VERSION, FeatureSet, InMemoryFeatures
-from las.data.manifest import Utterance, report_skipped
+from las.data.manifest import report_skipped
 from las.data.on_demand import OnDemand
+from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.files import make_directory
 from las.progress import progress_bar, warn
@@ -242,11 +243,10 @@ class FeatureCache:
                 make_directory(self.directory, "feature cache")
             except LasError as error:
                 self.cannot_store(str(error))
-        files = [utterance.audio_location or utterance.feature_location for utterance in utterances]
-        segments = [utterance.segment for utterance in utterances]
-        precomputed = any(utterance.audio_location is None for utterance in utterances)
+        columns = Utterances.of(utterances)  # shared by every speed, never a string per row
+        precomputed = not all(columns.is_audio)
         directory = self.directory if self.writable else None
-        return OnDemand(directory, self.config, speed, files, segments, precomputed)  # type: ignore[arg-type]
+        return OnDemand(directory, self.config, speed, columns.locations, columns.segments, precomputed)  # type: ignore[arg-type]
 
     def planned_shapes(self, utterance: Utterance, speeds: Sequence[float]) -> list[tuple[int, int]]:
         """(frames, dimension) of the utterance's features at each speed, from its file's header;
@@ -261,11 +261,11 @@ class FeatureCache:
 
     def usable(
         self, utterances: Sequence[Utterance], source: str | Path, speeds: Sequence[float] = (1.0,)
-    ) -> list[Utterance]:
+    ) -> Sequence[Utterance]:
         """The utterances whose features can be computed at every speed, computed and cached; the
         others are left out with one warning (data.bad_utterances=skip)."""
         if all(utterance.features is not None for utterance in utterances):
-            return list(utterances)
+            return utterances
         problems: dict[str, str] = {}  # by utterance id
         readable, digests = [], []
         for utterance in utterances:
@@ -284,7 +284,11 @@ class FeatureCache:
                 if key in self.failed:
                     problems.setdefault(utterance.id, self.failed[key])
         report_skipped(source, list(problems.values()))
-        return [utterance for utterance in utterances if utterance.id not in problems]
+        return (
+            Utterances(utterance for utterance in utterances if utterance.id not in problems)
+            if problems
+            else utterances
+        )
 
     def identify(self, utterances: Sequence[Utterance], read: bool = True) -> list[str | None]:
         """Each utterance's content digest: a stat per file (`source_of`) and a lookup, and a read

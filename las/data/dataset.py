@@ -17,9 +17,9 @@ from las.config import DataConfig
 from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
-from las.data.manifest import Utterance
 from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
+from las.data.utterances import Utterance, Utterances
 from las.segmentation import Levels
 from las.text import Vocabulary
 
@@ -148,20 +148,19 @@ class PackedTokens(Sequence[torch.Tensor]):
 
 
 class Sources(Sequence[Source]):
-    """Where the audio of each utterance read from audio is, for features computed anew: a column
-    of its files' text and the few segments, not a tuple per utterance (60 MB at a million)."""
+    """Where the audio of each utterance read from audio is, for features computed anew: a view
+    of the corpus's columns, not a tuple per utterance (60 MB at a million)."""
 
     def __init__(self, utterances: Sequence[Utterance]) -> None:
-        audible = [utterance for utterance in utterances if utterance.audio_location is not None]
-        self.locations: list[str] = [utterance.audio_location for utterance in audible]  # type: ignore[misc]
-        self.segments = {index: u.segment for index, u in enumerate(audible) if u.segment is not None}
+        columns = Utterances.of(utterances)
+        self.utterances = columns if all(columns.is_audio) else Utterances(u for u in columns if u.audio_location)
 
     def __len__(self) -> int:
-        return len(self.locations)
+        return len(self.utterances)
 
     def __getitem__(self, index: int) -> Source:  # type: ignore[override]
         index = range(len(self))[index]  # negative indices as a list's
-        return Source(self.locations[index], self.segments.get(index))
+        return Source(self.utterances.locations[index], self.utterances.segments.get(index))  # type: ignore[arg-type]
 
 
 class SpeechDataset(torch.utils.data.Dataset[Example]):
@@ -198,9 +197,9 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         self.nonspeech = nonspeech
         self.sources = sources
         self.speeds = list(speeds)  # per variant
-        self.ids = list(ids)
+        self.ids = ids
         self.features = as_feature_set(features)
-        self.texts = list(texts)
+        self.texts = texts
         self.vocabulary = vocabulary
         self.perturbed = [as_feature_set(variant) for variant in perturbed]
         self.normalizer = normalizer
@@ -222,16 +221,17 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         excerpts: WordExcerpts | None = None,
         nonspeech: NonSpeech | None = None,
     ) -> SpeechDataset:
+        columns = Utterances.of(utterances)
         return cls(
-            [utterance.id for utterance in utterances],
+            columns.ids,  # type: ignore[arg-type]
             features,
-            [utterance.text for utterance in utterances],
+            columns.texts,
             vocabulary,
             with_targets,
             perturbed,
             normalizer,
             augmentation,
-            Sources(utterances),
+            Sources(columns),
             speeds,
             surroundings,
             excerpts,

@@ -17,7 +17,7 @@ import torch
 
 from las.config import Config
 from las.data.ctm import WordTime, read_ctm, read_digests
-from las.data.manifest import Utterance
+from las.data.utterances import Utterance
 from las.progress import warn
 
 MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it on each side

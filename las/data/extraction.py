@@ -27,7 +27,8 @@ from las.data.features import (
     frame_count,
     log_mel_features,
 )
-from las.data.manifest import Utterance, read_feature_file
+from las.data.manifest import read_feature_file
+from las.data.utterances import Utterance
 from las.errors import LasError
 from las.files import write_atomically
 

@@ -6,13 +6,14 @@ import csv
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from las.data.arrays import load_array
 from las.data.audio import AUDIO_SUFFIXES, Segment
+from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.progress import warn
 from las.text import Vocabulary
@@ -20,59 +21,9 @@ from las.text import Vocabulary
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 
 
-class Utterance:
-    """One utterance of a manifest. The path of its file is held as text and made a `Path` when
-    asked for: a `Path` object with its parts costs about 300 bytes, 300 MB at a million rows.
-    `audio_location` and `feature_location` are that text (None where there is no such file)."""
-
-    __slots__ = ("id", "text", "features", "segment", "audio_location", "feature_location")
-
-    def __init__(
-        self,
-        id: str,
-        audio: Path | str | None,  # None for precomputed features
-        text: str | None = None,  # None when transcripts are unknown (decoding raw audio)
-        features: np.ndarray | None = None,  # (frames, dim) precomputed (CMU 11-785 HW4 style); skips extraction
-        segment: Segment | None = None,  # the part of `audio` this utterance is (None: all of it)
-        # A `.npy` of (frames, dim) precomputed features (HW4P2's per-utterance files), copied into
-        # the feature cache on first use and memory-mapped from there: a corpus of them is never in memory.
-        feature_file: Path | None = None,
-    ) -> None:
-        self.id, self.text, self.features, self.segment = id, text, features, segment
-        self.audio_location = None if audio is None else str(audio)
-        self.feature_location = None if feature_file is None else str(feature_file)
-
-    @property
-    def audio(self) -> Path | None:
-        return None if self.audio_location is None else Path(self.audio_location)
-
-    @property
-    def feature_file(self) -> Path | None:
-        return None if self.feature_location is None else Path(self.feature_location)
-
-    @property
-    def file(self) -> Path:
-        """The file this utterance is read from: its audio, or its precomputed features."""
-        return Path(self.location)
-
-    @property
-    def location(self) -> str:
-        """`file` as its text."""
-        return self.audio_location if self.audio_location is not None else self.feature_location  # type: ignore[return-value]
-
-    @property
-    def file_kind(self) -> str:
-        """What `file` is, as errors name it."""
-        return "audio file" if self.audio_location is not None else "feature file"
-
-    def with_text(self, text: str) -> Utterance:
-        """The same utterance with another transcript."""
-        return Utterance(self.id, self.audio, text, self.features, self.segment, self.feature_file)
-
-
 def read_utterances(
     path: str | Path, require_text: bool = True, input_format: str = "auto", skip_bad: bool = False
-) -> list[Utterance]:
+) -> Utterances:
     """Utterances of whatever `path` is: a TSV or JSONL (NeMo) manifest, a Kaldi data directory
     (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), HW4 features (an object `.npy`, or a
     folder of per-utterance `.npy` files), a folder of audio files, or one audio file; or what
@@ -131,13 +82,11 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     )
 
 
-def _checked(
-    reader: Callable[[Path], Records], source: Path, skip_bad: bool, require_text: bool = True
-) -> list[Utterance]:
+def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, require_text: bool = True) -> Utterances:
     """The utterances `reader` reads from `source`, refusing empty or duplicate ids, and unusable
     utterances (an empty transcript where transcripts are needed, missing audio, non-finite
     features) — or with `skip_bad`, leaving those out."""
-    utterances: list[Utterance] = []
+    utterances = Utterances()
     # Ids only: where each was read is found again for the error (a million "file:line" strings
     # held for a duplicate that rarely comes were 100 MB).
     seen: set[str] = set()
@@ -426,26 +375,28 @@ def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
 
 
 def check_characters(
-    utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path, skip_bad: bool = False
-) -> list[Utterance]:
+    utterances: Sequence[Utterance], vocabulary: Vocabulary, source: str | Path, skip_bad: bool = False
+) -> Sequence[Utterance]:
     """Refuse transcripts the model could never produce, rather than training on them silently
     wrong; with `skip_bad`, the utterances without them."""
-    kept, skipped = [], []
-    for utterance in utterances:
+    skipped: dict[int, str] = {}  # by row
+    for row, utterance in enumerate(utterances):
         problem = unknown_characters(utterance, vocabulary)
         if problem and not skip_bad:
             raise LasError(f"{source}: {problem}")
         if problem:
-            skipped.append(problem)
-        else:
-            kept.append(utterance)
-    report_skipped(source, skipped)
-    if not kept:
+            skipped[row] = problem
+    report_skipped(source, list(skipped.values()))
+    if len(skipped) == len(utterances):
         raise LasError(f"{source}: no utterances left")
-    return kept
+    return (
+        Utterances(utterance for row, utterance in enumerate(utterances) if row not in skipped)
+        if skipped
+        else utterances
+    )
 
 
-def warn_about_characters(utterances: list[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
+def warn_about_characters(utterances: Sequence[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
     """Decoding needs no transcripts: ones with characters the model never saw are only
     references, which `las eval` scores as they are; one warning says the model cannot match them."""
     problems = [problem for utterance in utterances if (problem := unknown_characters(utterance, vocabulary))]

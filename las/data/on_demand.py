@@ -18,7 +18,7 @@ import hashlib
 import multiprocessing.util
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +49,7 @@ class OnDemand:
         config: FeatureConfig,
         speed: float,
         files: Sequence[str],  # each row's audio, or its precomputed features
-        segments: Sequence[Segment | None],
+        segments: Mapping[int, Segment],  # by row, for the rows that are a part of their file
         precomputed: bool,
     ) -> None:
         self.directory, self.config, self.speed = directory, config, speed
@@ -64,7 +64,7 @@ class OnDemand:
         """Row `row`'s features `(frames, dim)` float32: from the cache if it holds this content,
         else computed and kept for the next shard."""
         writer = self.writer()
-        file, segment = Path(self.files[row]), self.segments[row]
+        file, segment = Path(self.files[row]), self.segments.get(row)
         source = source_at(file, self.kind)  # before the read: a write after it changes the identity
         content = read_bytes(file, self.kind)
         digest = hashlib.sha256(content).hexdigest()
