@@ -65,6 +65,9 @@ PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
+ListenerKind = Literal["pblstm", "transformer", "conformer"]
+SpellerKind = Literal["lstm", "transformer"]
+TimeReduction = Literal["concat", "conv"]  # las.model.attention_listener
 AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location", "gmm", "monotonic", "monotonic_chunk"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
 # auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.device.resolve_precision).
@@ -196,9 +199,23 @@ class ModelConfig(Section):
     locked_dropout: bool = False  # listener: one dropout mask per utterance, shared by all frames
     tie_embedding: bool = False
     ctc_weight: Fraction = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
+    # Self-attention (the seed lecture's last case study; las/model/attention_listener.py,
+    # las/model/transformer_speller.py). A transformer or conformer listener shortens time by
+    # 2**pyramid_layers (time_reduction: frames concatenated, or strided convolutions), then runs
+    # listener_layers layers; a transformer speller has speller_layers layers. Both are
+    # transformer_dim wide with transformer_heads heads; model.dropout applies.
+    listener: ListenerKind = "pblstm"
+    speller: SpellerKind = "lstm"
+    time_reduction: TimeReduction = "conv"
+    listener_layers: Count = 6
+    transformer_dim: Count = 256
+    transformer_heads: Count = 4
+    transformer_feedforward: Count = 1024
+    conformer_kernel: Count = 15  # the Conformer's depthwise convolution over encoder frames (odd)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.check_self_attention()
         if self.attention_heads > 1 and self.attention in ("gmm", "monotonic", "monotonic_chunk"):
             raise LasError(f"config key 'model.attention_heads': {self.attention} attention has one head")
         if self.key_dim % self.attention_heads or self.value_dim % self.attention_heads:
@@ -206,6 +223,26 @@ class ModelConfig(Section):
                 f"config key 'model.attention_heads': {self.attention_heads} must divide "
                 f"model.key_dim={self.key_dim} and model.value_dim={self.value_dim}"
             )
+
+    def check_self_attention(self) -> None:
+        """Refuse settings that the chosen listener or speller would not honour."""
+        if self.transformer_dim % self.transformer_heads:
+            raise LasError(
+                f"config key 'model.transformer_heads': {self.transformer_heads} must divide "
+                f"model.transformer_dim={self.transformer_dim}"
+            )
+        if self.conformer_kernel % 2 == 0:
+            raise LasError(f"config key 'model.conformer_kernel': must be odd, got {self.conformer_kernel}")
+        if self.listener != "pblstm" and self.locked_dropout:
+            raise LasError(f"config key 'model.locked_dropout': a {self.listener} listener has no recurrence to lock")
+        if self.speller == "transformer":
+            chosen = {"attention": "location", "attention_heads": 1, "attention_temperature": 1.0}
+            for key, default in chosen.items():
+                if getattr(self, key) != default:
+                    raise LasError(
+                        f"config key 'model.{key}': the transformer speller's cross-attention is scaled "
+                        f"dot-product in model.transformer_heads heads; model.{key} is the LSTM speller's"
+                    )
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.model.pretrained import load_speller
+from las.model.speller import Speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.plots import plot_hypothesis
 from las.progress import progress_bar, say, warn
@@ -314,7 +315,11 @@ class Trainer:
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
         if config.train.compile:
             # Many small kernels per output character (Speller.advance): what compilation fuses. Shapes vary by batch.
-            self.model.speller.advance = torch.compile(self.model.speller.advance, dynamic=True)
+            speller = self.model.speller
+            if isinstance(speller, Speller):
+                speller.advance = torch.compile(speller.advance, dynamic=True)
+            else:  # one pass over all characters
+                speller.forward = torch.compile(speller.forward, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
         settings = config.train
         self.optimizer = torch.optim.Adam(

@@ -8,9 +8,14 @@ import torch
 from torch import nn
 
 from las.config import ModelConfig
+from las.model.attention_listener import AttentionListener
 from las.model.attentions import build_attention
 from las.model.listener import Listener, ListenerOutput
 from las.model.speller import Speller
+from las.model.transformer_speller import TransformerSpeller
+
+AnyListener = Listener | AttentionListener
+AnySpeller = Speller | TransformerSpeller
 
 
 class LASOutput(NamedTuple):
@@ -21,7 +26,7 @@ class LASOutput(NamedTuple):
 
 
 class LAS(nn.Module):
-    def __init__(self, listener: Listener, speller: Speller, ctc_head: nn.Linear | None = None) -> None:
+    def __init__(self, listener: AnyListener, speller: AnySpeller, ctc_head: nn.Linear | None = None) -> None:
         super().__init__()
         self.listener = listener
         self.speller = speller
@@ -30,43 +35,12 @@ class LAS(nn.Module):
     @property
     def input_size(self) -> int:
         """Feature dimension the model reads (80 log-mels by default; precomputed features vary)."""
-        return self.listener.input_layer.forward_lstm.input_size
+        return self.listener.input_size
 
     @classmethod
     def build(cls, config: ModelConfig, input_size: int, vocabulary_size: int) -> LAS:
-        listener = Listener(
-            input_size,
-            config.listener_hidden,
-            config.pyramid_layers,
-            config.key_dim,
-            config.value_dim,
-            config.dropout,
-            config.locked_dropout,
-        )
-        attention = build_attention(
-            config.attention,
-            config.key_dim,
-            config.value_dim,
-            config.attention_heads,
-            config.attention_temperature,
-            config.location_channels,
-            config.location_kernel,
-            mixtures=config.gmm_mixtures,
-            softplus=config.gmm_softplus,
-            chunk_size=config.chunk_size,
-        )
-        speller = Speller(
-            vocabulary_size,
-            config.embedding_dim,
-            config.speller_hidden,
-            config.speller_layers,
-            config.key_dim,
-            config.value_dim,
-            attention,
-            config.dropout,
-            config.tie_embedding,
-            config.cumulative_attention,
-        )
+        listener = build_listener(config, input_size)
+        speller = build_speller(config, vocabulary_size)
         ctc_head = nn.Linear(listener.output_size, vocabulary_size) if config.ctc_weight > 0 else None
         return cls(listener, speller, ctc_head)
 
@@ -83,3 +57,70 @@ class LAS(nn.Module):
         if self.ctc_head is not None:
             ctc_log_probs = self.ctc_head(memory.hidden).log_softmax(dim=-1).transpose(0, 1)
         return LASOutput(logits, attention, memory, ctc_log_probs)
+
+
+def build_listener(config: ModelConfig, input_size: int) -> AnyListener:
+    """The listener `config.listener` names, reading `input_size` features per frame."""
+    if config.listener == "pblstm":
+        return Listener(
+            input_size,
+            config.listener_hidden,
+            config.pyramid_layers,
+            config.key_dim,
+            config.value_dim,
+            config.dropout,
+            config.locked_dropout,
+        )
+    return AttentionListener(
+        input_size,
+        config.transformer_dim,
+        config.listener_layers,
+        config.transformer_heads,
+        config.transformer_feedforward,
+        config.pyramid_layers,
+        config.time_reduction,
+        config.key_dim,
+        config.value_dim,
+        config.dropout,
+        convolution_kernel=config.conformer_kernel if config.listener == "conformer" else 0,
+    )
+
+
+def build_speller(config: ModelConfig, vocabulary_size: int) -> AnySpeller:
+    """The speller `config.speller` names."""
+    if config.speller == "transformer":
+        return TransformerSpeller(
+            vocabulary_size,
+            config.transformer_dim,
+            config.speller_layers,
+            config.transformer_heads,
+            config.transformer_feedforward,
+            config.key_dim,
+            config.value_dim,
+            config.dropout,
+            config.tie_embedding,
+        )
+    attention = build_attention(
+        config.attention,
+        config.key_dim,
+        config.value_dim,
+        config.attention_heads,
+        config.attention_temperature,
+        config.location_channels,
+        config.location_kernel,
+        mixtures=config.gmm_mixtures,
+        softplus=config.gmm_softplus,
+        chunk_size=config.chunk_size,
+    )
+    return Speller(
+        vocabulary_size,
+        config.embedding_dim,
+        config.speller_hidden,
+        config.speller_layers,
+        config.key_dim,
+        config.value_dim,
+        attention,
+        config.dropout,
+        config.tie_embedding,
+        config.cumulative_attention,
+    )

@@ -110,7 +110,7 @@ class Listener(nn.Module):
         self.dropout = LockedDropout(dropout) if locked_dropout else nn.Dropout(dropout)
         self.key = nn.Linear(2 * hidden_size, key_dim)
         self.value = nn.Linear(2 * hidden_size, value_dim)
-        self.output_size = 2 * hidden_size
+        self.input_size, self.output_size = input_size, 2 * hidden_size
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         # features: (batch, frames, input_size); lengths: (batch,)

@@ -11,9 +11,8 @@ import torch
 
 from las.config import Config
 from las.errors import LasError
-from las.model.las import LAS
+from las.model.las import LAS, AnySpeller
 from las.model.listener import ListenerOutput
-from las.model.speller import Speller
 from las.text import Vocabulary
 
 FORMAT = "las-speller"
@@ -47,7 +46,7 @@ def read_speller_file(path: str | Path, vocabulary: Vocabulary, setting: str) ->
     return payload
 
 
-def load_language_model(path: str | Path, vocabulary: Vocabulary) -> Speller:
+def load_language_model(path: str | Path, vocabulary: Vocabulary) -> AnySpeller:
     """The character language model in `path` (a speller pre-trained by `las pretrain`), in eval mode."""
     payload = read_speller_file(path, vocabulary, "decode.lm")
     if "model" not in payload:
@@ -58,7 +57,7 @@ def load_language_model(path: str | Path, vocabulary: Vocabulary) -> Speller:
     return speller.eval()
 
 
-def load_speller(speller: Speller, path: str | Path, vocabulary: Vocabulary) -> None:
+def load_speller(speller: AnySpeller, path: str | Path, vocabulary: Vocabulary) -> None:
     """Copy a pre-trained speller into `speller`; its vocabulary and shapes must match."""
     payload = read_speller_file(path, vocabulary, "train.speller_init")
     try:

@@ -69,6 +69,11 @@ class Speller(nn.Module):
         """(key_dim, value_dim) of the memory it attends to."""
         return self.query.out_features, self.bottleneck.in_features - self.query.in_features
 
+    def prepare(self, memory: ListenerOutput) -> ListenerOutput:
+        """The memory as the search hands it to every step: as it is (las.model.transformer_speller
+        projects it once per utterance)."""
+        return memory
+
     def initial_state(self, memory: ListenerOutput) -> SpellerState:
         batch = memory.values.shape[0]
         zeros = memory.values.new_zeros(batch, self.query.in_features)

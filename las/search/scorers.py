@@ -16,10 +16,11 @@ from typing import Any, NamedTuple, Protocol
 import torch
 
 from las.errors import LasError
-from las.model.las import LAS
+from las.model.las import LAS, AnySpeller
 from las.model.listener import ListenerOutput
 from las.model.pretrained import silent_memory
-from las.model.speller import Speller, SpellerState
+from las.model.speller import SpellerState
+from las.model.transformer_speller import CrossMemory, TransformerState
 from las.search.common import Heard, Rules, Symbols
 from las.search.ctc_prefix import CTCPrefixScorer
 
@@ -40,8 +41,8 @@ class Scorer(Protocol):
 
 
 class SpellerRows(NamedTuple):
-    state: SpellerState
-    memory: ListenerOutput  # what the speller attends to, per row
+    state: SpellerState | TransformerState
+    memory: ListenerOutput | CrossMemory  # what the speller attends to, per row (Speller.prepare)
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class SpellerScorer:
     symbols at -inf and the attention where `rules` let it look; or, `silent`, a character LM
     written by `las pretrain`: a speller that hears one silent frame, so only the text speaks."""
 
-    speller: Speller
+    speller: AnySpeller
     forbidden: tuple[int, ...] = ()
     rules: Rules = Rules()
     silent: bool = False
@@ -59,6 +60,7 @@ class SpellerScorer:
         memory = heard.memory
         if self.silent:
             memory = silent_memory(len(memory.lengths), *self.speller.attention_dimensions, memory.values.device)
+        memory = self.speller.prepare(memory)
         return SpellerRows(self.speller.initial_state(memory), memory)
 
     def score(self, state: SpellerRows, tokens: torch.Tensor) -> tuple[torch.Tensor, SpellerRows]:
@@ -82,7 +84,7 @@ class Scoring:
     ctc_weight · CTC prefix + lm_weight · LM (shallow fusion, Gulcehre et al. 2015)."""
 
     ctc_weight: float = 0.0
-    language_model: Speller | None = None  # a character LM written by `las pretrain`
+    language_model: AnySpeller | None = None  # a character LM written by `las pretrain`
     lm_weight: float = 0.0
     ctc_window_nats: float = 0.0  # las.search.ctc_prefix: 0 sums over every frame
 
