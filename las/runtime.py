@@ -104,6 +104,10 @@ class ExportedSpeller:
         self.names = state_names(layers)
         self.attention_dimensions = attention_dimensions
 
+    def prepare(self, memory: ListenerOutput) -> ListenerOutput:
+        """The memory as every step reads it: as it is, like the LSTMCell speller it was exported from."""
+        return memory
+
     def initial_state(self, memory: ListenerOutput) -> SpellerState:
         return unflatten(self.start(values=memory.values, mask=memory.mask), self.layers)
 
