@@ -272,6 +272,9 @@ def step(
     beam: bool = False,
     seconds: float = 2.5,
     utterances: int = 16,
+    variant: list[str] = typer.Option(
+        [], "--variant", help="Another las model, NAME=SETTING[,SETTING...], e.g. conformer=model.listener=conformer."
+    ),
 ) -> None:
     """The default model's training step on one batch of `utterances` AN4 utterances of about
     `seconds` s, on `threads` threads, each variant in a process of its own, interleaved in
@@ -279,7 +282,7 @@ def step(
     its step and the machine's 1024³ matmul rate; las at the commit `against` (a worktree); the
     same model from SpeechBrain's modules (needs `pip install speechbrain`). With --beam, beam 8
     search instead, with and without CTC, per utterance and step (SpeechBrain's
-    S2SRNNBeamSearcher and CTCScorer)."""
+    S2SRNNBeamSearcher and CTCScorer); each `--variant`, las with other model settings."""
     if speechbrain and importlib.util.find_spec("speechbrain") is None:
         raise SystemExit("SpeechBrain is not installed: pip install -e '.[benchmark]' (or --no-speechbrain)")
     with tempfile.TemporaryDirectory() as folder:
@@ -292,6 +295,10 @@ def step(
                 ["git", "worktree", "add", "--detach", str(worktree), against], check=True, capture_output=True
             )
             variants[f"las {against}"] = ["--source", str(worktree)] + (["--beam"] if beam else ["--parts"])
+        for item in variant:
+            name, _, settings = item.partition("=")
+            assignments = [part for setting in settings.split(",") for part in ("--set", setting)]
+            variants[name] = assignments + (["--beam"] if beam else ["--parts"])
         if speechbrain:
             variants["SpeechBrain"] = ["--model", "speechbrain"] + (["--beam"] if beam else [])
         try:

@@ -238,6 +238,7 @@ def main(
     threads: int = 1,
     parts: bool = False,
     beam: bool = False,
+    setting: list[str] = typer.Option([], "--set", help="A model setting, e.g. model.listener=conformer."),
 ) -> None:
     """Print JSON: seconds per step, parameters, and with --parts every part's seconds and FLOPs;
     with --beam, seconds per utterance-step of beam search with and without CTC."""
@@ -248,7 +249,7 @@ def main(
     input_size, vocabulary = batch["features"].shape[2], len(batch["symbols"])
     torch.manual_seed(0)
     if beam:
-        print(json.dumps(beam_seconds(model_name, batch, steps)))
+        print(json.dumps(beam_seconds(model_name, batch, steps, setting)))
         return
     if model_name == "speechbrain":
         model: nn.Module = SpeechBrainLAS(input_size, vocabulary)
@@ -264,10 +265,9 @@ def main(
 
         work = {"step": step}
     else:
-        from las.config import ModelConfig
         from las.model.las import LAS
 
-        model = LAS.build(ModelConfig(), input_size, vocabulary)
+        model = LAS.build(model_config(setting), input_size, vocabulary)
         work = las_parts(model, batch)
         if not parts:
             work = {"step": work["step"]}
@@ -280,7 +280,13 @@ def main(
     print(json.dumps(result))
 
 
-def beam_seconds(model_name: str, batch: dict, repeats: int) -> dict[str, float]:
+def model_config(settings: list[str]):  # -> las.config.ModelConfig, imported from the source chosen
+    from las.config import Config
+
+    return Config().replace(settings).model
+
+
+def beam_seconds(model_name: str, batch: dict, repeats: int, settings: list[str]) -> dict[str, float]:
     """Seconds per utterance and search step: of the listener (once per utterance, shared by
     its steps), and of the whole search, listener included, with CTC 0.5 and without; on the
     batch cut to its shortest utterance (every utterance as long: the same encoder frames)."""
@@ -290,10 +296,9 @@ def beam_seconds(model_name: str, batch: dict, repeats: int) -> dict[str, float]
         searches = {weight: speechbrain_beam(model, features, weight) for weight in (0.0, 0.5)}
         listener = lambda: model.encode(features)  # noqa: E731
     else:
-        from las.config import ModelConfig
         from las.model.las import LAS
 
-        model = LAS.build(ModelConfig(), features.shape[2], len(batch["symbols"])).eval()
+        model = LAS.build(model_config(settings), features.shape[2], len(batch["symbols"])).eval()
         searches = {weight: las_beam(model, features, batch["symbols"], weight) for weight in (0.0, 0.5)}
         lengths = torch.full((len(features),), features.shape[1])
         listener = lambda: model.listener(features, lengths)  # noqa: E731
