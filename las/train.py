@@ -128,7 +128,7 @@ def load_corpus(
         vocabulary = vocabulary.extended(characters)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
-    if any(utterance.audio_location is None for utterance in train_utterances):
+    if not all(train_utterances.is_audio):
         config = without_audio_effects(config)
     cache = FeatureCache(data.cache_dir, config.features, data.workers, data.extract_ahead)
     change = config.train.speed_perturbation

@@ -212,9 +212,12 @@ class FeatureCache:
         parts: list[list[StoredFeatures]] = [[] for _ in speeds]
         # In chunks: a key, an index row and an entry per utterance of the whole corpus at once
         # were the largest part of a million-row start-up's peak memory.
+        remaining = iter(utterances)
         for start in range(0, len(utterances), LOOKUP_ROWS):
             end = min(start + LOOKUP_ROWS, len(utterances))
-            chunk = utterances[start:end]
+            # A chunk's rows made once, and read at every speed (a corpus of columns makes an
+            # `Utterance` per row read: building them per pass cost a third of the collection).
+            chunk = list(itertools.islice(remaining, end - start))
             digests = self.identify(chunk, read=not planned)
             shapes: dict[int, list[tuple[int, int]]] = {}  # by row in the chunk: at each speed
             for number, speed in enumerate(speeds):

@@ -50,7 +50,7 @@ def read_utterances(
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:  # a folder where a file should be, no permission, ...
         raise LasError(f"cannot read {error.filename or path}: {error.strerror or error}") from None
-    if require_text and any(utterance.text is None for utterance in utterances):
+    if require_text and any(utterances.texts.missing):
         raise LasError(f"{path}: has no transcripts; training and scoring need them")
     return utterances
 
@@ -376,24 +376,22 @@ def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
 
 def check_characters(
     utterances: Sequence[Utterance], vocabulary: Vocabulary, source: str | Path, skip_bad: bool = False
-) -> Sequence[Utterance]:
+) -> Utterances:
     """Refuse transcripts the model could never produce, rather than training on them silently
     wrong; with `skip_bad`, the utterances without them."""
+    columns = Utterances.of(utterances)
     skipped: dict[int, str] = {}  # by row
-    for row, utterance in enumerate(utterances):
-        problem = unknown_characters(utterance, vocabulary)
-        if problem and not skip_bad:
+    for row, text in enumerate(columns.texts):
+        if text is None or not vocabulary.unknown_characters(text):
+            continue  # nearly every row: read from the text column, no `Utterance` made
+        problem = unknown_characters(columns[row], vocabulary)
+        if not skip_bad:
             raise LasError(f"{source}: {problem}")
-        if problem:
-            skipped[row] = problem
+        skipped[row] = problem
     report_skipped(source, list(skipped.values()))
-    if len(skipped) == len(utterances):
+    if len(skipped) == len(columns):
         raise LasError(f"{source}: no utterances left")
-    return (
-        Utterances(utterance for row, utterance in enumerate(utterances) if row not in skipped)
-        if skipped
-        else utterances
-    )
+    return Utterances(utterance for row, utterance in enumerate(columns) if row not in skipped) if skipped else columns
 
 
 def warn_about_characters(utterances: Sequence[Utterance], vocabulary: Vocabulary, source: str | Path) -> None:
