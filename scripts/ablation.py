@@ -35,6 +35,7 @@ import typer
 from las.alignment import Alignment
 
 SPELLER = "{speller}"  # replaced by the pre-trained speller's path
+SMALL_TRANSFORMER = ["model.transformer_dim=192", "model.transformer_feedforward=768"]
 
 VARIANTS: dict[str, list[str]] = {
     "location, cumulative (default)": [],
@@ -45,6 +46,22 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, no single words": ["train.augment.words=0"],
     "location, cumulative, no non-speech": ["train.augment.nonspeech=0"],
     "location, cumulative, more background 0.2 of draws": ["train.augment.surroundings=0.2"],
+    # Self-attention (las/model/attention_listener.py, transformer_speller.py), each part at about
+    # the parameters of the one it replaces: listener 2.4M, speller 0.6M (model.transformer_dim 192).
+    "transformer listener, 5 layers of 192": [*SMALL_TRANSFORMER, "model.listener=transformer", "model.listener_layers=5"],
+    "conformer listener, 5 layers of 144": [
+        "model.listener=conformer",
+        "model.listener_layers=5",
+        "model.transformer_dim=144",
+        "model.transformer_feedforward=576",
+    ],
+    "transformer speller, 1 layer of 192": [*SMALL_TRANSFORMER, "model.speller=transformer"],
+    "transformer listener and speller, 192": [
+        *SMALL_TRANSFORMER,
+        "model.listener=transformer",
+        "model.listener_layers=5",
+        "model.speller=transformer",
+    ],
     "dot": ["model.attention=dot"],
     "scaled dot": ["model.attention=scaled_dot"],
     "general (bilinear)": ["model.attention=general"],

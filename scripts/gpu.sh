@@ -8,6 +8,7 @@
 #   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
 #   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
+#   bash scripts/gpu.sh surroundings "$OUT" NAME        # their surroundings table: padding, crops, single words
 #   bash scripts/gpu.sh scale "$OUT"   # a tenth of the scale corpus, peak memory against length,
 #                                      # and the 100-hour recipe training on it, detached
 #
@@ -16,7 +17,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?check, train, decode, seeds, robustness or scale}
+phase=${1:?check, train, decode, seeds, robustness, surroundings or scale}
 out=${2:-gpu-results}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -76,5 +77,12 @@ robustness)
     name=${3:?run name}
     [ -f runs/robustness/sets/telephone.tsv ] || python3 scripts/robustness.py build > "$out/build.txt"
     python3 scripts/robustness.py measure --device cuda runs/"$name"-s{1,2,3}/averaged.pt | tee "$out/$name.md"
+    ;;
+surroundings)
+    name=${3:?run name}
+    [ -f runs/robustness/surroundings/words.tsv ] \
+        || python3 scripts/robustness.py build-surroundings runs/"$name"-s1/averaged.pt > "$out/build-surroundings.txt"
+    python3 scripts/robustness.py surroundings --device cuda runs/"$name"-s{1,2,3}/averaged.pt \
+        | tee "$out/$name-surroundings.md"
     ;;
 esac
