@@ -49,7 +49,11 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, more background 0.2 of draws": ["train.augment.surroundings=0.2"],
     # Self-attention (las/model/attention_listener.py, transformer_speller.py), each part at about
     # the parameters of the one it replaces: listener 2.4M, speller 0.6M (model.transformer_dim 192).
-    "transformer listener, 5 layers of 192": [*SMALL_TRANSFORMER, "model.listener=transformer", "model.listener_layers=5"],
+    "transformer listener, 5 layers of 192": [
+        *SMALL_TRANSFORMER,
+        "model.listener=transformer",
+        "model.listener_layers=5",
+    ],
     "conformer listener, 5 layers of 144": [
         "model.listener=conformer",
         "model.listener_layers=5",
@@ -65,7 +69,11 @@ VARIANTS: dict[str, list[str]] = {
         "model.listener=transformer",
         "model.listener_layers=5",
     ],
-    "transformer speller, 1 layer of 192, slow warm-up": [*SMALL_TRANSFORMER, *SLOW_WARMUP, "model.speller=transformer"],
+    "transformer speller, 1 layer of 192, slow warm-up": [
+        *SMALL_TRANSFORMER,
+        *SLOW_WARMUP,
+        "model.speller=transformer",
+    ],
     "transformer listener and speller, 192": [
         *SMALL_TRANSFORMER,
         "model.listener=transformer",
