@@ -38,6 +38,10 @@ NOISE_DEVIATIONS = 3.0
 # What surrounds the speech is this many nats (8.7 dB) under it in median frame energy, or it is
 # taken for speech: a recording in noise worse than that keeps all of it.
 SURROUNDINGS_CONTRAST = 2.0
+# But what is that much quieter and still rises in its bands as words do is words (`soft_words`),
+# read beyond the speech's own rise and fall (EDGE_FRAMES next to it).
+EDGE_FRAMES = 30
+SOFT_WORDS_SHARE = 0.5
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -121,6 +125,20 @@ class Levels(NamedTuple):
         energy, bands = self.contrasts
         return energy >= SPEECH_CONTRAST and bands >= BAND_CONTRAST
 
+    def soft_words(self, part: slice, speech_activity: float) -> bool:
+        """Whether the frames `part` are words spoken softer than the rest, not what surrounds
+        them: on their own they rise and fall as speech does (`speech`'s test, on their heard
+        frames), and their median frame rises band by band at least SOFT_WORDS_SHARE as far as the
+        speech's median frame (`speech_activity`). A room's background, whatever its swells, stays
+        near its bands' own level (a tenth to a third of the speech's rise in AN4's recordings;
+        words a speaker trailed off on, 0.6-0.85)."""
+        heard = self.heard[part]
+        energy, activity = self.energy[part][heard], self.activity[part][heard]
+        if len(energy) < SHORTEST_FRAMES or float(activity.median()) < SOFT_WORDS_SHARE * speech_activity:
+            return False
+        (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
+        return peak - floor >= SPEECH_CONTRAST and activity_peak - activity_floor >= BAND_CONTRAST
+
     @property
     def pauses(self) -> torch.Tensor:
         """`(frames,)` True where a frame is quiet in its bands (`pause_level`). Not in its total
@@ -173,18 +191,23 @@ class Levels(NamedTuple):
         loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
         first = int(loud[loud >= regions[0][0]][0])
         last = int(loud[loud < regions[-1][1]][-1]) + 1
-        # And only what is clearly quieter than the speech: where nothing around it is, band
-        # activity is read against the speech itself, and whole words can pass for a pause.
-        speech = self.energy[first:last][self.heard[first:last]]
-        level = float(speech.median()) - SURROUNDINGS_CONTRAST if len(speech) else math.inf
+        # And only what is clearly quieter than the speech and does not rise and fall as speech
+        # does: where nothing around it is, band activity is read against the speech itself, and
+        # whole words can pass for a pause; and a speaker who trails off says the last words
+        # more than SURROUNDINGS_CONTRAST under the first (tight crops lost them).
+        speech, speech_activity = self.energy[first:last], self.activity[first:last]
+        heard_speech = self.heard[first:last]
+        level = float(speech[heard_speech].median()) - SURROUNDINGS_CONTRAST if heard_speech.any() else math.inf
+        activity = float(speech_activity[heard_speech].median()) if heard_speech.any() else math.inf
 
-        def surroundings(part: slice) -> bool:
+        def surroundings(part: slice, beyond: slice) -> bool:
+            """Whether `part` is surroundings; `beyond`: the part without the rise or fall next to the speech."""
             sound = self.energy[part][self.heard[part]]
-            return not len(sound) or float(sound.median()) < level
+            return not len(sound) or (float(sound.median()) < level and not self.soft_words(beyond, activity))
 
         heard = self.heard.nonzero().flatten()  # digital silence is never speech
-        start = first if surroundings(slice(0, first)) else int(heard[0])
-        end = last if surroundings(slice(last, frames)) else int(heard[-1]) + 1
+        start = first if surroundings(slice(0, first), slice(0, max(0, first - EDGE_FRAMES))) else int(heard[0])
+        end = last if surroundings(slice(last, frames), slice(last + EDGE_FRAMES, frames)) else int(heard[-1]) + 1
         return start, end
 
 

@@ -143,6 +143,28 @@ def test_a_swell_of_the_background_seconds_away_is_not_speech_but_a_soft_word_af
     assert abs(levels.speech_extent()[1] - end_of_soft) <= 10
 
 
+# AN4 dev utterances cut at their first and last word (the `tight` set of scripts/robustness.py):
+# (id, first sample, samples). Their last words are 8-9 dB under their first.
+TRAILING_OFF = [("an146-fclc-b", 11360, 37920), ("an123-fjdn-b", 5120, 12800), ("an293-ffmm-b", 5760, 44320)]
+
+
+@pytest.mark.parametrize(("identifier", "first_sample", "samples"), TRAILING_OFF)
+def test_words_a_speaker_trails_off_on_are_kept_in_a_tight_crop_and_the_background_beyond_them_is_not(
+    identifier: str, first_sample: int, samples: int
+) -> None:
+    """The class that lost the last words of tight crops: with no background around them to be
+    told from, words spoken more than 2 nats under the first were read as surroundings by their
+    median energy ("N L N S ONE SEVENTY FIVE" decoded as "H L A K")."""
+    recording = load_audio(AN4 / "audio" / f"{identifier}.flac", RATE)
+    crop = recording[first_sample : first_sample + samples]
+    levels = Levels.of(features_of(crop))
+    assert Surroundings(margin=30).span(levels) == (0, len(levels.pauses))
+    # With 2 s of its own background after it: the words, and at most the margin beyond them.
+    levels = Levels.of(features_of(torch.cat([crop, background_like(recording, 2 * RATE)])))
+    end_of_words = samples // 160
+    assert end_of_words - 10 <= Surroundings(margin=30).span(levels)[1] <= end_of_words + 30
+
+
 def test_training_draws_more_background_reproducibly_from_the_quietest_part_of_the_draw() -> None:
     features = features_of(torch.cat([background_like(load_audio(SPEECH, RATE), RATE // 2), load_audio(SPEECH, RATE)]))
     levels = Levels.of(features)
