@@ -64,7 +64,7 @@ Fraction = Annotated[float, Range(0, 1)]  # weights and rates in [0, 1]
 PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
-InputFormat = Literal["auto", "tsv", "jsonl", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
+InputFormat = Literal["auto", "tsv", "jsonl", "lhotse", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
 ListenerKind = Literal["pblstm", "transformer", "conformer"]
 SpellerKind = Literal["lstm", "transformer"]
 TimeReduction = Literal["concat", "conv"]  # las.model.attention_listener

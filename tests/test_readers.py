@@ -1,5 +1,6 @@
 """Every input format a user may have, built from the same AN4 utterances, gives the same records."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from las.data.audio import Segment
 from las.data.manifest import read_utterances
 from las.errors import LasError
 
@@ -42,6 +44,32 @@ def make_jsonl(directory: Path) -> Path:
     return manifest
 
 
+def lhotse_cut(identifier: str, audio: str, seconds: float, text: str | None, start: float = 0.0) -> dict:
+    """A cut as Lhotse 1.33's `CutSet.to_file` writes one (`MonoCut.to_dict`)."""
+    supervision = {"id": identifier, "recording_id": identifier, "start": 0.0, "duration": seconds, "channel": 0}
+    source = {"type": "file", "channels": [0], "source": audio}
+    recording = {"id": identifier, "sources": [source], "sampling_rate": 16000, "num_samples": round(16000 * seconds)}
+    return {
+        "id": identifier, "start": start, "duration": seconds - start, "channel": 0,
+        "supervisions": [] if text is None else [supervision | {"text": text, "speaker": "s"}],
+        "recording": recording | {"duration": seconds, "channel_ids": [0]}, "type": "MonoCut",
+    }  # fmt: skip
+
+
+def write_lhotse(path: Path, cuts: list[dict]) -> Path:
+    with gzip.open(path, "wt") as file:
+        file.writelines(json.dumps(cut) + "\n" for cut in cuts)
+    return path
+
+
+def make_lhotse(directory: Path) -> Path:
+    """Gzipped, audio paths relative to the manifest, as Lhotse writes them."""
+    for identifier, audio, _, _ in ROWS:
+        shutil.copy(audio, directory / f"{identifier}.flac")
+    cuts = [lhotse_cut(i, f"{i}.flac", float(duration), text) for i, _, duration, text in ROWS]
+    return write_lhotse(directory / "cuts.jsonl.gz", cuts)
+
+
 def make_kaldi(directory: Path) -> Path:
     (directory / "wav.scp").write_text("".join(f"{identifier} {audio}\n" for identifier, audio, _, _ in ROWS))
     (directory / "text").write_text("".join(f"{identifier} {text}\n" for identifier, _, _, text in reversed(ROWS)))
@@ -57,7 +85,13 @@ def make_librispeech(directory: Path) -> Path:
     return directory
 
 
-FORMATS = {"tsv": make_tsv, "jsonl": make_jsonl, "kaldi": make_kaldi, "librispeech": make_librispeech}
+FORMATS = {
+    "tsv": make_tsv,
+    "jsonl": make_jsonl,
+    "lhotse": make_lhotse,
+    "kaldi": make_kaldi,
+    "librispeech": make_librispeech,
+}
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -117,6 +151,37 @@ def test_bad_jsonl_line_and_duplicate_ids_across_folders(tmp_path: Path) -> None
         read_utterances(tmp_path, require_text=False)
 
 
+def test_lhotse_cuts_of_parts_of_recordings_and_without_supervisions(tmp_path: Path) -> None:
+    identifier, audio, duration, text = ROWS[0]
+    cuts = [lhotse_cut("part", audio, float(duration), text, start=0.5), lhotse_cut("unlabelled", audio, 1.0, None)]
+    cuts[1]["recording"]["duration"] = float(duration)  # the first second of the recording
+    utterances = read_utterances(write_lhotse(tmp_path / "c.jsonl.gz", cuts), require_text=False)
+    assert [(u.id, u.text, u.segment) for u in utterances] == [
+        ("part", text, Segment(0.5, float(duration) - 0.5)),
+        ("unlabelled", None, Segment(0.0, 1.0)),
+    ]
+    plain = tmp_path / "c.jsonl"  # not gzipped: told from a NeMo manifest by its content
+    plain.write_text(json.dumps(lhotse_cut(identifier, audio, float(duration), text)) + "\n")
+    assert [(u.id, u.text, u.segment) for u in read_utterances(plain)] == [(identifier, text, None)]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda cut: cut.update(type="MixedCut"), "a Lhotse MixedCut is not read"),
+        (lambda cut: cut.update(recording=None), "has no recording"),
+        (lambda cut: cut["recording"]["sources"][0].update(type="url"), "is read from url; las reads audio files"),
+        (lambda cut: cut["recording"].update(channel_ids=[0, 1]), "has 2 channels; las reads one"),
+        (lambda cut: cut.pop("duration"), "expected a Lhotse cut"),
+    ],
+)
+def test_lhotse_cuts_las_cannot_read_are_one_clear_error(tmp_path: Path, change, message: str) -> None:
+    cut = lhotse_cut(*ROWS[0][:2], float(ROWS[0][2]), ROWS[0][3])
+    change(cut)
+    with pytest.raises(LasError, match=rf"c.jsonl.gz:1: .*{message}"):
+        read_utterances(write_lhotse(tmp_path / "c.jsonl.gz", [cut]))
+
+
 def object_array(items: list) -> np.ndarray:
     array = np.empty(len(items), dtype=object)
     array[:] = items
@@ -174,7 +239,7 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
     with pytest.raises(LasError, match="unknown input format"):
         read_utterances(manifest)
     assert [(u.id, u.audio.read_bytes(), u.text) for u in read_utterances(manifest, input_format="tsv")] == expected
-    with pytest.raises(LasError, match="--input-format 'wav': expected auto or one of tsv, jsonl, kaldi"):
+    with pytest.raises(LasError, match="--input-format 'wav': expected auto or one of tsv, jsonl, lhotse, kaldi"):
         read_utterances(manifest, input_format="wav")
     with pytest.raises(LasError, match="--input-format kaldi reads a folder, this is a file"):
         read_utterances(manifest, input_format="kaldi")

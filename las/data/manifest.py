@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import os
@@ -74,8 +75,8 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
         return _tsv_records
     if suffix == ".npy":
         return _feature_array_records
-    if suffix in (".jsonl", ".json"):
-        return _jsonl_records
+    if suffix in (".jsonl", ".json") or path.name.lower().endswith((".jsonl.gz", ".json.gz")):
+        return _json_lines_records
     raise LasError(
         f"{path}: unknown input format (expected a .tsv or .jsonl manifest, a Kaldi data directory, "
         "a LibriSpeech folder, a folder of audio files or an audio file)"
@@ -166,27 +167,73 @@ def _tsv_records(path: Path) -> Records:
         yield f"{path}:{line}", Utterance(identifier, os.path.normpath(os.path.join(base, audio)), text.strip())
 
 
+def _json_objects(path: Path) -> Iterator[tuple[str, object]]:
+    """(where, the value) of each non-empty line of a JSON-lines file, gzipped or not."""
+    opened = gzip.open if path.name.lower().endswith(".gz") else open
+    with opened(path, "rt", encoding="utf-8-sig") as file:
+        for line, content in enumerate(file, start=1):
+            if content.strip():
+                where = f"{path}:{line}"
+                try:
+                    yield where, json.loads(content)
+                except json.JSONDecodeError:
+                    raise LasError(f"{where}: not a JSON value") from None
+
+
+def _json_lines_records(path: Path) -> Records:
+    """A NeMo manifest or Lhotse cuts, told apart by the first object (a cut has a `recording`)."""
+    first = next((record for _, record in _json_objects(path)), None)
+    yield from (_lhotse_records if isinstance(first, dict) and "recording" in first else _jsonl_records)(path)
+
+
 def _jsonl_records(path: Path) -> Records:
     """NeMo manifests: one object per line with `audio_filepath`, `duration`, `text` and optionally
     `id` and `offset`; with `offset`, the utterance is the `duration` seconds from there."""
-    with open(path, encoding="utf-8-sig") as file:
-        for line, content in enumerate(file, start=1):
-            if not content.strip():
-                continue
-            where = f"{path}:{line}"
-            try:
-                record = json.loads(content)
-                audio = _resolve(str(record["audio_filepath"]), path.parent)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                raise LasError(f"{where}: expected a JSON object with 'audio_filepath' (and 'text')") from None
-            segment = None
-            if record.get("offset") is not None:
-                if record.get("duration") is None:
-                    raise LasError(f"{where}: 'offset' needs a 'duration' (the segment's length in seconds)")
-                segment = _segment(record["offset"], record["duration"], where)
-            text = record.get("text")
-            identifier = str(record.get("id") or file_id(audio) + ("" if segment is None else f"_{segment}"))
-            yield where, Utterance(identifier, audio, None if text is None else str(text).strip(), segment=segment)
+    for where, record in _json_objects(path):
+        try:
+            audio = _resolve(str(record["audio_filepath"]), path.parent)  # type: ignore[index]
+        except (KeyError, TypeError):
+            raise LasError(f"{where}: expected a JSON object with 'audio_filepath' (and 'text')") from None
+        assert isinstance(record, dict)
+        segment = None
+        if record.get("offset") is not None:
+            if record.get("duration") is None:
+                raise LasError(f"{where}: 'offset' needs a 'duration' (the segment's length in seconds)")
+            segment = _segment(record["offset"], record["duration"], where)
+        text = record.get("text")
+        identifier = str(record.get("id") or file_id(audio) + ("" if segment is None else f"_{segment}"))
+        yield where, Utterance(identifier, audio, None if text is None else str(text).strip(), segment=segment)
+
+
+def _lhotse_records(path: Path) -> Records:
+    """Lhotse cut manifests (`CutSet.to_file`, JSON lines, gzipped or not), read without Lhotse:
+    each `MonoCut` is the part of its recording's one audio file from `start` for `duration`
+    seconds, its transcript its supervisions' texts in time order (none: decoding only).
+    Recordings read any other way (a URL, a command, Lhotse Shar), of several channels, or cuts
+    of features alone or of several recordings, are refused: las reads one-channel audio files."""
+    for where, cut in _json_objects(path):
+        try:
+            kind, recording = cut.get("type", "MonoCut"), cut.get("recording")  # type: ignore[union-attr]
+            if kind != "MonoCut":
+                raise LasError(f"{where}: a Lhotse {kind} is not read; las reads cuts of one recording (MonoCut)")
+            if recording is None:
+                raise LasError(f"{where}: cut {cut['id']!r} has no recording (las computes features from audio)")
+            sources, channels = recording["sources"], recording.get("channel_ids", [0])
+            if len(sources) != 1 or sources[0]["type"] != "file":
+                kinds = ", ".join(source["type"] for source in sources)
+                raise LasError(f"{where}: recording {recording['id']!r} is read from {kinds}; las reads audio files")
+            if len(channels) != 1:
+                raise LasError(f"{where}: recording {recording['id']!r} has {len(channels)} channels; las reads one")
+            start, duration = float(cut["start"]), float(cut["duration"])
+            whole = start == 0 and math.isclose(duration, float(recording["duration"]), abs_tol=1e-3)
+            texts = [item["text"] for item in sorted(cut["supervisions"], key=lambda item: item["start"])]
+            identifier = str(cut["id"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise LasError(f"{where}: expected a Lhotse cut (id, start, duration, supervisions, recording)") from None
+        audio = _resolve(str(sources[0]["source"]), path.parent)
+        segment = None if whole else _segment(start, duration, where)
+        spoken = [str(text).strip() for text in texts if text is not None]
+        yield where, Utterance(identifier, audio, " ".join(spoken) if spoken else None, segment=segment)
 
 
 def _segment(start: object, duration: object, where: str) -> Segment:
@@ -351,6 +398,7 @@ def _transcript_text(items: np.ndarray | str | bytes) -> str:
 READERS: dict[str, Callable[[Path], Records]] = {
     "tsv": _tsv_records,
     "jsonl": _jsonl_records,
+    "lhotse": _lhotse_records,
     "kaldi": _kaldi_records,
     "librispeech": _librispeech_records,
     "hw4": _feature_array_records,
@@ -360,7 +408,7 @@ READERS: dict[str, Callable[[Path], Records]] = {
 
 
 FOLDER_FORMATS = ("kaldi", "librispeech", "hw4-folder")
-FILE_FORMATS = ("tsv", "jsonl", "hw4")
+FILE_FORMATS = ("tsv", "jsonl", "lhotse", "hw4")
 
 
 def _id_lines(path: Path) -> Iterator[tuple[int, str, str]]:
