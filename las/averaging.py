@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from las.files import save_atomically
 from las.progress import warn
 
 Snapshot = tuple[float, int]  # (dev CER, epoch)
@@ -21,6 +22,20 @@ def rank_snapshots(kept: list[Snapshot], candidate: Snapshot, count: int) -> tup
     """The `count` best of `kept` plus `candidate` (lowest CER; of equals, the later epoch), and the rest."""
     ranked = sorted([*kept, candidate], key=lambda snapshot: (snapshot[0], -snapshot[1]))
     return ranked[:count], ranked[count:]
+
+
+def keep_snapshot(
+    out: Path, state: dict[str, torch.Tensor], kept: list[Snapshot], candidate: Snapshot, count: int
+) -> tuple[list[Snapshot], list[Snapshot]]:
+    """Save `state` as `candidate`'s snapshot if it is among the `count` best; the snapshots kept,
+    and those that fell out (to delete once the checkpoint listing the kept ones is saved)."""
+    kept, dropped = rank_snapshots(kept, candidate, count)
+    if candidate in kept:
+        path = snapshot_path(out, candidate[1])
+        path.parent.mkdir(exist_ok=True)
+        save_atomically(path, state)
+    # Not this epoch's file, whatever the CER it was listed with: it now holds this state.
+    return kept, [snapshot for snapshot in dropped if snapshot[1] != candidate[1]]
 
 
 def load_snapshots(out: Path, epochs: list[int]) -> dict[int, dict[str, torch.Tensor]]:

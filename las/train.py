@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from las.alignment import Alignment
-from las.averaging import Snapshot, average_states, load_snapshots, rank_snapshots, snapshot_path
+from las.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.data.augment import WaveformAugmentation, spec_augment
@@ -32,7 +32,7 @@ from las.data.surroundings import Surroundings
 from las.device import autocast, resolve_precision
 from las.distributed import Distributed
 from las.errors import LasError
-from las.files import locked_directory, make_directory, save_atomically, write_text_atomically
+from las.files import locked_directory, make_directory, write_text_atomically
 from las.inference import transcribe
 from las.initialisation import check_shared_characters, initialise
 from las.losses import joint_loss
@@ -591,36 +591,19 @@ class Trainer:
         started = time.perf_counter()
         plot = self.out / "attention" / f"epoch_{progress.epoch + 1:03d}.png"
         dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed)
-        dev_cer, alignment = dev.cer, dev.alignment
+        dev_cer = dev.cer
         seconds = progress.train_seconds + time.perf_counter() - started
-        batches = max(1, progress.loss_batches)
-        settings = self.config.train
-        record = {
-            "epoch": progress.epoch + 1,
-            "step": progress.step,
-            "train_loss": progress.loss_sum / batches,
-            **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
-            "dev_cer": dev_cer,
-            "dev_wer": dev.wer,
-            # How diagonal the attention of the first dev utterance (the plotted one) is.
-            "dev_alignment_monotonic": alignment.monotonic if alignment else None,
-            "dev_alignment_coverage": alignment.coverage if alignment else None,
-            "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
-            "seconds": round(seconds, 2),
-            "elapsed_seconds": round(progress.elapsed + seconds, 2),
-            "learning_rate": self.scheduler.get_last_lr()[0],
-            "teacher_forcing": teacher_forcing_rate(
-                progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
-            ),
-            "train_frames_per_second": round(progress.frames / max(progress.train_seconds, 1e-9)),
-            "bad_batches": progress.bad_batches,
-            "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        }
+        record = epoch_record(progress, dev, seconds, self.scheduler.get_last_lr()[0], self.config.train)
         self.progress = progress.next_epoch(dev_cer, seconds)
         dropped = []
         if self.distributed.is_main:
             append_line(self.out / "metrics.jsonl", json.dumps(record))
-            dropped = self.keep_snapshot(dev_cer, record["epoch"])
+            count = self.config.train.average_best  # snapshots to average at the end
+            if count >= 2:
+                state, candidate = self.model.state_dict(), (dev_cer, record["epoch"])
+                self.progress.snapshots, dropped = keep_snapshot(
+                    self.out, state, self.progress.snapshots, candidate, count
+                )
         # best.pt before last.pt: a run killed between the two re-runs this epoch exactly on resume.
         if dev_cer <= self.progress.best_cer:  # the same dev CER on every rank
             self.save(self.out / "best.pt")
@@ -642,20 +625,6 @@ class Trainer:
         examples = list(zip(dataset.ids, dataset.texts, dev.texts, strict=False))[:EXAMPLES]
         self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
 
-    def keep_snapshot(self, dev_cer: float, epoch: int) -> list[Snapshot]:
-        """Save this epoch's weights if they are among the `train.average_best` best; returns the
-        snapshots that fell out of that set, for deletion once `last.pt` is saved."""
-        count = self.config.train.average_best
-        if count < 2:
-            return []
-        kept, dropped = rank_snapshots(self.progress.snapshots, (dev_cer, epoch), count)
-        if (dev_cer, epoch) in kept:
-            path = snapshot_path(self.out, epoch)
-            path.parent.mkdir(exist_ok=True)
-            save_atomically(path, self.model.state_dict())
-        self.progress.snapshots = kept
-        return [snapshot for snapshot in dropped if snapshot[1] != epoch]
-
     def write_average(self) -> None:
         """`averaged.pt`: the mean weights of the kept snapshots, with its dev CER beside the best
         single epoch's (`averaged.json`)."""
@@ -673,6 +642,35 @@ class Trainer:
             f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% "
             f"(best epoch {self.progress.best_cer:.2f}%) -> {self.out / 'averaged.pt'}"
         )
+
+
+def epoch_record(
+    progress: Progress, dev: DevResult, seconds: float, learning_rate: float, settings: TrainConfig
+) -> dict:
+    """The line of `metrics.jsonl` for the epoch `progress` is finishing, `seconds` long."""
+    batches = max(1, progress.loss_batches)
+    alignment = dev.alignment
+    return {
+        "epoch": progress.epoch + 1,
+        "step": progress.step,
+        "train_loss": progress.loss_sum / batches,
+        **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
+        "dev_cer": dev.cer,
+        "dev_wer": dev.wer,
+        # How diagonal the attention of the first dev utterance (the plotted one) is.
+        "dev_alignment_monotonic": alignment.monotonic if alignment else None,
+        "dev_alignment_coverage": alignment.coverage if alignment else None,
+        "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
+        "seconds": round(seconds, 2),
+        "elapsed_seconds": round(progress.elapsed + seconds, 2),
+        "learning_rate": learning_rate,
+        "teacher_forcing": teacher_forcing_rate(
+            progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
+        ),
+        "train_frames_per_second": round(progress.frames / max(progress.train_seconds, 1e-9)),
+        "bad_batches": progress.bad_batches,
+        "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
 
 
 def clip_gradients(model: LAS, limit: float) -> float:
