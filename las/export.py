@@ -131,10 +131,10 @@ def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list
 def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
     """Write the graphs of `checkpoint` and its `model.json` into `out`."""
     model = checkpoint.config.model
-    if (model.listener, model.speller) != ("pblstm", "lstm"):
+    if model.speller != "lstm":
         # The speller step's graph has a fixed state (LSTM cells); a growing cache of keys and
-        # values is not written yet.
-        raise LasError(f"model.listener={model.listener} with model.speller={model.speller} cannot be exported yet")
+        # values is not written yet. Every listener exports: its graph is one pass.
+        raise LasError(f"model.speller={model.speller} cannot be exported yet")
     onnx_modules()
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")

@@ -190,3 +190,30 @@ def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config,
     checkpoint = load_checkpoint(trained / "best.pt")
     with pytest.raises(LasError, match="model.speller=transformer cannot be exported yet"):
         export(checkpoint, tmp_path / "export")
+
+
+@pytest.mark.parametrize(("listener", "reduction"), [("transformer", "conv"), ("conformer", "concat")])
+def test_a_self_attention_listener_exports_and_its_graph_gives_the_listeners_outputs(
+    tiny_config: Config, tmp_path: Path, listener: str, reduction: str
+) -> None:
+    """With the LSTMCell speller, whose step graph is the default's; any batch and length."""
+    pytest.importorskip("onnxruntime")
+    choices = [f"model.listener={listener}", f"model.time_reduction={reduction}"]
+    model = load_config(None, TINY + SELF_ATTENTION + choices).model
+    trained = train(replace(tiny_config, model=model, train=replace(tiny_config.train, epochs=1)))
+    checkpoint = load_checkpoint(trained / "last.pt")
+    export(checkpoint, tmp_path / "export")
+    graphs, pytorch = load_checkpoint(tmp_path / "export").build_model(), checkpoint.build_model()
+    torch.manual_seed(2)
+    for features, lengths in [(torch.randn(3, 41, checkpoint.input_size), torch.tensor([41, 30, 9])),
+                              (torch.randn(1, 17, checkpoint.input_size), torch.tensor([17]))]:  # fmt: skip
+        with torch.no_grad():
+            expected = pytorch.listener(features, lengths)
+        found = graphs.listener(features, lengths)
+        assert torch.equal(found.lengths, expected.lengths) and torch.equal(found.mask, expected.mask)
+        for name in ("keys", "values", "hidden"):  # at the frames that are not padding
+            valid = expected.mask
+            assert torch.allclose(getattr(found, name)[valid], getattr(expected, name)[valid], atol=1e-4), name
+    code, stdout, stderr = run("decode", tmp_path / "export", tiny_config.data.train, "--format", "kaldi")
+    assert code == 0, stderr
+    assert len(stdout.splitlines()) == len(Path(tiny_config.data.train).read_text().splitlines()) - 1
