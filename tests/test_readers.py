@@ -172,6 +172,7 @@ def test_lhotse_cuts_of_parts_of_recordings_and_without_supervisions(tmp_path: P
         (lambda cut: cut.update(recording=None), "has no recording"),
         (lambda cut: cut["recording"]["sources"][0].update(type="url"), "is read from url; las reads audio files"),
         (lambda cut: cut["recording"].update(channel_ids=[0, 1]), "has 2 channels; las reads one"),
+        (lambda cut: cut["recording"]["sources"][0].update(channels=[1]), r"is channel \[1\] of its file"),
         (lambda cut: cut.pop("duration"), "expected a Lhotse cut"),
     ],
 )

@@ -208,32 +208,41 @@ def _jsonl_records(path: Path) -> Records:
 def _lhotse_records(path: Path) -> Records:
     """Lhotse cut manifests (`CutSet.to_file`, JSON lines, gzipped or not), read without Lhotse:
     each `MonoCut` is the part of its recording's one audio file from `start` for `duration`
-    seconds, its transcript its supervisions' texts in time order (none: decoding only).
-    Recordings read any other way (a URL, a command, Lhotse Shar), of several channels, or cuts
-    of features alone or of several recordings, are refused: las reads one-channel audio files."""
+    seconds, its transcript its supervisions' texts in time order (none: decoding only)."""
     for where, cut in _json_objects(path):
         try:
-            kind, recording = cut.get("type", "MonoCut"), cut.get("recording")  # type: ignore[union-attr]
-            if kind != "MonoCut":
-                raise LasError(f"{where}: a Lhotse {kind} is not read; las reads cuts of one recording (MonoCut)")
-            if recording is None:
-                raise LasError(f"{where}: cut {cut['id']!r} has no recording (las computes features from audio)")
-            sources, channels = recording["sources"], recording.get("channel_ids", [0])
-            if len(sources) != 1 or sources[0]["type"] != "file":
-                kinds = ", ".join(source["type"] for source in sources)
-                raise LasError(f"{where}: recording {recording['id']!r} is read from {kinds}; las reads audio files")
-            if len(channels) != 1:
-                raise LasError(f"{where}: recording {recording['id']!r} has {len(channels)} channels; las reads one")
-            start, duration = float(cut["start"]), float(cut["duration"])
+            problem = _lhotse_problem(cut)  # type: ignore[arg-type]
+            if problem:
+                raise LasError(f"{where}: {problem}")
+            recording = cut["recording"]  # type: ignore[index]
+            start, duration = float(cut["start"]), float(cut["duration"])  # type: ignore[index]
             whole = start == 0 and math.isclose(duration, float(recording["duration"]), abs_tol=1e-3)
-            texts = [item["text"] for item in sorted(cut["supervisions"], key=lambda item: item["start"])]
-            identifier = str(cut["id"])
+            supervisions = sorted(cut["supervisions"], key=lambda item: item["start"])  # type: ignore[index]
+            spoken = [str(item["text"]).strip() for item in supervisions if item.get("text") is not None]
+            audio = _resolve(str(recording["sources"][0]["source"]), path.parent)
+            identifier = str(cut["id"])  # type: ignore[index]
         except (KeyError, TypeError, ValueError, AttributeError):
             raise LasError(f"{where}: expected a Lhotse cut (id, start, duration, supervisions, recording)") from None
-        audio = _resolve(str(sources[0]["source"]), path.parent)
         segment = None if whole else _segment(start, duration, where)
-        spoken = [str(text).strip() for text in texts if text is not None]
         yield where, Utterance(identifier, audio, " ".join(spoken) if spoken else None, segment=segment)
+
+
+def _lhotse_problem(cut: dict) -> str | None:
+    """Why las cannot read a Lhotse cut, if it cannot: las reads one-channel audio files, not
+    features alone, several recordings mixed, URLs, commands or Lhotse Shar."""
+    kind, recording = cut.get("type", "MonoCut"), cut.get("recording")
+    if kind != "MonoCut":
+        return f"a Lhotse {kind} is not read; las reads cuts of one recording (MonoCut)"
+    if recording is None:
+        return f"cut {cut['id']!r} has no recording (las computes features from audio)"
+    sources, channels, named = recording["sources"], recording.get("channel_ids", [0]), f"recording {recording['id']!r}"
+    if len(sources) != 1 or sources[0]["type"] != "file":
+        return f"{named} is read from {', '.join(source['type'] for source in sources)}; las reads audio files"
+    if len(channels) != 1:
+        return f"{named} has {len(channels)} channels; las reads one"
+    if sources[0].get("channels", [0]) != [0]:  # one channel of a file of several: reading it would mix them
+        return f"{named} is channel {sources[0]['channels']} of its file; las reads one-channel files"
+    return None
 
 
 def _segment(start: object, duration: object, where: str) -> Segment:
