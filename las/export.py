@@ -1,6 +1,7 @@
 """`las export CHECKPOINT OUT/`: a trained model as ONNX graphs that ONNX Runtime runs without
 PyTorch's autograd or Python model code: the listener, the CTC head, and the speller's first state
-and one step, with the state explicit in and out. The search stays in host code (las.runtime):
+(a Transformer speller: its memory's projections) and one step, with the state (each layer's cache
+of keys and values) explicit in and out. The search stays in host code (las.runtime):
 a whole decoding loop does not export (pytorch issues 42404, 88801), and every strategy, the CTC
 prefix scorer, word times and confidences then work on an export as on a checkpoint.
 
@@ -27,12 +28,13 @@ from las.files import locked_directory, make_directory, write_text_atomically
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
+from las.model.transformer_speller import CrossMemory, TransformerSpeller, TransformerState
 from las.progress import say
 
 FORMAT = "las-onnx"
 VERSION = 1  # bump when the graphs' inputs and outputs or model.json change incompatibly
 MANIFEST = "model.json"
-GRAPHS = ("listener.onnx", "ctc_head.onnx", "speller_start.onnx", "speller_step.onnx")
+GRAPHS = ("listener.onnx", "ctc_head.onnx", "speller_start.onnx", "speller_memory.onnx", "speller_step.onnx")
 OPSET = 17
 EXTRA = "onnx and onnxruntime are not installed: pip install 'las[export]'"
 
@@ -57,6 +59,13 @@ def state_names(layers: int) -> list[str]:
             "history",
         ]
     )
+
+
+def cache_names(layers: int) -> tuple[list[str], list[str]]:
+    """A Transformer speller step's inputs besides tokens and mask: each layer's cached
+    self-attention keys and values, and each layer's cross-attention keys and values."""
+    own = [f"self_{kind}_{layer}" for kind in ("keys", "values") for layer in range(layers)]
+    return own, [f"cross_{kind}_{layer}" for kind in ("keys", "values") for layer in range(layers)]
 
 
 def flatten(state: SpellerState) -> tuple[torch.Tensor, ...]:
@@ -109,6 +118,39 @@ class SpellerStepGraph(nn.Module):
         return (logits, *flatten(after))
 
 
+class TransformerMemoryGraph(nn.Module):
+    """keys `(rows, frames, key)`, values `(rows, frames, value)` -> each layer's cross-attention
+    keys, then values `(rows, heads, frames, dim / heads)`: projected once per utterance."""
+
+    def __init__(self, model: LAS) -> None:
+        super().__init__()
+        self.speller = model.speller
+
+    def forward(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mask = torch.ones(keys.shape[:2], dtype=torch.bool)  # projecting reads no mask
+        cross = self.speller.prepare(ListenerOutput(keys, values, mask, mask.sum(dim=1), values))
+        return (*cross.keys, *cross.values)
+
+
+class TransformerStepGraph(nn.Module):
+    """tokens `(rows,)`, each layer's cached self-attention keys and values `(rows, heads,
+    characters, dim / heads)`, its cross-attention keys and values, mask `(rows, frames)` ->
+    logits `(rows, vocabulary)`, the caches one character longer, the attention `(rows, frames)`."""
+
+    def __init__(self, model: LAS) -> None:
+        super().__init__()
+        self.speller = model.speller
+        self.layers = len(model.speller.layers)
+
+    def forward(self, tokens: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        layers, mask = self.layers, inputs[-1]
+        own, cross = inputs[: 2 * layers], inputs[2 * layers : 4 * layers]
+        memory = CrossMemory(cross[:layers], cross[layers:], mask, mask.sum(dim=1))
+        state = TransformerState(own[:layers], own[layers:], mask.float())  # a step reads no weights
+        logits, after = self.speller.step(tokens, state, memory)
+        return (logits, *after.keys, *after.values, after.weights)
+
+
 def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list[str], list[str]], axes: dict) -> None:
     """`module` as an ONNX graph at `path` through the TorchScript exporter, whose dynamic axes
     keep one graph for every batch and length (LSTMs become ONNX LSTM operators)."""
@@ -130,11 +172,6 @@ def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list
 
 def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
     """Write the graphs of `checkpoint` and its `model.json` into `out`."""
-    model = checkpoint.config.model
-    if model.speller != "lstm":
-        # The speller step's graph has a fixed state (LSTM cells); a growing cache of keys and
-        # values is not written yet. Every listener exports: its graph is one pass.
-        raise LasError(f"model.speller={model.speller} cannot be exported yet")
     onnx_modules()
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
@@ -155,8 +192,6 @@ def export_file(name: str) -> bool:
 
 def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
     model = checkpoint.build_model("cpu")
-    layers = len(model.speller.cells)
-    names = state_names(layers)
     batch, frames = 2, 37
     features = torch.randn(batch, frames, checkpoint.input_size)
     lengths = torch.tensor([frames, frames - 6])
@@ -181,6 +216,23 @@ def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
             {"hidden": {0: "batch", 1: "encoder_frames"}, "logits": {0: "batch", 1: "encoder_frames"}},
         )
         graphs.append("ctc_head.onnx")
+    if isinstance(model.speller, TransformerSpeller):
+        graphs += write_transformer_speller(model, memory, out)
+    else:
+        graphs += write_lstm_speller(model, memory, out)
+    if quantize:
+        quantize_graphs(out, graphs)
+    write_manifest(checkpoint, out, graphs, quantize, checkpoint.config.model.speller_layers)
+    say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
+
+
+# Three rows from two utterances, as beam search makes them, reading these tokens.
+ROWS, TOKENS = torch.tensor([0, 1, 1]), torch.tensor([1, 5, 7])
+
+
+def write_lstm_speller(model: LAS, memory: ListenerOutput, out: Path) -> list[str]:
+    """The LSTMCell speller's first state and one step, its state explicit in and out."""
+    names = state_names(len(model.speller.cells))
     start = model.speller.initial_state(memory)
     # The history is per frame, or (GMM attention) per mixture: fixed.
     history_per_frame = start.history.shape[1] == memory.mask.shape[1]
@@ -194,24 +246,49 @@ def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
         (["values", "mask"], names),
         row_axes,
     )
-    select = torch.tensor([0, 1, 1])  # three rows from two utterances, as beam search makes them
-    state, memory_rows = start.select(select), memory.select(select)
-    tokens = torch.tensor([1, 5, 7])
+    state, memory_rows = start.select(ROWS), memory.select(ROWS)
     output_names = ["logits"] + [f"next_{name}" for name in names]
     step_axes = row_axes | {"tokens": {0: "rows"}, "logits": {0: "rows"}}
     step_axes |= {f"next_{name}": row_axes[name] for name in names}
     export_graph(
         SpellerStepGraph(model),
-        (tokens, *flatten(state), memory_rows.keys, memory_rows.values, memory_rows.mask),
+        (TOKENS, *flatten(state), memory_rows.keys, memory_rows.values, memory_rows.mask),
         out / "speller_step.onnx",
         (["tokens", *names, "keys", "values", "mask"], output_names),
         step_axes,
     )
-    graphs += ["speller_start.onnx", "speller_step.onnx"]
-    if quantize:
-        quantize_graphs(out, graphs)
-    write_manifest(checkpoint, out, graphs, quantize, layers)
-    say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
+    return ["speller_start.onnx", "speller_step.onnx"]
+
+
+def write_transformer_speller(model: LAS, memory: ListenerOutput, out: Path) -> list[str]:
+    """The Transformer speller's memory projections and one step, its caches explicit in and out
+    (traced after three characters, so that the step reads a cache it grows)."""
+    speller = model.speller
+    own, cross = cache_names(len(speller.layers))
+    cross_axes = {name: {0: "rows", 2: "encoder_frames"} for name in cross}
+    export_graph(
+        TransformerMemoryGraph(model),
+        (memory.keys, memory.values),
+        out / "speller_memory.onnx",
+        (["keys", "values"], cross),
+        cross_axes | {name: {0: "rows", 1: "encoder_frames"} for name in ("keys", "values")},
+    )
+    prepared = speller.prepare(memory).select(ROWS)
+    state = speller.initial_state(prepared)
+    for token in (1, 4, 6):
+        _, state = speller.step(torch.full((len(ROWS),), token), state, prepared)
+    step_axes = cross_axes | {name: {0: "rows", 2: "characters"} for name in own}
+    step_axes |= {f"next_{name}": {0: "rows", 2: "next_characters"} for name in own}
+    step_axes |= {name: {0: "rows"} for name in ("tokens", "logits")}
+    step_axes |= {name: {0: "rows", 1: "encoder_frames"} for name in ("mask", "weights")}
+    export_graph(
+        TransformerStepGraph(model),
+        (TOKENS, *state.keys, *state.values, *prepared.keys, *prepared.values, prepared.mask),
+        out / "speller_step.onnx",
+        (["tokens", *own, *cross, "mask"], ["logits", *(f"next_{name}" for name in own), "weights"]),
+        step_axes,
+    )
+    return ["speller_memory.onnx", "speller_step.onnx"]
 
 
 def quantize_graphs(out: Path, graphs: list[str]) -> None:

@@ -12,10 +12,23 @@ import numpy as np
 import torch
 
 from las.checkpoint import Checkpoint, check_format, payload_checkpoint
+from las.config import ModelConfig
 from las.errors import LasError
-from las.export import FORMAT, MANIFEST, VERSION, digest, flatten, manifest_check, onnx_modules, state_names, unflatten
+from las.export import (
+    FORMAT,
+    MANIFEST,
+    VERSION,
+    cache_names,
+    digest,
+    flatten,
+    manifest_check,
+    onnx_modules,
+    state_names,
+    unflatten,
+)
 from las.model.listener import ListenerOutput, length_mask
 from las.model.speller import SpellerState
+from las.model.transformer_speller import CrossMemory, TransformerState, empty_state
 
 
 def load_export(folder: str | Path) -> Checkpoint:
@@ -124,13 +137,57 @@ class ExportedSpeller:
     def __call__(
         self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Teacher-forced logits `(rows, steps, vocabulary)` and attention `(rows, steps, frames)`."""
-        state, logits, weights = self.initial_state(memory), [], []
-        for step in range(targets_in.shape[1]):
-            step_logits, state = self.step(targets_in[:, step], state, memory)
-            logits.append(step_logits)
-            weights.append(state.weights)
-        return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
+        return teacher_forced(self, memory, targets_in)
+
+
+class ExportedTransformerSpeller:
+    """The Transformer speller of an export: the memory projected once per utterance by one graph,
+    each character by another, its caches of keys and values handed in and out."""
+
+    def __init__(self, memory: Graph, step: Graph, config: ModelConfig) -> None:
+        self.memory_graph, self.step_graph = memory, step
+        self.layers, self.heads, self.dim = config.speller_layers, config.transformer_heads, config.transformer_dim
+        self.own, self.cross = cache_names(self.layers)
+        self.attention_dimensions = (config.key_dim, config.value_dim)
+
+    def prepare(self, memory: ListenerOutput | CrossMemory) -> CrossMemory:
+        if isinstance(memory, CrossMemory):
+            return memory
+        projected = self.memory_graph(keys=memory.keys, values=memory.values)
+        layers = self.layers
+        return CrossMemory(tuple(projected[:layers]), tuple(projected[layers:]), memory.mask, memory.lengths)
+
+    def initial_state(self, memory: ListenerOutput | CrossMemory) -> TransformerState:
+        return empty_state(memory, self.layers, self.heads, self.dim)
+
+    def step(
+        self, tokens: torch.Tensor, state: TransformerState, memory: ListenerOutput | CrossMemory
+    ) -> tuple[torch.Tensor, TransformerState]:
+        """Logits `(rows, vocabulary)` for the character after `tokens` `(rows,)`, and the new state."""
+        cross = self.prepare(memory)
+        feed = dict(zip(self.own, (*state.keys, *state.values), strict=True))
+        feed |= dict(zip(self.cross, (*cross.keys, *cross.values), strict=True))
+        logits, *caches, weights = self.step_graph(tokens=tokens.long(), **feed, mask=cross.mask)
+        return logits, TransformerState(tuple(caches[: self.layers]), tuple(caches[self.layers :]), weights)
+
+    def __call__(
+        self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return teacher_forced(self, memory, targets_in)
+
+
+def teacher_forced(
+    speller: ExportedSpeller | ExportedTransformerSpeller, memory: ListenerOutput, targets_in: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced logits `(rows, steps, vocabulary)` and attention `(rows, steps, frames)`,
+    one step graph at a time (confidences rescore hypotheses this way)."""
+    memory = speller.prepare(memory)
+    state, logits, weights = speller.initial_state(memory), [], []
+    for step in range(targets_in.shape[1]):
+        step_logits, state = speller.step(targets_in[:, step], state, memory)
+        logits.append(step_logits)
+        weights.append(state.weights)
+    return torch.stack(logits, dim=1), torch.stack(weights, dim=1)
 
 
 class ExportedModel:
@@ -144,12 +201,13 @@ class ExportedModel:
         self.listener = ExportedListener(Graph(folder / "listener.onnx"))
         head = folder / "ctc_head.onnx"
         self.ctc_head = ExportedHead(Graph(head)) if head.is_file() else None
-        self.speller = ExportedSpeller(
-            Graph(folder / "speller_start.onnx"),
-            Graph(folder / "speller_step.onnx"),
-            model.speller_layers,
-            (model.key_dim, model.value_dim),
-        )
+        step = Graph(folder / "speller_step.onnx")
+        self.speller: ExportedSpeller | ExportedTransformerSpeller
+        if model.speller == "transformer":
+            self.speller = ExportedTransformerSpeller(Graph(folder / "speller_memory.onnx"), step, model)
+        else:
+            start = Graph(folder / "speller_start.onnx")
+            self.speller = ExportedSpeller(start, step, model.speller_layers, (model.key_dim, model.value_dim))
 
     def eval(self) -> ExportedModel:
         return self

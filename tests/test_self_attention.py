@@ -4,6 +4,7 @@ equal to greedy, bad combinations refused, and a tiny model that learns real utt
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from las.errors import LasError
 from las.export import export
 from las.model.attention_listener import AttentionListener
 from las.model.las import LAS
+from las.recognizer import Recognizer
 from las.search import BeamSearch, GreedySearch, Rules, Scoring, Symbols
 from las.train import train
 
@@ -158,7 +160,7 @@ def test_bad_combinations_are_refused_when_the_config_is_built(settings: list[st
 
 def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config, tmp_path) -> None:
     """Four utterances learnt by a transformer listener and speller: greedy dev CER near zero;
-    then decoded from its checkpoint with beam search and CTC, and refused by export."""
+    then decoded from its checkpoint with beam search and CTC, and from its ONNX export alike."""
     model = replace(
         tiny_config.model,
         listener="transformer",
@@ -187,9 +189,21 @@ def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config,
     references = dict(line.split("\t")[::3] for line in Path(tiny_config.data.train).read_text().splitlines()[1:])
     assert sum(record["text"] == references[record["id"]].strip() for record in records) >= 3
     assert all(record["words"] for record in records if record["text"])
-    checkpoint = load_checkpoint(trained / "best.pt")
-    with pytest.raises(LasError, match="model.speller=transformer cannot be exported yet"):
-        export(checkpoint, tmp_path / "export")
+    if importlib.util.find_spec("onnxruntime") is None:
+        return
+    export(load_checkpoint(trained / "best.pt"), tmp_path / "export")  # its caches of keys and values as graph state
+    for strategy in (
+        ["decode.strategy=greedy"],
+        ["decode.strategy=beam", "decode.beam_size=4", "decode.ctc_weight=0.3"],
+    ):
+        settings = [*strategy, "decode.word_times=attention"]
+        expected = Recognizer(load_checkpoint(trained / "best.pt"), "cpu", settings).transcribe(tiny_config.data.train)
+        found = Recognizer(load_checkpoint(tmp_path / "export"), "cpu", settings).transcribe(tiny_config.data.train)
+        assert [result.text for result in found] == [result.text for result in expected]
+        assert [result.score for result in found] == pytest.approx([result.score for result in expected], abs=1e-3)
+        assert [[word.start for word in result.words] for result in found] == [
+            [word.start for word in result.words] for result in expected
+        ]
 
 
 @pytest.mark.parametrize(("listener", "reduction"), [("transformer", "conv"), ("conformer", "concat")])

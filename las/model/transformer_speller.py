@@ -53,6 +53,15 @@ class TransformerState(NamedTuple):
         return TransformerState(keys, tuple(layer[indices] for layer in self.values), self.weights[indices])
 
 
+def empty_state(
+    memory: ListenerOutput | CrossMemory, layers: int, heads: int, dim: int, dtype: torch.dtype = torch.float32
+) -> TransformerState:
+    """The state before the first character: no keys or values read yet, attention uniform."""
+    empty = memory.mask.new_zeros((memory.mask.shape[0], heads, 0, dim // heads), dtype=dtype)
+    uniform = memory.mask.float() / memory.lengths[:, None].float()  # (rows, frames)
+    return TransformerState((empty,) * layers, (empty,) * layers, uniform)
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, dim: int, heads: int, feedforward: int, key_dim: int, value_dim: int, dropout: float) -> None:
         super().__init__()
@@ -160,11 +169,8 @@ class TransformerSpeller(nn.Module):
         return logits, weights, TransformerState(tuple(keys), tuple(values), weights[:, -1])
 
     def initial_state(self, memory: ListenerOutput | CrossMemory) -> TransformerState:
-        rows, heads = memory.mask.shape[0], self.layers[0].self_attention.heads
-        size = self.embedding.embedding_dim // heads
-        empty = memory.mask.new_zeros((rows, heads, 0, size), dtype=self.embedding.weight.dtype)
-        uniform = memory.mask.float() / memory.lengths[:, None].float()  # (rows, frames)
-        return TransformerState((empty,) * len(self.layers), (empty,) * len(self.layers), uniform)
+        heads = self.layers[0].self_attention.heads
+        return empty_state(memory, len(self.layers), heads, self.embedding.embedding_dim, self.embedding.weight.dtype)
 
     def step(
         self, tokens: torch.Tensor, state: TransformerState, memory: ListenerOutput | CrossMemory
