@@ -123,6 +123,9 @@ class FeatureConfig(Section):
     # Subtract each utterance's per-bin mean before the global normalisation: cancels a fixed
     # channel response (microphone, telephone line), which adds a constant to each log-mel bin.
     utterance_mean: bool = True
+    # ... counting the training frames' average as this many seconds of the utterance's own: a
+    # word alone keeps the spectrum that tells it apart, a sentence's mean stays mostly its own.
+    mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.0
     # Silence or background before and after the speech is cut to at most this much, in training
     # and decoding alike (las/data/surroundings.py): AN4's utterances open with about 0.33 s of
     # lead-in, while padded exports and phone apps bring seconds of it, which moved the
@@ -130,10 +133,14 @@ class FeatureConfig(Section):
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
 
+    def frames(self, seconds: float) -> int:
+        """How many feature frames last `seconds`."""
+        return round(seconds * 1000 / self.hop_ms)
+
     def extraction(self) -> dict[str, float]:
         """The settings that decide the features themselves (and the cache's key), not what is
         done with them afterwards."""
-        after = ("utterance_mean", "trim_surroundings", "surroundings_seconds")
+        after = ("utterance_mean", "mean_prior_seconds", "trim_surroundings", "surroundings_seconds")
         return {key: value for key, value in dataclasses.asdict(self).items() if key not in after}
 
 

@@ -146,7 +146,8 @@ def load_corpus(
         heard = (train_features[index] for index in sample)
         if surroundings is not None:
             heard = map(surroundings.trim, heard)
-        normalizer = Normalizer.fit(heard, config.features.utterance_mean)
+        features = config.features
+        normalizer = Normalizer.fit(heard, features.utterance_mean, features.frames(features.mean_prior_seconds))
     augment = config.train.augment
     augmentation = None
     if augment.enabled:

@@ -174,6 +174,31 @@ def test_utterance_mean_cancels_a_fixed_channel_response() -> None:
     assert not Normalizer.from_dict(older).utterance_mean
 
 
+def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_exact() -> None:
+    """With mean_prior_frames, each utterance's mean counts the corpus's average frame as that many
+    frames: the normalised training frames still have zero mean and unit variance (the streaming
+    fit's terms in the prior are exact), a long utterance is normalised almost as by its own mean,
+    and a short one keeps most of what sets it apart from the corpus."""
+    generator = torch.Generator().manual_seed(0)
+    features = [torch.randn(n, 4, generator=generator) * 3 + 5 for n in (10, 20, 30, 400)]
+    normalizer = Normalizer.fit(features, utterance_mean=True, prior_frames=50)
+    normalized = torch.cat([normalizer(item) for item in features])
+    torch.testing.assert_close(normalized.mean(0), torch.zeros(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(normalized.std(0, unbiased=False), torch.ones(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(normalizer.prior, torch.cat(features).mean(0))
+    own_mean = Normalizer.fit(features, utterance_mean=True)
+    vowel = torch.tensor([4.0, 0.0, -4.0, 0.0])  # a spectrum unlike the corpus's average
+    short = torch.randn(20, 4, generator=generator) + 5 + vowel
+    assert own_mean(short).mean(0).abs().max() < 1e-5  # its own mean takes the spectrum away ...
+    assert (normalizer(short).mean(0) * vowel).sum() > 0.5 * (vowel / normalizer.std).pow(2).sum()  # ... the prior not
+    long = features[3]
+    assert (normalizer(long) - own_mean(long)).abs().max() < 0.5
+    restored = Normalizer.from_dict(normalizer.to_dict())
+    assert restored.prior_frames == 50 and torch.equal(restored.prior, normalizer.prior)
+    assert torch.equal(restored(short), normalizer(short))
+    assert Normalizer.from_dict(own_mean.to_dict()).prior is None
+
+
 def test_bucket_sampler_covers_everything_once_with_little_padding() -> None:
     lengths = torch.randint(50, 700, (300,), generator=torch.Generator().manual_seed(0)).tolist()
     sampler = BucketBatchSampler(lengths, batch_size=16, max_batch_frames=4000, seed=3)

@@ -161,49 +161,88 @@ class Normalizer:
     """Global per-bin mean and standard deviation of the training features, optionally after
     subtracting each utterance's own per-bin mean (cepstral mean normalisation on log-mel
     features: a fixed channel response, a microphone's or a telephone line's, adds a constant per
-    bin to log power, and the utterance mean takes it away)."""
+    bin to log power, and the utterance mean takes it away).
+
+    With `prior_frames`, an utterance's mean counts the corpus's average frame (`prior`, as
+    recorded) as that many frames of its own: a sentence's mean is mostly its own, while a word
+    alone keeps the spectrum that tells it apart (the mean of 0.3 s of "E" is "E", and taking it
+    away leaves a generic short word: docs/BENCHMARKS.md, "Single words")."""
 
     mean: torch.Tensor  # (mel_bins,)
     std: torch.Tensor  # (mel_bins,)
     utterance_mean: bool = False
+    prior: torch.Tensor | None = None  # (mel_bins,): the training frames' average as recorded
+    prior_frames: int = 0
 
     def __post_init__(self) -> None:
         """Finite by construction: NaN statistics would silently turn every batch into NaN."""
-        shapes_agree = self.mean.dim() == 1 and self.mean.shape == self.std.shape
-        if not (shapes_agree and torch.isfinite(self.mean).all() and torch.isfinite(self.std).all()):
+        vectors = [self.mean, self.std] + ([] if self.prior is None else [self.prior])
+        shapes_agree = self.mean.dim() == 1 and all(vector.shape == self.mean.shape for vector in vectors)
+        if not (shapes_agree and all(torch.isfinite(vector).all() for vector in vectors)):
             raise LasError("feature normalisation statistics are not finite (feature values too large?)")
         if not (self.std > 0).all():
             raise LasError("feature normalisation statistics have a zero standard deviation")
+        if self.prior_frames and self.prior is None:
+            raise LasError("feature normalisation: prior_frames without the prior frame")
 
     @classmethod
-    def fit(cls, features: Iterable[torch.Tensor], utterance_mean: bool = False) -> Normalizer:
-        """One streaming pass: sums of values and squares (float64, so long corpora lose no
-        precision), each utterance read once and dropped."""
-        total = squares = torch.zeros(())
-        count = 0
+    def fit(cls, features: Iterable[torch.Tensor], utterance_mean: bool = False, prior_frames: int = 0) -> Normalizer:
+        """One streaming pass, each utterance read once and dropped (float64 sums, so long
+        corpora lose no precision). An utterance's mean is `a + b * prior` with `a` and `b` its
+        own, and the prior known only at the end, so the sums are kept as terms in it."""
+        prior_frames = prior_frames if utterance_mean else 0
+        raw = total = squares = cross = torch.zeros((), dtype=torch.float64)
+        count, pull, pull_squared = 0, 0.0, 0.0
         for item in features:
             item = item.double()
+            frames = item.shape[0]
+            raw = raw + item.sum(dim=0)
             if utterance_mean:
-                item = item - item.mean(dim=0)
+                weight = prior_frames / (frames + prior_frames)  # b: the prior's share of its mean
+                item = item - item.sum(dim=0) / (frames + prior_frames)  # x - a
+                cross = cross + weight * item.sum(dim=0)
+                pull, pull_squared = pull + frames * weight, pull_squared + frames * weight**2
             total = total + item.sum(dim=0)
             squares = squares + item.pow(2).sum(dim=0)
-            count += item.shape[0]
+            count += frames
         if count == 0:
             raise LasError("no feature frames to compute the normalisation statistics from")
+        prior = raw / count
+        # Sums of x - a - b * prior and of its square, from those of x - a.
+        total = total - pull * prior
+        squares = squares - 2 * prior * cross + pull_squared * prior.pow(2)
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
-        return cls(mean.float(), std.float(), utterance_mean)
+        return cls(mean.float(), std.float(), utterance_mean, prior.float() if prior_frames else None, prior_frames)
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """`(frames, mel_bins)` of one utterance -> the same, normalised."""
         if self.utterance_mean:
-            features = features - features.mean(dim=0)
+            own = features.sum(dim=0)
+            if self.prior is not None:
+                own = own + self.prior_frames * self.prior
+            features = features - own / (len(features) + self.prior_frames)
         return (features - self.mean) / self.std
 
-    def to_dict(self) -> dict[str, list[float] | bool]:
-        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "utterance_mean": self.utterance_mean}
+    def to_dict(self) -> dict[str, list[float] | bool | int | None]:
+        prior = None if self.prior is None else self.prior.tolist()
+        return {
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "utterance_mean": self.utterance_mean,
+            "prior": prior,
+            "prior_frames": self.prior_frames,
+        }
 
     @classmethod
     def from_dict(cls, values: dict) -> Normalizer:
-        """Checkpoints from before per-utterance normalisation have no `utterance_mean`."""
-        return cls(torch.tensor(values["mean"]), torch.tensor(values["std"]), bool(values.get("utterance_mean", False)))
+        """Checkpoints from before per-utterance normalisation have no `utterance_mean`, and those
+        from before its prior no `prior`."""
+        prior = values.get("prior")
+        return cls(
+            torch.tensor(values["mean"]),
+            torch.tensor(values["std"]),
+            bool(values.get("utterance_mean", False)),
+            None if prior is None else torch.tensor(prior),
+            int(values.get("prior_frames", 0)),
+        )

@@ -37,7 +37,7 @@ class Surroundings:
         features = config.features
         if not features.trim_surroundings:
             return None
-        margin = round(features.surroundings_seconds * 1000 / features.hop_ms)
+        margin = features.frames(features.surroundings_seconds)
         return cls(margin, config.train.augment.crop, config.train.augment.surroundings)
 
     def span(self, levels: Levels, generator: torch.Generator | None = None) -> tuple[int, int]:
