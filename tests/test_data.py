@@ -1,5 +1,4 @@
 import random
-from dataclasses import replace
 import statistics
 from pathlib import Path
 
@@ -8,7 +7,7 @@ import pytest
 import soundfile
 import torch
 
-from las.config import Config, DataConfig, FeatureConfig
+from las.config import DataConfig, FeatureConfig
 from las.data import extraction
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
@@ -179,7 +178,7 @@ def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_ex
     """With mean_prior_frames, each utterance's mean counts the corpus's average frame as that many
     frames: the normalised training frames still have zero mean and unit variance (the streaming
     fit's terms in the prior are exact), a long utterance is normalised almost as by its own mean,
-    and a short one keeps most of what sets it apart from the corpus, but not its loudness."""
+    and a short one keeps most of what sets it apart from the corpus."""
     generator = torch.Generator().manual_seed(0)
     features = [torch.randn(n, 4, generator=generator) * 3 + 5 for n in (10, 20, 30, 400)]
     normalizer = Normalizer.fit(features, utterance_mean=True, prior_frames=50)
@@ -192,7 +191,6 @@ def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_ex
     short = torch.randn(20, 4, generator=generator) + 5 + vowel
     assert own_mean(short).mean(0).abs().max() < 1e-5  # its own mean takes the spectrum away ...
     assert (normalizer(short).mean(0) * vowel).sum() > 0.5 * (vowel / normalizer.std).pow(2).sum()  # ... the prior not
-    torch.testing.assert_close(normalizer(short + 2.0), normalizer(short))  # louder, the same: the level is its own
     long = features[3]
     assert (normalizer(long) - own_mean(long)).abs().max() < 0.5
     restored = Normalizer.from_dict(normalizer.to_dict())

@@ -166,8 +166,7 @@ class Normalizer:
     With `prior_frames`, an utterance's mean counts the corpus's average frame (`prior`, as
     recorded) as that many frames of its own: a sentence's mean is mostly its own, while a word
     alone keeps the spectrum that tells it apart (the mean of 0.3 s of "E" is "E", and taking it
-    away leaves a generic short word: docs/BENCHMARKS.md, "A word alone keeps its spectrum"). Its
-    level, the mean over bins, is always its own: a gain is a channel too."""
+    away leaves a generic short word: docs/BENCHMARKS.md, "A word alone keeps its spectrum")."""
 
     mean: torch.Tensor  # (mel_bins,)
     std: torch.Tensor  # (mel_bins,)
@@ -200,8 +199,7 @@ class Normalizer:
             raw = raw + item.sum(dim=0)
             if utterance_mean:
                 weight = prior_frames / (frames + prior_frames)  # b: the prior's share of its mean
-                shrunk = item.sum(dim=0) / (frames + prior_frames)
-                item = item - (shrunk + (item.mean(dim=0) - shrunk).mean())  # x - a: its level its own
+                item = item - item.sum(dim=0) / (frames + prior_frames)  # x - a
                 cross = cross + weight * item.sum(dim=0)
                 pull, pull_squared = pull + frames * weight, pull_squared + frames * weight**2
             total = total + item.sum(dim=0)
@@ -210,10 +208,9 @@ class Normalizer:
         if count == 0:
             raise LasError("no feature frames to compute the normalisation statistics from")
         prior = raw / count
-        level_free = prior - prior.mean()  # an utterance's level is always its own
         # Sums of x - a - b * prior and of its square, from those of x - a.
-        total = total - pull * level_free
-        squares = squares - 2 * level_free * cross + pull_squared * level_free.pow(2)
+        total = total - pull * prior
+        squares = squares - 2 * prior * cross + pull_squared * prior.pow(2)
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
         return cls(mean.float(), std.float(), utterance_mean, prior.float() if prior_frames else None, prior_frames)
@@ -221,11 +218,10 @@ class Normalizer:
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """`(frames, mel_bins)` of one utterance -> the same, normalised."""
         if self.utterance_mean:
-            mean = own = features.mean(dim=0)
+            own = features.sum(dim=0)
             if self.prior is not None:
-                mean = (features.sum(dim=0) + self.prior_frames * self.prior) / (len(features) + self.prior_frames)
-                mean = mean + (own - mean).mean()  # its level its own
-            features = features - mean
+                own = own + self.prior_frames * self.prior
+            features = features - own / (len(features) + self.prior_frames)
         return (features - self.mean) / self.std
 
     def to_dict(self) -> dict[str, list[float] | bool | int | None]:
