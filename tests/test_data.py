@@ -1,4 +1,5 @@
 import random
+from dataclasses import replace
 import statistics
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 import soundfile
 import torch
 
-from las.config import DataConfig, FeatureConfig
+from las.config import Config, DataConfig, FeatureConfig
 from las.data import extraction
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
