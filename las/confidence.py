@@ -21,6 +21,7 @@ import torch
 from las.config import ConfidenceMeasure
 
 ENTROPY_ORDER = 1 / 3  # Tsallis's alpha: below 1, the entropy weighs the unlikely symbols more
+DIGITS = 4  # a confidence's precision, in the output and against decode.min_confidence alike
 
 
 def confidences(
@@ -56,7 +57,9 @@ def ctc_confidences(
 
 
 def word_confidence(characters: Sequence[float]) -> float:
-    return min(characters)
+    """Its least confident character's, rounded as written out: a threshold read off the output
+    (`--min-confidence 0.1219`) keeps the word it was read from."""
+    return round(min(characters), DIGITS)
 
 
 def overall_confidence(words: Sequence[float | None]) -> float | None:

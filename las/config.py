@@ -125,9 +125,8 @@ class FeatureConfig(Section):
     utterance_mean: bool = True
     # ... counting the training frames' average as this many seconds of the utterance's own: a
     # word alone keeps the spectrum that tells it apart (single words cut from AN4 dev: 30% -> 45%
-    # right at 0.3, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md). Off by
-    # default until a test that relies on the tiny model's words is revisited (test_confidence).
-    mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.0
+    # right, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md, "A word alone").
+    mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
     # Silence or background before and after the speech is cut to at most this much, in training
     # and decoding alike (las/data/surroundings.py): AN4's utterances open with about 0.33 s of
     # lead-in, while padded exports and phone apps bring seconds of it, which moved the

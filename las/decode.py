@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from las.checkpoint import load_checkpoint
-from las.confidence import overall_confidence
+from las.confidence import DIGITS, overall_confidence
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.files import check_writable, make_directory, write_text_atomically
@@ -101,7 +101,7 @@ def rated(segment: Segment) -> Segment:
 
 
 def rounded(confidence: float | None) -> float | None:
-    return None if confidence is None else round(confidence, 4)
+    return None if confidence is None else round(confidence, DIGITS)
 
 
 def json_score(score: float) -> float | None:

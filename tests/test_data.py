@@ -203,11 +203,11 @@ def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_ex
 def test_training_fits_the_mean_prior_of_its_setting_and_the_datasets_use_it(tiny_config: Config) -> None:
     from las.train import load_corpus
 
-    config = replace(tiny_config, features=replace(tiny_config.features, mean_prior_seconds=0.3))
-    corpus = load_corpus(config, None, None)
-    assert corpus.normalizer.prior_frames == 30 and corpus.normalizer.prior is not None
+    corpus = load_corpus(tiny_config, None, None)
+    assert corpus.normalizer.prior_frames == 30 and corpus.normalizer.prior is not None  # 0.3 s by default
     assert corpus.train.normalizer is corpus.normalizer and corpus.dev.normalizer is corpus.normalizer
-    assert load_corpus(tiny_config, None, None).normalizer.prior is None  # none by default
+    config = replace(tiny_config, features=replace(tiny_config.features, mean_prior_seconds=0.0))
+    assert load_corpus(config, None, None).normalizer.prior is None
 
 
 def test_bucket_sampler_covers_everything_once_with_little_padding() -> None:
