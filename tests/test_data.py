@@ -1,6 +1,6 @@
 import random
-from dataclasses import replace
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
