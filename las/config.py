@@ -342,6 +342,10 @@ class TrainConfig(Section):
     # gradient scaler (saved in checkpoints) for GPUs without bfloat16 (T4, P100).
     precision: Precision = "fp32"
     compile: bool = False  # torch.compile the speller step, which runs once per output character
+    # On CUDA, the LSTM speller's forward and backward as CUDA graphs, one per bucket of batch
+    # shapes (las/model/graphed_speller.py): its per-character kernels launched at once. One
+    # process, not with train.compile.
+    cuda_graphs: bool = False
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.
     checkpoint_minutes: Annotated[float, Range(0)] = 10.0
@@ -362,6 +366,12 @@ class TrainConfig(Section):
             )
         if self.init and self.speller_init:
             raise LasError("config keys 'train.init' and 'train.speller_init': choose one place to start from")
+        if self.cuda_graphs and self.compile:
+            raise LasError(
+                "config keys 'train.cuda_graphs' and 'train.compile': choose one way to speed up the speller"
+            )
+        if self.cuda_graphs and self.device == "cpu":
+            raise LasError("config key 'train.cuda_graphs': needs a CUDA device, not train.device=cpu")
 
     @property
     def frozen_parts(self) -> tuple[str, ...]:
@@ -433,6 +443,13 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def __post_init__(self) -> None:
+        if self.train.cuda_graphs and self.model.speller != "lstm":
+            raise LasError(
+                f"config key 'train.cuda_graphs': graphs the LSTM speller's loop; a {self.model.speller} speller "
+                "has none (it spells every character in one pass)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -50,9 +50,10 @@ def resolve_precision(device: torch.device, precision: str) -> str:
     return precision
 
 
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+def autocast(device: torch.device, precision: str, cache: bool = True) -> contextlib.AbstractContextManager:
     """Mixed precision for a forward pass (`precision` from `resolve_precision`): bf16 or fp16
-    autocast, or plain float32."""
+    autocast, or plain float32. Without `cache` (what capturing CUDA graphs needs), weights are
+    cast anew at each use instead of once per pass."""
     if precision in AUTOCAST_TYPES:
-        return torch.autocast(device.type, dtype=AUTOCAST_TYPES[precision])
+        return torch.autocast(device.type, dtype=AUTOCAST_TYPES[precision], cache_enabled=cache)
     return contextlib.nullcontext()

@@ -37,6 +37,7 @@ from las.inference import transcribe
 from las.initialisation import check_shared_characters, initialise
 from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
+from las.model.graphed_speller import GraphedSpeller
 from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.model.speller import Speller
@@ -322,6 +323,7 @@ class Trainer:
             else:  # one pass over all characters
                 speller.forward = torch.compile(speller.forward, dynamic=True)
         self.network = distributed.wrap(self.model, self.device)  # what training steps call
+        self.spell = self.graphed_speller() if config.train.cuda_graphs else None
         settings = config.train
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
@@ -350,6 +352,15 @@ class Trainer:
                     say(f"--init {settings.init}: {line}")
         if distributed.enabled and not restored:  # ranks share the model, not their dropout or masks
             torch.manual_seed(settings.seed + 1_000_003 * distributed.rank + self.progress.step)
+
+    def graphed_speller(self) -> GraphedSpeller:
+        """The speller's pass as CUDA graphs (train.cuda_graphs), where they can run."""
+        if self.device.type != "cuda":
+            raise LasError(f"config key 'train.cuda_graphs': needs a CUDA device, training runs on {self.device}")
+        if self.distributed.enabled:
+            raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
+        assert isinstance(self.model.speller, Speller)  # Config refuses graphs for the other spellers
+        return GraphedSpeller(self.model.speller, capture=True)
 
     def restore(self, checkpoint: Checkpoint) -> bool:
         """The training state of `checkpoint`; whether this rank's random state was in it (not
@@ -540,8 +551,9 @@ class Trainer:
                 settings.time_masks,
                 settings.time_mask_width,
             )
-        with autocast(self.device, self.precision):
-            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing)
+        # A CUDA graph cannot capture autocast's cache of cast weights.
+        with autocast(self.device, self.precision, cache=self.spell is None):
+            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell)
             return joint_loss(
                 output,
                 batch.targets_in,

@@ -82,22 +82,44 @@ def test_a_25_second_recording_decodes_whole_on_cuda(trained_run: dict[str, Path
     assert all(segment.end == pytest.approx(25.0, abs=0.02) for segment in result.segments)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "auto"])
-def test_training_on_cuda(tiny_config: Config, precision: str) -> None:
-    config = replace(tiny_config, train=replace(tiny_config.train, device="cuda", epochs=3, precision=precision))
+@pytest.mark.parametrize(
+    ("precision", "graphs"), [("fp32", False), ("bf16", False), ("fp16", False), ("auto", False), ("fp16", True)]
+)
+def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool) -> None:
+    settings = replace(tiny_config.train, device="cuda", epochs=3, precision=precision, cuda_graphs=graphs)
+    config = replace(tiny_config, train=settings)
     config = replace(config, data=replace(config.data, workers=2))
     run = train(config)
     assert load_checkpoint(run / "last.pt").training_state["progress"]["epoch"] == 3
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_a_resumed_cuda_run_continues_where_it_stopped(tiny_config: Config, tmp_path: Path, precision: str) -> None:
-    """Weights, optimiser, loss scaler (fp16) and random state carry over. Within a tolerance, not
-    bit for bit: CUDA's embedding and attention gradients are summed with atomics, in any order."""
+@pytest.mark.parametrize("case", ["location", "location_sampled", "monotonic_chunk"])
+def test_the_speller_captured_as_cuda_graphs_gives_the_eager_loss_and_gradients(case: str) -> None:
+    from .test_graphed_speller import assert_bucketed_pass_is_the_plain_one
+
+    for forcing in (1.0, 0.0):
+        assert_bucketed_pass_is_the_plain_one(case, forcing, torch.device("cuda"), capture=True)
+
+
+@pytest.mark.parametrize(
+    ("precision", "graphs"), [("fp32", False), ("bf16", False), ("fp16", False), ("fp32", True), ("bf16", True)]
+)
+def test_a_resumed_cuda_run_continues_where_it_stopped(
+    tiny_config: Config, tmp_path: Path, precision: str, graphs: bool
+) -> None:
+    """Weights, optimiser, loss scaler (fp16) and random state carry over, with the speller's
+    CUDA graphs too (captured anew after the resume). Within a tolerance, not bit for bit: CUDA's
+    embedding and attention gradients are summed with atomics, in any order."""
     from .test_train import final_weights, metrics, with_training
 
     straight = with_training(
-        tiny_config, device="cuda", precision=precision, epochs=3, warmup_steps=1, final_learning_rate_scale=1.0
+        tiny_config,
+        device="cuda",
+        precision=precision,
+        cuda_graphs=graphs,
+        epochs=3,
+        warmup_steps=1,
+        final_learning_rate_scale=1.0,
     )
     train(with_training(straight, out=str(tmp_path / "straight")))
     split = with_training(straight, epochs=2, out=str(tmp_path / "split"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -16,6 +17,8 @@ from las.model.transformer_speller import TransformerSpeller
 
 AnyListener = Listener | AttentionListener
 AnySpeller = Speller | TransformerSpeller
+# A speller's teacher-forced pass: logits and attention from the memory, targets_in and the rate.
+Spell = Callable[[ListenerOutput, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
 
 class LASOutput(NamedTuple):
@@ -50,9 +53,12 @@ class LAS(nn.Module):
         feature_lengths: torch.Tensor,  # (batch,)
         targets_in: torch.Tensor,  # (batch, steps)
         teacher_forcing: float = 1.0,
+        spell: Spell | None = None,
     ) -> LASOutput:
+        """With `spell`, the speller's pass as it runs the speller's weights (training's CUDA
+        graphs: las.model.graphed_speller)."""
         memory = self.listener(features, feature_lengths)
-        logits, attention = self.speller(memory, targets_in, teacher_forcing)
+        logits, attention = (spell or self.speller)(memory, targets_in, teacher_forcing)
         ctc_log_probs = None
         if self.ctc_head is not None:
             ctc_log_probs = self.ctc_head(memory.hidden).log_softmax(dim=-1).transpose(0, 1)

@@ -138,15 +138,17 @@ class Speller(nn.Module):
         return self.distribution(output, state.context), state
 
     def forward(
-        self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float = 1.0
+        self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float | torch.Tensor = 1.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits `(batch, steps, vocabulary)` and attention `(batch, steps, frames)` for `targets_in`.
 
         With `teacher_forcing` < 1 each utterance feeds back its own previous prediction with
         probability 1 - teacher_forcing per step (scheduled sampling, Bengio et al. 2015). The
         character distributions are computed once for all steps after the loop; a prediction to
-        feed back is taken from the same distribution without its gradient.
+        feed back is taken from the same distribution without its gradient. A rate given as a
+        tensor `()` always draws (a CUDA graph holds no branch on a value; las.model.graphed_speller).
         """
+        sampling = isinstance(teacher_forcing, torch.Tensor) or teacher_forcing < 1.0
         state = self.initial_state(memory)
         table, weights = self.token_gates(), self.recurrent_weights()  # table: (vocabulary, 4 * hidden)
         outputs, contexts, attention = [], [], []
@@ -154,7 +156,7 @@ class Speller(nn.Module):
         for step in range(targets_in.shape[1]):
             if step > 0:
                 tokens = targets_in[:, step]
-                if teacher_forcing < 1.0:
+                if sampling:
                     own = torch.rand(tokens.shape, device=tokens.device) >= teacher_forcing
                     with torch.no_grad():
                         predicted = self.distribution(outputs[-1], contexts[-1]).argmax(dim=-1)

@@ -1,0 +1,97 @@
+"""The speller's pass in shape buckets (las.model.graphed_speller) changes no number: padded to
+its bucket and cut back, every attention variant gives the unpadded pass's loss and gradients.
+This is what a CUDA graph replays; the capture itself is tested on a GPU (tests/test_cuda.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from las.config import Config, ModelConfig, load_config
+from las.errors import LasError
+from las.losses import joint_loss
+from las.model.graphed_speller import GraphedSpeller, bucket, bucket_shape, padded
+from las.model.las import LAS
+from tests.test_step_equivalence import CASES, INPUT_SIZE, SMALL, VOCABULARY, batch
+
+
+def test_buckets_hold_their_size_in_a_short_ladder() -> None:
+    sizes = range(1, 700)
+    rungs = {bucket(size) for size in sizes}
+    assert all(size <= bucket(size) < size * 1.25 + 8 for size in sizes)  # a quarter more at most, or a quantum
+    assert all(rung % 8 == 0 for rung in rungs) and len(rungs) <= 20
+    assert [bucket(size) for size in sizes] == sorted(bucket(size) for size in sizes)
+    assert [bucket_shape(rows, 30, 17)[0] for rows in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
+
+
+def test_padding_rows_attend_to_one_frame_and_real_rows_keep_their_mask() -> None:
+    from las.model.listener import ListenerOutput
+
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    memory = ListenerOutput(torch.randn(2, 3, 4), torch.randn(2, 3, 5), mask, torch.tensor([2, 1]), torch.empty(0))
+    keys, values, padded_mask, lengths, targets = padded(memory, torch.ones(2, 4, dtype=torch.long), (4, 8, 8))
+    assert keys.shape == (4, 8, 4) and values.shape == (4, 8, 5) and targets.shape == (4, 8)
+    assert torch.equal(padded_mask[:2, :3], mask) and not padded_mask[:2, 3:].any()
+    assert padded_mask[2:].sum(dim=1).tolist() == [1, 1] and lengths.tolist() == [2, 1, 1, 1]
+    assert not targets[:, 4:].any() and not targets[2:].any()
+
+
+@pytest.mark.parametrize("forcing", [1.0, 0.0])  # given characters; every one the model's own (no coin decides)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_bucketed_pass_gives_the_loss_and_gradients_of_the_plain_one(case: str, forcing: float) -> None:
+    assert_bucketed_pass_is_the_plain_one(case, forcing, torch.device("cpu"), capture=False)
+
+
+def assert_bucketed_pass_is_the_plain_one(case: str, forcing: float, device: torch.device, capture: bool) -> None:
+    """The loss, attention and every gradient of a step on `batch()`, through the plain speller and
+    through `GraphedSpeller` (twice: a captured graph's first pass and its replay)."""
+    settings, _ = CASES[case]
+    config = dataclasses.replace(ModelConfig(), **SMALL, **settings)
+    torch.manual_seed(0)
+    # Without the draws of dropout and monotonic attention's noise, whose shapes are the padded
+    # ones: the same numbers in another order. Gradients flow all the same.
+    model = LAS.build(config, INPUT_SIZE, VOCABULARY).to(device).eval()
+    data = {name: tensor.to(device) for name, tensor in batch().items()}
+    graphed = GraphedSpeller(model.speller, capture=capture)
+    results = []
+    for spell in (None, graphed, graphed):
+        model.zero_grad(set_to_none=True)
+        output = model(data["features"], data["feature_lengths"], data["targets_in"], forcing, spell)
+        assert output.logits.shape == (*data["targets_in"].shape, VOCABULARY)
+        loss, _ = joint_loss(output, data["targets_in"], data["targets_out"], data["target_lengths"], 0.3, 0.1)
+        loss.backward()
+        gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((loss.item(), output.attention.detach().clone(), gradients))
+    (loss, attention, gradients), *bucketed = results
+    for bucketed_loss, bucketed_attention, bucketed_gradients in bucketed:
+        assert bucketed_loss == pytest.approx(loss, rel=1e-5)
+        torch.testing.assert_close(bucketed_attention, attention)
+        assert bucketed_gradients.keys() == gradients.keys()
+        for name, gradient in gradients.items():
+            torch.testing.assert_close(bucketed_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["train.cuda_graphs=true", "train.compile=true"], "choose one way to speed up the speller"),
+        (["train.cuda_graphs=true", "train.device=cpu"], "needs a CUDA device"),
+        (["train.cuda_graphs=true", "model.speller=transformer"], "a transformer speller has none"),
+    ],
+)
+def test_cuda_graphs_with_settings_they_cannot_serve_are_refused(settings: list[str], message: str) -> None:
+    with pytest.raises(LasError, match=message):
+        load_config(None, settings)
+
+
+def test_cuda_graphs_without_a_gpu_stop_training_with_one_line(tiny_config: Config) -> None:
+    from las.train import train
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: tests/test_cuda.py trains with graphs")
+    settings = dataclasses.replace(tiny_config.train, device="auto", cuda_graphs=True)
+    config = dataclasses.replace(tiny_config, train=settings)
+    with pytest.raises(LasError, match="needs a CUDA device, training runs on cpu"):
+        train(config)
