@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -116,13 +117,15 @@ def throughput(
     device: str = "auto",
     precisions: str = "fp32",
     workers: int = Config().data.workers,
+    graphs: bool = typer.Option(False, help="Also las's batches with train.cuda_graphs, at each precision (CUDA)."),
 ) -> None:
     """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
     batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
     utterances, interleaved: length-bucketed batches as `las train` makes them (padded BLSTMs),
     random (unbucketed) padded batches, and bucketed batches on the packed BLSTM path
     (`pack_padded_sequence`); each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
-    share = time the step waited for its batch."""
+    share = time the step waited for its batch. With `graphs`, las's batches with the speller as
+    CUDA graphs too, after a first pass over them that captures every bucket (timed apart)."""
     from las.train import Trainer, load_corpus
 
     target = resolve_device(device)
@@ -135,10 +138,10 @@ def throughput(
         )
         corpus = load_corpus(config, None, None)
         trainers = {}
-        for precision in precisions.split(","):
+        for precision, graphed in itertools.product(precisions.split(","), [False, True] if graphs else [False]):
             torch.manual_seed(0)  # the same initial model for every precision
-            settings = corpus.config.replace([f"train.precision={precision}"])
-            trainers[precision] = Trainer(settings, corpus, Path(folder), None)
+            settings = corpus.config.replace([f"train.precision={precision}", f"train.cuda_graphs={graphed}"])
+            trainers[precision, graphed] = Trainer(settings, corpus, Path(folder), None)
     dataset = corpus.train
     lengths = dataset.frame_counts()
     bucketed = next(iter(trainers.values())).global_batches()
@@ -146,9 +149,9 @@ def throughput(
     size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
     unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
 
-    def epoch(batches: list[list[int]], packed: bool, precision: str) -> tuple[float, float]:
+    def epoch(batches: list[list[int]], packed: bool, precision: str, graphed: bool = False) -> tuple[float, float]:
         """Seconds waiting for batches, and in training steps."""
-        trainer = trainers[precision]
+        trainer = trainers[precision, graphed]
         for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
             layer.packed = packed
         loading = stepping = 0.0
@@ -164,13 +167,17 @@ def throughput(
             stepping += started - loaded
         return loading, stepping
 
-    variants = {}
+    variants, captures = {}, {}  # captures: seconds of each graphed variant's first pass
     for precision in precisions.split(","):
         variants |= {
             f"bucketed, padded ({precision}, las)": (bucketed, False, precision),
             f"unbucketed, padded ({precision})": (unbucketed, False, precision),
             f"bucketed, packed ({precision})": (bucketed, True, precision),
         }
+        if graphs:
+            name = f"bucketed, padded ({precision}, las, CUDA graphs)"
+            variants[name] = (bucketed, False, precision, True)
+            captures[name] = sum(epoch(*variants[name]))  # every bucket captured before the timed passes
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     peaks: dict[str, int] = {}
     epoch(bucketed[:2], False, precisions.split(",")[0])  # warm-up
@@ -191,7 +198,7 @@ def throughput(
     print(f"| batching | padded frames | seconds | frames/s | data loading share | {memory} |")
     print("| --- | --- | --- | --- | --- | --- |")
     medians = {}
-    for name, (batches, _, _) in variants.items():
+    for name, (batches, *_) in variants.items():
         padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in batches)
         total = statistics.median(loading + stepping for loading, stepping in timings[name])
         share = statistics.median(loading / (loading + stepping) for loading, stepping in timings[name])
@@ -201,6 +208,9 @@ def throughput(
             f"{peaks[name]:,} |"
         )
     print()
+    for name, seconds in captures.items():
+        graphed = medians[name] / medians[name.replace(", CUDA graphs", "")]
+        print(f"{name}: {1 / graphed:.2f}x the frames/s of the eager speller; first pass (capturing) {seconds:.1f} s")
     for precision in precisions.split(","):
         las = medians[f"bucketed, padded ({precision}, las)"]
         print(

@@ -3,7 +3,8 @@
 # (the `device` tool; its image has torch and torchaudio, the other wheels travel in .whl/ as
 # /work/.library/device/README.md describes). Each phase fits one 10-minute call:
 #
-#   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, a step profiled
+#   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
+#                                      # graphs (with nvidia-smi utilisation), a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
 #   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
@@ -41,8 +42,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 case "$phase" in
 check)
     python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
-    python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --utterances 848 \
+    # GPU utilisation every 200 ms while the variants run (eager and graphed speller, interleaved).
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
+    sampler=$!
+    python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --graphs --utterances 848 \
         | tee "$out/throughput.md"
+    kill "$sampler"
     for listener in --packed --no-packed; do python3 scripts/benchmark.py profile $listener; done | tee "$out/profile.txt"
     ;;
 train)
