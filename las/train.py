@@ -360,7 +360,8 @@ class Trainer:
         if self.distributed.enabled:
             raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
         assert isinstance(self.model.speller, Speller)  # Config refuses graphs for the other spellers
-        return GraphedSpeller(self.model.speller, capture=True)
+        data = self.config.data
+        return GraphedSpeller(self.model.speller, capture=True, most_rows=0 if data.batch_frames else data.batch_size)
 
     def restore(self, checkpoint: Checkpoint) -> bool:
         """The training state of `checkpoint`; whether this rank's random state was in it (not

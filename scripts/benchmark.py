@@ -25,6 +25,8 @@
 
 from __future__ import annotations
 
+import collections
+import csv
 import importlib.util
 import itertools
 import json
@@ -44,10 +46,10 @@ import torch
 import typer
 
 from las.checkpoint import Checkpoint, load_checkpoint
-from las.config import Config
+from las.config import Config, load_config
 from las.data.cache import FeatureCache
 from las.data.checked_shards import FILE_NAME as CHECKED_SHARDS
-from las.data.dataset import Batch, SpeechDataset
+from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
 from las.device import resolve_device
@@ -327,6 +329,53 @@ def step(
         step_table(results)
 
 
+@app.command()
+def buckets(
+    manifest: Path = Path("data/an4/train.tsv"),
+    config: Path | None = typer.Option(None, help="A recipe (las train --config), for its batches and pyramid."),
+    epochs: int = 3,
+) -> None:
+    """The shape buckets of `train.cuda_graphs` (las.model.graphed_speller) over `epochs` epochs of
+    the batches `las train` composes for a TSV manifest (frames from its durations, characters
+    from its transcripts; no features are read): how many graphs training captures, and the work
+    the bucket padding adds to the speller's, in character steps (rows x characters) and in
+    attention cells (x encoder frames), beside the batches' own padding."""
+    from las.model.graphed_speller import bucket_shape
+
+    settings = load_config(config)
+    rows = list(csv.DictReader(manifest.open(), delimiter="\t"))
+    frames = [settings.features.frames(float(row["duration_s"])) for row in rows]
+    reduction = 2**settings.model.pyramid_layers
+    encoder = [-(-count // reduction) for count in frames]  # each pyramid layer rounds up
+    characters = [len(row["text"]) + 1 for row in rows]  # <sos> and the characters, or them and <eos>
+    sampler = BucketBatchSampler.for_training(frames, settings.data, settings.train.seed)
+    most_rows = 0 if settings.data.batch_frames else settings.data.batch_size  # as train.Trainer sets it
+    work = {"own": [0, 0], "batch": [0, 0], "bucket": [0, 0]}  # character steps, attention cells
+    shapes: collections.Counter[tuple[int, int, int]] = collections.Counter()
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        for batch in sampler.batches():
+            longest = max(encoder[index] for index in batch), max(characters[index] for index in batch)
+            shape = bucket_shape(len(batch), *longest, most_rows)
+            shapes[shape] += 1
+            for name, (steps, cells) in {
+                "own": (sum(characters[i] for i in batch), sum(characters[i] * encoder[i] for i in batch)),
+                "batch": (len(batch) * longest[1], len(batch) * longest[1] * longest[0]),
+                "bucket": (shape[0] * shape[2], shape[0] * shape[2] * shape[1]),
+            }.items():
+                work[name][0] += steps
+                work[name][1] += cells
+    batches = sum(shapes.values())
+    print(f"{manifest}: {len(rows)} utterances, {batches // epochs} batches per epoch, {epochs} epochs\n")
+    common = sum(count for _, count in shapes.most_common(10)) / batches
+    print(f"distinct buckets (graphs captured): {len(shapes)}; the 10 commonest hold {common:.0%} of the batches")
+    print("\n| padded to | character steps | x own | attention cells | x own |\n| --- | --- | --- | --- | --- |")
+    for name, (steps, cells) in work.items():
+        print(f"| {name} | {steps:,} | {steps / work['own'][0]:.2f} | {cells:,} | {cells / work['own'][1]:.2f} |")
+    largest = max(shapes, key=lambda shape: shape[0] * shape[1] * shape[2])
+    print(f"\nlargest bucket (rows, encoder frames, characters): {largest}")
+
+
 def save_batch(path: Path, seconds: float, utterances: int) -> Batch:
     """The `utterances` AN4 training utterances closest to `seconds` long, as one batch saved to
     `path` with the vocabulary's symbols."""
@@ -442,7 +491,7 @@ def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
 OPEN_CACHE = """
 import resource, sys, time
 started = time.perf_counter()
-from las.config import Config
+from las.config import Config, load_config
 from las.data.cache import FeatureCache
 from las.data.manifest import read_utterances
 utterances = read_utterances(sys.argv[2])

@@ -23,7 +23,8 @@ def test_buckets_hold_their_size_in_a_short_ladder() -> None:
     assert all(size <= bucket(size) < size * 1.25 + 8 for size in sizes)  # a quarter more at most, or a quantum
     assert all(rung % 8 == 0 for rung in rungs) and len(rungs) <= 20
     assert [bucket(size) for size in sizes] == sorted(bucket(size) for size in sizes)
-    assert [bucket_shape(rows, 30, 17)[0] for rows in (1, 2, 3, 5, 16, 17)] == [1, 2, 4, 8, 16, 32]
+    assert [bucket_shape(rows, 30, 17)[0] for rows in (1, 2, 3, 6, 16, 17)] == [1, 2, 3, 7, 19, 19]
+    assert [bucket_shape(rows, 30, 17, most_rows=16)[0] for rows in (6, 13, 16)] == [7, 15, 16]  # a full batch
 
 
 def test_padding_rows_attend_to_one_frame_and_real_rows_keep_their_mask() -> None:

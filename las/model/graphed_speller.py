@@ -45,9 +45,11 @@ def bucket(size: int, ratio: float = RATIO, quantum: int = QUANTUM) -> int:
     return rung
 
 
-def bucket_shape(rows: int, frames: int, characters: int) -> Shape:
-    """The bucket a batch of this shape is padded to; rows by powers of two."""
-    return bucket(rows, 2.0, 1), bucket(frames), bucket(characters)
+def bucket_shape(rows: int, frames: int, characters: int, most_rows: int = 0) -> Shape:
+    """The bucket a batch of this shape is padded to; never more rows than a batch can have
+    (`most_rows`, 0 for no bound): batches by count are all full but the last."""
+    rows_bucket = bucket(rows, quantum=1)
+    return min(rows_bucket, most_rows or rows_bucket), bucket(frames), bucket(characters)
 
 
 def padded(memory: ListenerOutput, targets_in: torch.Tensor, shape: Shape) -> tuple[torch.Tensor, ...]:
@@ -90,16 +92,17 @@ class GraphedSpeller:
     batch's bucket. With `capture` (CUDA), each bucket's pass is a CUDA graph, captured the first
     time the bucket comes; without, the padded pass runs as it is (what the graph holds)."""
 
-    def __init__(self, speller: Speller, capture: bool) -> None:
+    def __init__(self, speller: Speller, capture: bool, most_rows: int = 0) -> None:
         self.speller = speller
         self.capture = capture
+        self.most_rows = most_rows  # rows of the largest batch (0: unbounded)
         self.passes: dict[Shape, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
 
     def __call__(
         self, memory: ListenerOutput, targets_in: torch.Tensor, teacher_forcing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         (rows, steps), frames = targets_in.shape, memory.keys.shape[1]
-        shape = bucket_shape(rows, frames, steps)
+        shape = bucket_shape(rows, frames, steps, self.most_rows)
         inputs = (*padded(memory, targets_in, shape), torch.tensor(float(teacher_forcing), device=targets_in.device))
         if shape not in self.passes:
             self.passes[shape] = self.captured(inputs) if self.capture else TeacherForcedPass(self.speller)
