@@ -6,7 +6,8 @@
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
 #                                      # graphs (with nvidia-smi utilisation), a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
-#   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU, batched vs reference beam
+#   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU; the default decoding of
+#                                      # dev and the long-form recordings, GPU against CPU
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
 #   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
 #   bash scripts/gpu.sh surroundings "$OUT" NAME        # their surroundings table: padding, crops, single words
@@ -59,6 +60,20 @@ train)
 decode)
     python3 scripts/benchmark.py strategies runs/gpu/best.pt data/an4/dev.tsv --device cuda \
         | tee "$out/strategies.md"
+    # The default decoding (beam 8 + CTC) of AN4 dev and of the long-form recordings (30-55 s,
+    # cut at pauses as by default) through `las decode`, on the GPU and on the CPU: the
+    # real-time factors (each command's last line) and how many transcripts differ.
+    [ -f runs/longform/sets/speakers.tsv ] || python3 scripts/longform.py build > /dev/null
+    for manifest in data/an4/dev.tsv runs/longform/sets/speakers.tsv; do
+        name=$(basename "$manifest" .tsv)
+        for device in cuda cpu; do
+            echo "$name on $device:" | tee -a "$out/decode.txt"
+            python3 -m las decode runs/gpu/best.pt "$manifest" --device "$device" --out "$out/$name-$device.csv" \
+                2>&1 | tail -n 1 | tee -a "$out/decode.txt"
+        done
+        echo "$name: $(diff "$out/$name-cuda.csv" "$out/$name-cpu.csv" | grep -c '^<' || true) transcripts differ" \
+            | tee -a "$out/decode.txt"
+    done
     ;;
 seeds)
     name=${3:?run name}
