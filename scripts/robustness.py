@@ -36,12 +36,14 @@ separate processes, side by side, are then tabled together at once.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import itertools
 import json
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import soundfile
@@ -308,24 +310,31 @@ def share_right(hypotheses: dict[str, str], references: dict[str, str]) -> float
     return 100 * statistics.mean(hypotheses[key] == text for key, text in references.items())
 
 
-def surroundings_rates(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
-    """CER of the unpadded dev set and of every surroundings set, and the share of words right."""
+def surroundings_rates(
+    checkpoint: Path, sets: Path, settings: list[str], device: str, names: list[str]
+) -> dict[str, dict]:
+    """CER of the unpadded dev set and of each surroundings set of `names`, and the share of
+    recordings decoded right (single words too by kind), each set kept apart (`kept`), so that a
+    later call for more sets reuses these."""
 
-    def compute() -> dict[str, dict]:
-        rates, right = {"unpadded": character_error_rate(transcribe(checkpoint, DEV, settings, device), DEV)}, {}
-        for name in PADDING + CROPS:
-            manifest = sets / f"{name}.tsv"
-            hypotheses = transcribe(checkpoint, manifest, settings, device)
-            rates[name] = character_error_rate(hypotheses, manifest)
-            references = read_transcripts(manifest)
-            right[name] = share_right(hypotheses, references)
-            if name.startswith("words"):
-                for kind in WORD_KINDS:
-                    mine = {key: text for key, text in references.items() if word_kind(text) == kind}
-                    right[f"{name}: {kind}"] = share_right(hypotheses, mine)
-        return {"rates": rates, "right": right}
+    def compute(name: str) -> dict[str, float]:
+        manifest = DEV if name == "unpadded" else sets / f"{name}.tsv"
+        hypotheses = transcribe(checkpoint, manifest, settings, device)
+        references = read_transcripts(manifest)
+        result = {"rate": character_error_rate(hypotheses, manifest), "right": share_right(hypotheses, references)}
+        if name.startswith("words"):
+            for kind in WORD_KINDS:
+                mine = {key: text for key, text in references.items() if word_kind(text) == kind}
+                result[f"right: {kind}"] = share_right(hypotheses, mine)
+        return result
 
-    return kept(checkpoint, "surroundings", settings, compute)
+    # One record per set: the set's name joins the settings in the key.
+    found = {name: kept(checkpoint, "surroundings", [*settings, f"({name})"], partial(compute, name)) for name in names}
+    rates = {name: result["rate"] for name, result in found.items()}
+    right = {name: result["right"] for name, result in found.items()}
+    for name, result in found.items():
+        right |= {f"{name}: {kind}": result[f"right: {kind}"] for kind in WORD_KINDS if f"right: {kind}" in result}
+    return {"rates": rates, "right": right}
 
 
 @app.command("surroundings")
@@ -334,18 +343,22 @@ def measure_surroundings(
     sets: Path = SURROUNDINGS,
     settings: list[str] = typer.Option([], "--set", help="decode.* (or features.*) settings for every decoding."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+    only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns (e.g. 'words*')."),
 ) -> None:
     """CER per surroundings condition with the default decoding, over the checkpoints (seeds)."""
-    results = [surroundings_rates(checkpoint, sets, settings, device) for checkpoint in checkpoints]
+    names = ["unpadded"] + [
+        name for name in PADDING + CROPS if not only or any(fnmatch.fnmatch(name, pattern) for pattern in only)
+    ]
+    results = [surroundings_rates(checkpoint, sets, settings, device, names) for checkpoint in checkpoints]
     unpadded = statistics.mean(result["rates"]["unpadded"] for result in results)
     print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x unpadded: ratio of means\n")
     print("| condition | CER | x unpadded | recordings exactly right, % |")
     print("| --- | --- | --- | --- |")
-    for name in ["unpadded", *PADDING, *CROPS]:
+    for name in names:
         rates = [result["rates"][name] for result in results]
         right = summary([result["right"][name] for result in results]) if name != "unpadded" else ""
         print(f"| {name} | {summary(rates)} | {statistics.mean(rates) / unpadded:.2f} | {right} |")
-    for name in [f"{crop}: {kind}" for crop in CROPS if crop.startswith("words") for kind in WORD_KINDS]:
+    for name in [f"{crop}: {kind}" for crop in names if crop.startswith("words") for kind in WORD_KINDS]:
         print(f"| {name} | | | {summary([result['right'][name] for result in results])} |")
 
 
