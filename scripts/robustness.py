@@ -183,6 +183,10 @@ def code_digest() -> str:
     return digest.hexdigest()[:12]
 
 
+# Of las as this process loaded it: a file edited while a measurement runs does not label its results.
+CODE = code_digest()
+
+
 def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
     """One checkpoint's CER per decoding and condition, and its greedy overruns (and the longest
     text decoded from each recording without speech), kept beside it (`kept`)."""
@@ -287,7 +291,7 @@ def kept(checkpoint: Path, kind: str, settings: list[str], compute: Callable[[],
     settings, the checkpoint's time and las's code: seeds measured by separate processes are then
     tabled together at once, and nothing measured with other code is reused."""
     record = checkpoint.with_suffix(f".{kind}.json")
-    key = f"{checkpoint.stat().st_mtime_ns} {code_digest()} {' '.join(settings)}"
+    key = f"{checkpoint.stat().st_mtime_ns} {CODE} {' '.join(settings)}"
     saved = json.loads(record.read_text()) if record.exists() else {}
     if key not in saved:
         saved[key] = compute()
