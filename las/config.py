@@ -127,8 +127,8 @@ class FeatureConfig(Section):
     # word alone keeps the spectrum that tells it apart (single words cut from AN4 dev: 30% -> 45%
     # right, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md, "A word alone").
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
-    # Silence or background before and after the speech is cut to at most this much, in training
-    # and decoding alike (las/data/surroundings.py): AN4's utterances open with about 0.33 s of
+    # Silence or background before and after the speech is cut to at most this much in training
+    # (decode.surroundings_seconds at decoding; las/data/surroundings.py): AN4's utterances open with about 0.33 s of
     # lead-in, while padded exports and phone apps bring seconds of it, which moved the
     # per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
     trim_surroundings: bool = True
@@ -431,6 +431,13 @@ class DecodeConfig(Section):
     # `las pretrain` (same vocabulary).
     lm: Annotated[str, Flag("--lm", "Character LM (from las pretrain) for shallow fusion.")] = ""
     lm_weight: Annotated[float, Range(0), Flag("--lm-weight", "LM fusion weight.")] = 0.0
+    # Of what surrounds the speech, at most this much is heard at decoding (and in training's dev
+    # passes), within features.surroundings_seconds: training utterances often end sooner after
+    # their words than the training margin (AN4: 0.2 s at the median), and a padded recording
+    # heard with the whole margin ended in more background than the model knew (3 seeds: its own
+    # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
+    # "What surrounds the speech at decoding").
+    surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
     seed: int = 0

@@ -105,7 +105,7 @@ class Recognizer:
         self.device = resolve_device(str(device)) if checkpoint.export is None else run_on(device)
         self.model = checkpoint.build_model(self.device)
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
-        self.surroundings = Surroundings.of(self.config)
+        self.surroundings = Surroundings.of(self.config, decoding=True)
         self.timing = Timing(0.0, 0.0)
 
     @classmethod
@@ -161,7 +161,7 @@ class Recognizer:
     ) -> list[Result]:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
-        audio to its speech and the model's margin around it (`features.surroundings_seconds`),
+        audio to its speech and the decoding margin around it (`decode.surroundings_seconds`),
         and every piece of every recording is decoded in the same length-bucketed batches. A recording whose log-mel
         features come `from_audio` (all, by default) and hold no speech — silence, steady noise —
         gives no text, rather than what the decoder makes of noise; precomputed features of

@@ -172,7 +172,12 @@ def load_corpus(
     if config.model.ctc_weight > 0:
         warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)
     dev_set = SpeechDataset.from_utterances(
-        dev_utterances, dev_features, normalizer, vocabulary, with_targets=False, surroundings=surroundings
+        dev_utterances,
+        dev_features,
+        normalizer,
+        vocabulary,
+        with_targets=False,
+        surroundings=Surroundings.of(config, decoding=True),
     )
     return Corpus(train_set, dev_set, normalizer, config)
 

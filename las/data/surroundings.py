@@ -32,13 +32,16 @@ class Surroundings:
     extend: float = 0.0  # probability that it hears more of its background instead (see `heard`)
 
     @classmethod
-    def of(cls, config: Config) -> Surroundings | None:
-        """The front end's policy for features computed from audio; None where it is off."""
+    def of(cls, config: Config, decoding: bool = False) -> Surroundings | None:
+        """The front end's policy for features computed from audio, in training or, with
+        `decoding`, for what is decoded (dev passes too); None where it is off."""
         features = config.features
         if not features.trim_surroundings:
             return None
-        margin = features.frames(features.surroundings_seconds)
-        return cls(margin, config.train.augment.crop, config.train.augment.surroundings)
+        seconds = features.surroundings_seconds
+        if decoding:
+            seconds = min(seconds, config.decode.surroundings_seconds)
+        return cls(features.frames(seconds), config.train.augment.crop, config.train.augment.surroundings)
 
     def span(self, levels: Levels, generator: torch.Generator | None = None) -> tuple[int, int]:
         """`[start, end)` frames of a recording with these `levels` to hear: its speech with at most
