@@ -21,7 +21,7 @@ from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
-from las.data.augment import WaveformAugmentation, spec_augment
+from las.data.augment import WaveformAugmentation
 from las.data.cache import FeatureCache
 from las.data.dataset import Batch, BatchDraws, BucketBatchSampler, Sources, SpeechDataset
 from las.data.excerpts import WordExcerpts
@@ -29,33 +29,22 @@ from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances
 from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
-from las.device import autocast, resolve_precision
 from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, write_text_atomically
 from las.inference import transcribe
 from las.initialisation import check_shared_characters, initialise
-from las.losses import joint_loss
 from las.metrics import character_error_rate, word_error_rate
-from las.model.graphed_speller import GraphedSpeller
 from las.model.las import LAS
 from las.model.pretrained import load_speller
-from las.model.speller import Speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
+from las.optimisation import Optimisation
 from las.plots import plot_hypothesis
 from las.progress import progress_bar, say, warn
 from las.search import GreedySearch, Hypothesis, Rules, Symbols
 from las.stopping import StopRequests
 from las.text import Vocabulary, characters_of
 from las.threads import follow_load
-
-
-def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_scale: float) -> float:
-    """Linear warm-up, then cosine decay to `final_scale` at `total_steps`."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return final_scale + (1 - final_scale) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 def teacher_forcing_rate(epoch: int, final_rate: float, decay_epochs: int) -> float:
@@ -293,7 +282,8 @@ class Step:
 
 
 class Trainer:
-    """One run: the model, its optimizer and schedules, the data, and where training stands.
+    """One run: the model and its steps (`las.optimisation`), the data, the epochs, checkpoints
+    and reports, and where training stands.
 
     Under `torchrun` there is one Trainer per rank: all hold the same model and batch list, each
     trains on its shard of every global batch and decodes its shard of dev; rank 0 writes.
@@ -314,33 +304,13 @@ class Trainer:
         self.out = out
         self.distributed = distributed
         self.device = distributed.start(config.train.device)
-        self.precision = resolve_precision(self.device, config.train.precision)
-        # fp16 gradients underflow unscaled; the scaler is a no-op in every other precision.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
         self.vocabulary = corpus.train.vocabulary
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
-        if config.train.compile:
-            # Many small kernels per output character (Speller.advance): what compilation fuses. Shapes vary by batch.
-            speller = self.model.speller
-            if isinstance(speller, Speller):
-                speller.advance = torch.compile(speller.advance, dynamic=True)
-            else:  # one pass over all characters
-                speller.forward = torch.compile(speller.forward, dynamic=True)
-        self.network = distributed.wrap(self.model, self.device)  # what training steps call
-        self.spell = self.graphed_speller() if config.train.cuda_graphs else None
         settings = config.train
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
-        )
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda step: learning_rate_scale(
-                step, settings.warmup_steps, total_steps, settings.final_learning_rate_scale
-            ),
-        )
+        self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps)
         self.search = GreedySearch(Symbols.of(self.vocabulary), Rules.of(config.decode))
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
@@ -358,16 +328,6 @@ class Trainer:
         if distributed.enabled and not restored:  # ranks share the model, not their dropout or masks
             torch.manual_seed(settings.seed + 1_000_003 * distributed.rank + self.progress.step)
 
-    def graphed_speller(self) -> GraphedSpeller:
-        """The speller's pass as CUDA graphs (train.cuda_graphs), where they can run."""
-        if self.device.type != "cuda":
-            raise LasError(f"config key 'train.cuda_graphs': needs a CUDA device, training runs on {self.device}")
-        if self.distributed.enabled:
-            raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
-        assert isinstance(self.model.speller, Speller)  # Config refuses graphs for the other spellers
-        data = self.config.data
-        return GraphedSpeller(self.model.speller, capture=True, most_rows=0 if data.batch_frames else data.batch_size)
-
     def restore(self, checkpoint: Checkpoint) -> bool:
         """The training state of `checkpoint`; whether this rank's random state was in it (not
         when it was saved by another number of processes)."""
@@ -378,9 +338,7 @@ class Trainer:
                 f"{self.out / 'last.pt'}: model settings differ from the checkpoint's; resume with the same model.*"
             ) from None
         try:
-            self.optimizer.load_state_dict(checkpoint.training_state["optimizer"])
-            self.scheduler.load_state_dict(checkpoint.training_state["scheduler"])
-            self.scaler.load_state_dict(checkpoint.training_state.get("scaler", {}))
+            self.optimisation.load_state_dict(checkpoint.training_state)
             self.progress = Progress(**checkpoint.training_state["progress"])
             return restore_rng(self.progress.rng, self.distributed)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
@@ -397,12 +355,7 @@ class Trainer:
             return
         self.saved_at = time.monotonic()
         self.progress.rng = {"ranks": ranks}
-        state = {
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "progress": vars(self.progress),
-        }
+        state = {**self.optimisation.state_dict(), "progress": vars(self.progress)}
         save_checkpoint(path, self.config, self.vocabulary, self.corpus.normalizer, self.model, state)
 
     def global_batches(self) -> list[list[int]]:
@@ -457,7 +410,7 @@ class Trainer:
         """The training batches of epoch `progress.epoch + 1`, from `progress.batch_in_epoch` on;
         True when it stopped early on a stop request (after a whole batch)."""
         settings, progress, distributed = self.config.train, self.progress, self.distributed
-        self.network.train()
+        self.optimisation.network.train()
         self.sampler.set_epoch(progress.epoch)
         batches = self.global_batches()[progress.batch_in_epoch :]
         epoch_batches = progress.batch_in_epoch + len(batches)
@@ -481,7 +434,7 @@ class Trainer:
                             step.parts, step.learning_rate, forcing, step.gradient_norm, step.frames,
                         )
                     )  # fmt: skip
-                elif self.scaler.is_enabled() and math.isfinite(step.loss):
+                elif self.optimisation.scaler.is_enabled() and math.isfinite(step.loss):
                     progress.batch_in_epoch += 1  # fp16 gradients overflowed: a smaller scale, this batch lost
                 else:
                     self.skip_bad_batch()
@@ -503,7 +456,7 @@ class Trainer:
         the loss, gradients clipped to `train.gradient_clip`, and the update with the learning
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
-        loss, parts = self.batch_loss(batch, indices, forcing, augment)
+        loss, parts = self.optimisation.loss(batch, self.corpus.train.target_lengths(indices), forcing, augment)
         # One reduction gives every rank the global batch's loss, its parts and frame count,
         # and whether any rank was asked to stop or to save: all act on them together.
         total, frames, stop, save, *values = distributed.sum(
@@ -515,60 +468,17 @@ class Trainer:
                 *parts.values(),
             ]
         )
-        self.optimizer.zero_grad(set_to_none=True)
-        norm = learning_rate = math.nan
-        if math.isfinite(total):
-            self.scaler.scale(loss * distributed.world_size).backward()  # DDP averages over ranks
-            self.drop_frozen_gradients()
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients
-            norm = clip_gradients(self.model, self.config.train.gradient_clip)
-        if math.isfinite(norm):
-            learning_rate = self.scheduler.get_last_lr()[0]
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
-        elif self.scaler.is_enabled() and math.isfinite(total):
-            self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
+        finite = loss if math.isfinite(total) else None
+        norm, learning_rate = self.optimisation.update(finite, distributed.world_size, self.frozen_parts())
         named_parts = dict(zip(parts, values, strict=True))
         return Step(total, named_parts, int(frames), norm, learning_rate, bool(stop), bool(save))
 
-    def drop_frozen_gradients(self) -> None:
-        """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs:
-        without a gradient, Adam leaves them as they are."""
+    def frozen_parts(self) -> tuple[str, ...]:
+        """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs."""
         settings = self.config.train
         if settings.freeze_epochs and self.progress.epoch >= settings.freeze_epochs:
-            return
-        for name, parameter in self.model.named_parameters():
-            if name.split(".")[0] in settings.frozen_parts:
-                parameter.grad = None
-
-    def batch_loss(
-        self, batch: Batch, indices: list[int], forcing: float, augment: bool
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """This rank's share of the global batch `indices`' loss, and its parts for the log."""
-        settings = self.config.train
-        features = batch.features
-        if augment:
-            features = spec_augment(
-                features,
-                batch.feature_lengths,
-                settings.frequency_masks,
-                settings.frequency_mask_width,
-                settings.time_masks,
-                settings.time_mask_width,
-            )
-        # A CUDA graph cannot capture autocast's cache of cast weights.
-        with autocast(self.device, self.precision, cache=self.spell is None):
-            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell)
-            return joint_loss(
-                output,
-                batch.targets_in,
-                batch.targets_out,
-                batch.target_lengths,
-                self.config.model.ctc_weight,
-                settings.label_smoothing,
-                self.corpus.train.target_lengths(indices),  # ranks' losses add up to the global batch's
-            )
+            return ()
+        return settings.frozen_parts
 
     def skip_bad_batch(self) -> None:
         """Skip a batch whose loss or gradient is not finite; too many of them stop training."""
@@ -612,7 +522,8 @@ class Trainer:
         dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot, self.distributed)
         dev_cer = dev.cer
         seconds = progress.train_seconds + time.perf_counter() - started
-        record = epoch_record(progress, dev, seconds, self.scheduler.get_last_lr()[0], self.config.train)
+        learning_rate = self.optimisation.scheduler.get_last_lr()[0]
+        record = epoch_record(progress, dev, seconds, learning_rate, self.config.train)
         self.progress = progress.next_epoch(dev_cer, seconds)
         dropped = []
         if self.distributed.is_main:
@@ -690,11 +601,6 @@ def epoch_record(
         "bad_batches": progress.bad_batches,
         "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
-
-
-def clip_gradients(model: LAS, limit: float) -> float:
-    """Clip the gradient norm to `limit`; the norm before clipping (not finite: nothing to step on)."""
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
 
 
 def evaluate_dev(

@@ -520,12 +520,12 @@ def test_last_pt_is_saved_mid_epoch_every_few_minutes(tiny_config: Config, monke
 
 
 def test_a_second_signal_stops_at_once_without_saving(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    from las import train as train_module
+    from las.optimisation import Optimisation
 
     def interrupted_twice(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # what StopRequests raises on a second signal
 
-    monkeypatch.setattr(train_module.Trainer, "batch_loss", interrupted_twice)
+    monkeypatch.setattr(Optimisation, "loss", interrupted_twice)
     with pytest.raises(LasError, match="interrupted twice: stopped at once without saving"):
         train(tiny_config)
     assert not (Path(tiny_config.train.out) / "last.pt").exists()

@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from las import optimisation as optimisation_module
 from las import train as train_module
 from las.checkpoint import load_checkpoint
 from las.config import AugmentConfig, Config
 from las.device import bf16_supported, resolve_precision
 from las.errors import LasError
-from las.train import learning_rate_scale, teacher_forcing_rate, train
+from las.optimisation import learning_rate_scale
+from las.train import teacher_forcing_rate, train
 
 
 def with_training(config: Config, **changes: object) -> Config:
@@ -101,7 +103,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     )
     train(config)
     interrupted = with_training(config, out=str(tmp_path / "interrupted"))
-    original = train_module.clip_gradients
+    original = optimisation_module.clip_gradients
     calls = {"count": 0}
 
     def signal_during_sixth_step(*arguments: object) -> bool:
@@ -110,7 +112,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
             os.kill(os.getpid(), stop_signal)
         return original(*arguments)
 
-    monkeypatch.setattr(train_module, "clip_gradients", signal_during_sixth_step)
+    monkeypatch.setattr(optimisation_module, "clip_gradients", signal_during_sixth_step)
     name = signal.Signals(stop_signal).name
     with pytest.raises(
         LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 3; continue with --resume"
@@ -118,7 +120,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
         train(interrupted)
     progress = load_checkpoint(tmp_path / "interrupted" / "last.pt").training_state["progress"]
     assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 3, 7)
-    monkeypatch.setattr(train_module, "clip_gradients", original)
+    monkeypatch.setattr(optimisation_module, "clip_gradients", original)
     train(interrupted, resume=True)
     assert_identical_runs(tmp_path / "straight", tmp_path / "interrupted")
 
@@ -133,8 +135,8 @@ def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tiny_config: Config) -
 
 
 def test_non_finite_losses_are_skipped_then_stop_training(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_loss = train_module.joint_loss
-    monkeypatch.setattr(train_module, "joint_loss", lambda *a, **k: (real_loss(*a, **k)[0] * float("nan"), {}))
+    real_loss = optimisation_module.joint_loss
+    monkeypatch.setattr(optimisation_module, "joint_loss", lambda *a, **k: (real_loss(*a, **k)[0] * float("nan"), {}))
     config = with_training(tiny_config, epochs=5, max_bad_batches=2)
     with pytest.raises(LasError, match="training diverged: 3 batches with a non-finite loss"):
         train(config)

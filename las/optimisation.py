@@ -1,0 +1,143 @@
+"""What a training step does to the model: the loss of a batch as the model runs in training
+(compiled, data-parallel, or with its speller as CUDA graphs; SpecAugment; mixed precision), and
+the update: Adam, the learning rate's schedule, fp16's loss scaler, frozen parts and gradient
+clipping. `las.train.Trainer` decides which batches, and what the ranks agree on between the two."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from las.config import Config
+from las.data.augment import spec_augment
+from las.data.dataset import Batch
+from las.device import autocast, resolve_precision
+from las.distributed import Distributed
+from las.errors import LasError
+from las.losses import joint_loss
+from las.model.graphed_speller import GraphedSpeller
+from las.model.las import LAS
+from las.model.speller import Speller
+
+
+def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_scale: float) -> float:
+    """Linear warm-up to 1, then cosine decay to `final_scale` at `total_steps`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return final_scale + (1 - final_scale) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Optimisation:
+    """The model's training steps over `total_steps` (the schedule's length) on `device`."""
+
+    def __init__(
+        self, config: Config, model: LAS, device: torch.device, distributed: Distributed, total_steps: int
+    ) -> None:
+        settings = config.train
+        self.config = config
+        self.model = model
+        self.device = device
+        self.precision = resolve_precision(device, settings.precision)
+        # fp16 gradients underflow unscaled; the scaler is a no-op in every other precision.
+        self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
+        if settings.compile:
+            # Many small kernels per output character (Speller.advance): what compilation fuses. Shapes vary by batch.
+            speller = model.speller
+            if isinstance(speller, Speller):
+                speller.advance = torch.compile(speller.advance, dynamic=True)
+            else:  # one pass over all characters
+                speller.forward = torch.compile(speller.forward, dynamic=True)
+        self.network = distributed.wrap(model, device)  # what training steps call
+        self.spell = graphed_speller(config, model, device, distributed) if settings.cuda_graphs else None
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: learning_rate_scale(
+                step, settings.warmup_steps, total_steps, settings.final_learning_rate_scale
+            ),
+        )
+
+    def loss(
+        self, batch: Batch, global_lengths: torch.Tensor, forcing: float, augment: bool
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """This rank's share of a global batch's loss (whose targets have `global_lengths`
+        characters: ranks' losses add up to the global batch's), and its parts for the log."""
+        settings = self.config.train
+        features = batch.features
+        if augment:
+            features = spec_augment(
+                features,
+                batch.feature_lengths,
+                settings.frequency_masks,
+                settings.frequency_mask_width,
+                settings.time_masks,
+                settings.time_mask_width,
+            )
+        # A CUDA graph cannot capture autocast's cache of cast weights.
+        with autocast(self.device, self.precision, cache=self.spell is None):
+            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell)
+            return joint_loss(
+                output,
+                batch.targets_in,
+                batch.targets_out,
+                batch.target_lengths,
+                self.config.model.ctc_weight,
+                settings.label_smoothing,
+                global_lengths,
+            )
+
+    def update(self, loss: torch.Tensor | None, ranks: int, frozen: Sequence[str]) -> tuple[float, float]:
+        """Back-propagate `loss` (None: not finite on some rank, no update) over `ranks` processes,
+        without gradients for the `frozen` parts, clip, and step unless the gradient is not
+        finite. Returns the gradient norm before clipping and the learning rate used (NaN, NaN
+        when there was no update)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        norm = learning_rate = math.nan
+        if loss is not None:
+            self.scaler.scale(loss * ranks).backward()  # DDP averages over ranks
+            for name, parameter in self.model.named_parameters():
+                if name.split(".")[0] in frozen:
+                    parameter.grad = None  # without a gradient, Adam leaves a weight as it is
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients
+            norm = clip_gradients(self.model, self.config.train.gradient_clip)
+        if math.isfinite(norm):
+            learning_rate = self.scheduler.get_last_lr()[0]
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+        elif self.scaler.is_enabled() and loss is not None:
+            self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
+        return norm, learning_rate
+
+    def state_dict(self) -> dict[str, dict]:
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, dict]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state.get("scaler", {}))
+
+
+def graphed_speller(config: Config, model: LAS, device: torch.device, distributed: Distributed) -> GraphedSpeller:
+    """The speller's pass as CUDA graphs (train.cuda_graphs), where they can run."""
+    if device.type != "cuda":
+        raise LasError(f"config key 'train.cuda_graphs': needs a CUDA device, training runs on {device}")
+    if distributed.enabled:
+        raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
+    assert isinstance(model.speller, Speller)  # Config refuses graphs for the other spellers
+    data = config.data
+    return GraphedSpeller(model.speller, capture=True, most_rows=0 if data.batch_frames else data.batch_size)
+
+
+def clip_gradients(model: LAS, limit: float) -> float:
+    """Clip the gradient norm to `limit`; the norm before clipping (not finite: nothing to step on)."""
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
