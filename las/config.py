@@ -128,9 +128,9 @@ class FeatureConfig(Section):
     # right, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md, "A word alone").
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
     # Silence or background before and after the speech is cut to at most this much in training
-    # (decode.surroundings_seconds at decoding; las/data/surroundings.py): AN4's utterances open with about 0.33 s of
-    # lead-in, while padded exports and phone apps bring seconds of it, which moved the
-    # per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
+    # (at decoding, to decode.surroundings_seconds; las/data/surroundings.py): AN4's utterances
+    # open with about 0.33 s of lead-in, while padded exports and phone apps bring seconds of it,
+    # which moved the per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
 

@@ -100,7 +100,7 @@ class Optimisation:
         norm = learning_rate = math.nan
         if loss is not None:
             self.scaler.scale(loss * ranks).backward()  # DDP averages over ranks
-            for name, parameter in self.model.named_parameters():
+            for name, parameter in self.model.named_parameters() if frozen else ():
                 if name.split(".")[0] in frozen:
                     parameter.grad = None  # without a gradient, Adam leaves a weight as it is
             self.scaler.unscale_(self.optimizer)  # clip the true gradients
