@@ -279,6 +279,10 @@ class AugmentConfig(Section):
     # Of the draws, this share becomes one word of its utterance cut at its word times
     # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
     words: Fraction = 0.1
+    # Or, with this probability, all of its words cut at the first one's start and the last one's
+    # end (the same word times and margins): a clip cut at its words by an editor or an aligner
+    # starts on the first sound of its first word, where the front end's crops above never start.
+    tight: Fraction = 0.0
     # Of the draws, this share becomes a sound that is not speech (music, typing, knocks, a
     # ringtone, a crowd: las/data/sounds.py) with an empty transcript, so that the model learns
     # to say nothing about them: 3 seeds, the same dev CER, 21 -> 1.7 characters from such sounds

@@ -64,18 +64,18 @@ def test_a_draw_is_one_whole_word_with_at_most_the_margin_and_none_of_its_neighb
     for seed in range(300):
         excerpt = words.draw(0, 1.0, 150, torch.Generator().manual_seed(seed))
         assert excerpt is not None
-        word = next(item for item in WORDS if item.word == excerpt.word)
+        word = next(item for item in WORDS if item.word == excerpt.text)
         index = WORDS.index(word)
         earliest = max(word.start - MARGIN_SECONDS, WORDS[index - 1].end if index else 0.0)
         latest = min(word.end + MARGIN_SECONDS, WORDS[index + 1].start if index + 1 < len(WORDS) else 1.5)
         assert round(earliest * 100) <= excerpt.start <= round(word.start * 100)
         assert round(word.end * 100) <= excerpt.end <= round(latest * 100)
-        seen.add(excerpt.word)
+        seen.add(excerpt.text)
     assert seen == {"G", "TWO", "EIGHTY"}
     # At speed 1.1 the recording is 1.1 times shorter: so are the word's frames.
     fast = words.draw(0, 1.1, 150, torch.Generator().manual_seed(0))
     slow = words.draw(0, 1.0, 150, torch.Generator().manual_seed(0))
-    assert fast is not None and slow is not None and fast.word == slow.word
+    assert fast is not None and slow is not None and fast.text == slow.text
     assert abs(fast.start * 1.1 - slow.start) <= 1.5 and abs(fast.end * 1.1 - slow.end) <= 1.5
 
 
@@ -88,14 +88,33 @@ def test_words_are_drawn_at_their_share_reproducibly_and_never_from_one_word_utt
         assert all(words.draw(index, 1.0, 150, torch.Generator().manual_seed(seed)) is None for seed in range(50))
 
 
+def test_a_tight_draw_is_every_word_from_the_first_ones_start_to_the_last_ones_end() -> None:
+    words = WordExcerpts(0.0, 0.01, [WORDS, WORDS[:1], []], tight=1.0)
+    for seed in range(100):
+        excerpt = words.draw(0, 1.0, 150, torch.Generator().manual_seed(seed))
+        assert excerpt is not None and excerpt.text == "G TWO EIGHTY"
+        assert round(max(0.0, WORDS[0].start - MARGIN_SECONDS) * 100) <= excerpt.start <= round(WORDS[0].start * 100)
+        assert round(WORDS[-1].end * 100) <= excerpt.end <= round((WORDS[-1].end + MARGIN_SECONDS) * 100)
+        alone = words.draw(1, 1.0, 150, torch.Generator().manual_seed(seed))  # a one-word utterance too
+        assert alone is not None and alone.text == "G"
+        assert words.draw(2, 1.0, 150, torch.Generator().manual_seed(seed)) is None  # no word times
+    # Its share comes after the single words' in the one draw: with tight 0 nothing changes.
+    both = WordExcerpts(0.25, 0.01, [WORDS], tight=0.25)
+    draws = [both.draw(0, 1.0, 150, torch.Generator().manual_seed(seed)) for seed in range(800)]
+    single = [excerpts(0.25, [WORDS]).draw(0, 1.0, 150, torch.Generator().manual_seed(seed)) for seed in range(800)]
+    assert all(draw == alone for draw, alone in zip(draws, single, strict=True) if alone is not None)
+    whole = sum(draw is not None and draw.text == "G TWO EIGHTY" for draw in draws) / len(draws)
+    assert 0.2 < whole < 0.3
+
+
 def test_a_dataset_draw_is_the_words_frames_and_characters_and_the_same_on_resume() -> None:
     vocabulary = Vocabulary.from_texts(["G TWO EIGHTY"])
     features = torch.randn(150, 4)
     dataset = SpeechDataset(["a"], [features], ["G TWO EIGHTY"], vocabulary, excerpts=excerpts(1.0, [WORDS]))
     example = dataset[Draw(0, 0, 7)]
     excerpt = excerpts(1.0, [WORDS]).draw(0, 1.0, 150, torch.Generator().manual_seed(7))
-    assert excerpt is not None and example.text == excerpt.word
-    assert vocabulary.decode(example.tokens.tolist()) == excerpt.word
+    assert excerpt is not None and example.text == excerpt.text
+    assert vocabulary.decode(example.tokens.tolist()) == excerpt.text
     assert torch.equal(example.features, features[excerpt.start : excerpt.end])
     again = dataset[Draw(0, 0, 7)]
     assert torch.equal(again.features, example.features) and again.text == example.text

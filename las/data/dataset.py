@@ -257,7 +257,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         if self.excerpts is not None and generator is not None:
             excerpt = self.excerpts.draw(index, self.speeds[variant], len(whole), generator)
             if excerpt is not None:
-                features, text = whole[excerpt.start : excerpt.end], excerpt.word
+                features, text = whole[excerpt.start : excerpt.end], excerpt.text
                 tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
         if self.nonspeech is not None and generator is not None:
             sound = self.nonspeech.draw(len(whole), generator)

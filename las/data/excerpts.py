@@ -1,9 +1,13 @@
-"""Single words cut out of training utterances at their word times (`train.augment.words`).
+"""Training draws cut out of their utterances at the word times: one word alone
+(`train.augment.words`), or all of its words with nothing more around them (`train.augment.tight`).
 
 A model that has only heard whole AN4 utterances spells an isolated "TWO" as the command "GO":
 one-word utterances it knows are commands. Drawing some training items as one word of their
 utterance, with a little of what surrounds it, teaches it that any word can stand alone, and how
-a word sounds when it is cut at its edges.
+a word sounds when it is cut at its edges. A clip cut at its first and last words (by word times,
+as an editor or an aligner cuts) starts on the first sound of its first word, often later than the
+first frame the front end hears as loud: the front end's crops (`train.augment.crop`) never start
+there.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it
 class Excerpt(NamedTuple):
     start: int  # [start, end) feature frames of the utterance at the draw's speed
     end: int
-    word: str
+    text: str  # the words heard
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class WordExcerpts:
     share: float  # of the training draws that become one word of their utterance
     frame_seconds: float
     word_times: Sequence[Sequence[WordTime]]  # per training utterance; empty where unknown
+    tight: float = 0.0  # of the draws that become all of their words, cut at the first and last
 
     @classmethod
     def of(
@@ -43,8 +48,9 @@ class WordExcerpts:
         is one), for utterances in this order; None when off or when no utterance has word times.
         Word times are stale, and not used, where the words are not the utterance's transcript, or
         where its file's content (`digests`, in the same order) is not what they were found in."""
-        share, path = config.train.augment.words, alignment_path(config.data.train, config.data.train_alignment)
-        if not share or path is None:
+        augment = config.train.augment
+        path = alignment_path(config.data.train, config.data.train_alignment)
+        if not (augment.words or augment.tight) or path is None:
             return None
         times: Mapping[str, list[WordTime]] = read_ctm(path)
         aligned_on = read_digests(path)
@@ -65,29 +71,35 @@ class WordExcerpts:
             )
         known = sum(bool(words) for words in word_times)
         if not known:
-            warn(f"{path}: no word times for any training utterance; train.augment.words is off")
+            warn(f"{path}: no word times for any training utterance; train.augment.words and tight are off")
             return None
         if known < len(utterances):
             warn(f"{path}: word times for {known} of {len(utterances)} training utterances")
-        return cls(share, config.features.hop_ms / 1000, word_times)
+        return cls(augment.words, config.features.hop_ms / 1000, word_times, augment.tight)
 
     def draw(self, index: int, speed: float, frames: int, generator: torch.Generator) -> Excerpt | None:
-        """One word of utterance `index` heard at `speed` (its features `frames` long), with up to
-        MARGIN_SECONDS of its surroundings on each side, never reaching into a neighbouring word;
-        None when this draw keeps the whole utterance (and always for a single word)."""
+        """Utterance `index` heard at `speed` (its features `frames` long) cut at its word times: one
+        word (with probability `share`, where it has two or more) or all of them (`tight`), with
+        up to MARGIN_SECONDS of what surrounds them on each side, never reaching into a
+        neighbouring word; None when this draw keeps the whole utterance."""
         words = self.word_times[index]
         chance, pick, before, after = torch.rand(4, generator=generator, dtype=torch.float64).tolist()
-        if len(words) < 2 or chance >= self.share:
+        if not words:
             return None
-        chosen = min(int(pick * len(words)), len(words) - 1)
-        word = words[chosen]
-        previous_end = words[chosen - 1].end if chosen > 0 else 0.0
-        next_start = words[chosen + 1].start if chosen + 1 < len(words) else float("inf")
-        start = word.start - before * min(MARGIN_SECONDS, max(0.0, word.start - previous_end))
-        end = word.end + after * min(MARGIN_SECONDS, max(0.0, next_start - word.end))
+        if len(words) >= 2 and chance < self.share:
+            first = last = min(int(pick * len(words)), len(words) - 1)
+        elif self.share <= chance < self.share + self.tight:
+            first, last = 0, len(words) - 1
+        else:
+            return None
+        previous_end = words[first - 1].end if first > 0 else 0.0
+        next_start = words[last + 1].start if last + 1 < len(words) else float("inf")
+        start = words[first].start - before * min(MARGIN_SECONDS, max(0.0, words[first].start - previous_end))
+        end = words[last].end + after * min(MARGIN_SECONDS, max(0.0, next_start - words[last].end))
         scale = 1 / (speed * self.frame_seconds)  # seconds as recorded -> frames at this speed
-        first = min(max(0, round(start * scale)), frames - 1)
-        return Excerpt(first, min(frames, max(first + 1, round(end * scale))), word.word)
+        start_frame = min(max(0, round(start * scale)), frames - 1)
+        text = " ".join(word.word for word in words[first : last + 1])
+        return Excerpt(start_frame, min(frames, max(start_frame + 1, round(end * scale))), text)
 
 
 def alignment_path(train: str, alignment: str) -> Path | None:
