@@ -137,6 +137,27 @@ def test_batched_beam_search_equals_the_per_utterance_reference(model_and_memory
             torch.testing.assert_close(ours.attention, theirs.attention, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("every", [3, 8])
+def test_asking_whether_rows_are_done_only_every_few_steps_finds_the_same_hypotheses(
+    model_and_memory, every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on an accelerator (las.search.common.steps_between_checks), where asking waits for the
+    device: utterances that are done search on until the next check, and end nothing more."""
+    model, _, _, memory, symbols = model_and_memory
+    strategies = [beam(symbols, ctc_weight=0.3, length_normalize=True), greedy(symbols, ctc_weight=0.3)]
+    each_step = [strategy.search(model, memory) for strategy in strategies]
+    for module in ("las.search.beam", "las.search.paths"):
+        monkeypatch.setattr(f"{module}.steps_between_checks", lambda device: every)
+    for strategy, expected in zip(strategies, each_step, strict=True):
+        found = strategy.search(model, memory)
+        for ours, theirs in zip(found, expected, strict=True):
+            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+            for mine, reference in zip(ours, theirs, strict=True):
+                assert mine.score == pytest.approx(reference.score, abs=1e-4)
+                assert mine.attention is not None and reference.attention is not None
+                assert torch.allclose(mine.attention, reference.attention, atol=1e-5)
+
+
 def test_beam_scores_are_teacher_forced_log_likelihoods_and_nbest_is_sorted_and_distinct(model_and_memory) -> None:
     model, features, lengths, memory, symbols = model_and_memory
     search = beam(symbols, beam_size=5, nbest=5)

@@ -9,7 +9,7 @@ import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.search.common import Heard, Hypothesis, Limits, Rules, Symbols
+from las.search.common import Heard, Hypothesis, Limits, Rules, Symbols, steps_between_checks
 from las.search.scorers import JointScorer, Scoring
 
 
@@ -18,36 +18,60 @@ class Rows(NamedTuple):
 
     states: tuple[Any, ...]  # per scorer (JointScorer)
     tokens: torch.Tensor  # (rows,) the last symbol of each prefix
-    history: torch.Tensor  # (rows, steps) the prefix
     limits: Limits
-    frames: torch.Tensor  # (rows,) encoder frames
 
     def keep(self, scorer: JointScorer, rows: torch.Tensor) -> Rows:
         """Only `rows`: the beams of utterances still searching, so that finished ones cost nothing."""
         return Rows(
             scorer.keep(self.states, rows),
             self.tokens[rows],
-            self.history[rows],
             self.limits.select(rows),
-            self.frames[rows],
         )
 
 
 class Trace:
-    """Every step's attention weights per row, and the row each row came from, so that a finished
-    hypothesis follows its rows back (rather than each row carrying its whole history along,
-    reordered every step at a cost of steps x frames)."""
+    """What every step decided, kept on the device until the search ends: each row's attention
+    weights, the row it came from and the symbol it added, and which candidates ended there. A
+    finished hypothesis follows its rows back through these (rather than each row carrying its
+    whole history along, reordered every step at a cost of steps x frames), and nothing of it
+    is read on the host while the search runs."""
 
     def __init__(self) -> None:
-        self.weights: list[torch.Tensor] = []  # per step (rows then, frames)
-        self.parents: list[list[int]] = []  # per step after the first: each row's row at the step before
+        self.weights: list[torch.Tensor] = []  # per step: (rows then, frames)
+        self.parents: list[torch.Tensor] = []  # per step after the first: (rows,) each row's row at the step before
+        self.tokens: list[torch.Tensor] = []  # per step after the first: (rows,) the symbol it added then
+        self.ends: list[Ends] = []  # per step
 
-    def attention(self, row: int, frames: int) -> torch.Tensor:
-        """`(steps, frames)` weights behind every symbol of the prefix in `row` at the last step."""
-        path = [row]
-        for parents in reversed(self.parents):
-            path.append(parents[path[-1]])
-        return torch.stack([weights[row, :frames] for weights, row in zip(self.weights, path[::-1], strict=True)]).cpu()
+    def hypotheses(self, utterances: int, frames: torch.Tensor) -> list[list[Hypothesis]]:
+        """Per utterance, its finished hypotheses in the order they ended; `frames` `(utterances,)`."""
+        parents = [step.tolist() for step in self.parents]
+        tokens = [step.tolist() for step in self.tokens]
+        lengths = frames.tolist()
+        finals: list[list[Hypothesis]] = [[] for _ in range(utterances)]
+        for step, ends in enumerate(self.ends):
+            positions = ends.ended.nonzero().tolist()
+            if not positions:
+                continue
+            original, rows, scores = ends.utterances.tolist(), ends.rows.tolist(), ends.scores.tolist()
+            for utterance, position in positions:
+                path, history = [rows[utterance][position]], []
+                for back in range(step - 1, -1, -1):
+                    history.append(tokens[back][path[-1]])
+                    path.append(parents[back][path[-1]])
+                path.reverse()
+                index = original[utterance]
+                attention = torch.stack([self.weights[at][row, : lengths[index]] for at, row in enumerate(path)])
+                finals[index].append(Hypothesis(history[::-1], scores[utterance][position], attention.cpu()))
+        return finals
+
+
+class Ends(NamedTuple):
+    """The candidates of one step that ended among the best `beam_size` of their utterance."""
+
+    ended: torch.Tensor  # (utterances then, beams) bool
+    rows: torch.Tensor  # (utterances then, beams) the row each candidate extends
+    scores: torch.Tensor  # (utterances then, beams)
+    utterances: torch.Tensor  # (utterances then,) original index of each
 
 
 @dataclass(frozen=True)
@@ -74,15 +98,13 @@ class BeamSearch:
         rows = Rows(
             states=scorer.start(heard),
             tokens=torch.full((len(heard.memory.lengths),), self.symbols.sos, dtype=torch.long, device=device),
-            history=torch.empty(len(heard.memory.lengths), 0, dtype=torch.long, device=device),
             limits=self.rules.limits(heard),
-            frames=heard.memory.lengths,
         )
         # All beams of an utterance start as the same empty prefix: keep one alive.
         scores = torch.full((len(utterances), beams), float("-inf"), device=device)
         scores[:, 0] = 0.0
-        finals: list[list[Hypothesis]] = [[] for _ in range(len(utterances))]
-        trace = Trace()
+        ended = torch.zeros(len(utterances), dtype=torch.long, device=device)  # finished hypotheses per utterance
+        trace, check_every = Trace(), steps_between_checks(device)
         for step in range(int(rows.limits.longest.max())):
             batch = len(utterances)
             scored = scorer.score(rows.states, rows.tokens)
@@ -95,35 +117,27 @@ class BeamSearch:
             top_scores, top_index = candidates.reshape(batch, beams * vocabulary).topk(2 * beams, dim=1)
             top_tokens = top_index % vocabulary
             top_origin = top_index // vocabulary + torch.arange(batch, device=device)[:, None] * beams  # rows
-            ends = (top_tokens == eos) & torch.isfinite(top_scores)
-            original = utterances.tolist()
-            for utterance, position in ends[:, :beams].nonzero().tolist():
-                row = top_origin[utterance, position].item()
-                finals[original[utterance]].append(
-                    Hypothesis(
-                        rows.history[row].tolist(),
-                        top_scores[utterance, position].item(),
-                        trace.attention(row, int(rows.frames[row])),
-                    )
-                )
+            ends = ((top_tokens == eos) & torch.isfinite(top_scores))[:, :beams]
+            trace.ends.append(Ends(ends, top_origin[:, :beams], top_scores[:, :beams], utterances))
+            ended.index_add_(0, utterances, ends.sum(dim=1))
             # Continue with the best `beams` candidates that do not end.
             keep = (top_tokens == eos).long().argsort(dim=1, stable=True)[:, :beams]  # (batch, beams)
             scores = top_scores.gather(1, keep)
             origin = top_origin.gather(1, keep).reshape(-1)
             tokens = top_tokens.gather(1, keep).reshape(-1)
-            rows = rows._replace(
-                states=scorer.advance(scored, origin, tokens),
-                tokens=tokens,
-                history=torch.cat([rows.history[origin], tokens[:, None]], dim=1),
-            )
-            done = torch.tensor([len(finals[index]) >= beams for index in original], device=device)
-            done |= ~torch.isfinite(scores).any(dim=1)
-            if done.all():
-                break
-            if done.any():
-                live = (~done).nonzero().squeeze(1)
-                kept = (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1)
-                rows = rows.keep(scorer, kept)
-                scores, utterances, origin = scores[live], utterances[live], origin[kept]
-            trace.parents.append(origin.tolist())
+            rows = rows._replace(states=scorer.advance(scored, origin, tokens), tokens=tokens)
+            done = (ended[utterances] >= beams) | ~torch.isfinite(scores).any(dim=1)  # (batch,)
+            # A done utterance searches on only until the next check, and ends nothing more.
+            scores = scores.masked_fill(done[:, None], float("-inf"))
+            if (step + 1) % check_every == 0:
+                if done.all():
+                    break
+                if done.any():
+                    live = (~done).nonzero().squeeze(1)
+                    kept = (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1)
+                    rows = rows.keep(scorer, kept)
+                    scores, utterances, origin, tokens = scores[live], utterances[live], origin[kept], tokens[kept]
+            trace.parents.append(origin)
+            trace.tokens.append(tokens)
+        finals = trace.hypotheses(memory.values.shape[0], memory.lengths)
         return [sorted(hypotheses, key=self.rules.rank, reverse=True)[: self.nbest] for hypotheses in finals]

@@ -65,6 +65,16 @@ class Symbols:
         return cls(vocabulary.sos, vocabulary.eos, vocabulary.pad, (vocabulary.pad, vocabulary.sos))
 
 
+def steps_between_checks(device: torch.device) -> int:
+    """How many steps a decoding loop runs between asking whether its rows are done. On a CPU,
+    every step: asking costs nothing, and a step more costs a step. On an accelerator, asking
+    waits until every step launched so far has run, so the host cannot launch the next steps
+    while the device runs these; a few steps more than needed cost less than that wait."""
+    return 1 if device.type == "cpu" else STEPS_BETWEEN_CHECKS
+
+
+STEPS_BETWEEN_CHECKS = 8
+
 # How far behind its last peak a windowed attention may look: a step back for a repeated sound.
 WINDOW_BACK_FRAMES = 2
 

@@ -9,7 +9,7 @@ import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.search.common import Heard, Hypothesis, Rules, Symbols
+from las.search.common import Heard, Hypothesis, Rules, Symbols, steps_between_checks
 from las.search.scorers import Scoring
 
 
@@ -30,6 +30,7 @@ def follow_paths(
     finished = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
     scores = torch.zeros(rows, device=tokens.device)
     emitted, weights = [], []
+    check_every = steps_between_checks(tokens.device)
     for step in range(int(limits.longest.max())):
         scored = scorer.score(states, tokens)
         allowed = rules.constrain(scored.total, scored.speller, step + 1, limits, symbols.eos)
@@ -44,7 +45,8 @@ def follow_paths(
         emitted.append(tokens)
         weights.append(scored.weights)
         finished |= tokens == symbols.eos
-        if finished.all():
+        # A finished row only adds <eos> at no cost, so steps past the last row's end change nothing.
+        if (step + 1) % check_every == 0 and finished.all():
             break
     emitted_ids = torch.stack(emitted, dim=1).tolist()  # (rows, steps)
     attention = torch.stack(weights, dim=1).float().cpu()  # (rows, steps, frames)
