@@ -138,16 +138,18 @@ def test_batched_beam_search_equals_the_per_utterance_reference(model_and_memory
 
 
 @pytest.mark.parametrize("every", [3, 8])
-def test_asking_whether_rows_are_done_only_every_few_steps_finds_the_same_hypotheses(
+def test_decoding_as_on_an_accelerator_finds_the_same_hypotheses(
     model_and_memory, every: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As on an accelerator (las.search.common.steps_between_checks), where asking waits for the
-    device: utterances that are done search on until the next check, and end nothing more."""
+    """As on an accelerator, where a read from the host waits for the device
+    (las.search.common.reads_are_free): utterances that are done search on until the next check
+    and end nothing more, and CTC prefix scores are masked to their window, not sliced to it."""
     model, _, _, memory, symbols = model_and_memory
     strategies = [beam(symbols, ctc_weight=0.3, length_normalize=True), greedy(symbols, ctc_weight=0.3)]
     each_step = [strategy.search(model, memory) for strategy in strategies]
     for module in ("las.search.beam", "las.search.paths"):
         monkeypatch.setattr(f"{module}.steps_between_checks", lambda device: every)
+    monkeypatch.setattr("las.search.ctc_prefix.reads_are_free", lambda device: False)
     for strategy, expected in zip(strategies, each_step, strict=True):
         found = strategy.search(model, memory)
         for ours, theirs in zip(found, expected, strict=True):
@@ -263,6 +265,26 @@ def test_ctc_prefix_scores_add_up_to_the_ctc_likelihood(window_nats: float) -> N
         assert totals[row].item() == pytest.approx(expected, abs=1e-4)
 
 
+@pytest.mark.parametrize("window_nats", [0.0, 3.0, 30.0])
+def test_ctc_prefix_scores_over_every_frame_masked_equal_those_over_the_window(
+    window_nats: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an accelerator the scorer never reads where its window is (las.search.common.reads_are_free):
+    it masks every frame outside it instead of slicing to it, with the same scores."""
+    torch.manual_seed(4)
+    log_probs = (torch.randn(3, 40, 6) * 4).log_softmax(-1)
+    lengths = torch.tensor([40, 23, 9])
+    scorer = CTCPrefixScorer(0, 5, window_nats)
+    state = scorer.initial(log_probs, lengths)
+    for token in torch.randint(1, 5, (12,)).tolist():
+        sliced = scorer.score(state, None)[0]
+        monkeypatch.setattr("las.search.ctc_prefix.reads_are_free", lambda device: False)
+        masked = scorer.score(state, None)[0]
+        monkeypatch.undo()
+        torch.testing.assert_close(masked, sliced, atol=1e-5, rtol=0, equal_nan=True)  # NaN: an impossible prefix
+        state = scorer.advance((state, sliced), torch.arange(3), torch.full((3,), token))
+
+
 def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -> None:
     """On a long, confident CTC output (as a trained head gives), each step sums over the frames
     around where the prefix was said, and the scores equal those over every frame."""
@@ -278,7 +300,9 @@ def test_the_ctc_prefix_window_is_narrow_on_a_peaky_head_and_changes_nothing() -
     state, windows = windowed.initial(log_probs, lengths), []
     for token in sequence:
         total = torch.logaddexp(state.forward[:, 0], state.forward[:, 1])
-        windows.append(windowed.window(state, total, total[-1]))
+        inside = windowed.window(state, total, total[-1])[0].nonzero().squeeze(1)
+        windows.append((int(inside[0]), int(inside[-1]) + 1))
+        assert len(inside) == windows[-1][1] - windows[-1][0]  # a run of frames
         state = windowed.advance(windowed.score(state, None)[1], torch.tensor([0]), torch.tensor([token]))
     starts = [start for start, _ in windows]
     assert starts[len(starts) // 2] > frames * 0.4 and starts[-1] > frames * 0.8  # the window follows the prefix ...

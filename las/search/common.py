@@ -65,12 +65,18 @@ class Symbols:
         return cls(vocabulary.sos, vocabulary.eos, vocabulary.pad, (vocabulary.pad, vocabulary.sos))
 
 
+def reads_are_free(device: torch.device) -> bool:
+    """Whether a decoding loop may read its tensors on `device` from the host at no cost. On a
+    CPU it may. On an accelerator a read waits until every step launched so far has run, so the
+    host cannot launch the next steps while the device runs these."""
+    return device.type == "cpu"
+
+
 def steps_between_checks(device: torch.device) -> int:
-    """How many steps a decoding loop runs between asking whether its rows are done. On a CPU,
-    every step: asking costs nothing, and a step more costs a step. On an accelerator, asking
-    waits until every step launched so far has run, so the host cannot launch the next steps
-    while the device runs these; a few steps more than needed cost less than that wait."""
-    return 1 if device.type == "cpu" else STEPS_BETWEEN_CHECKS
+    """How many steps a decoding loop runs between asking whether its rows are done: every step
+    where reads are free (a step more costs a step), else a few (a few steps more than needed
+    cost less than waiting for the device every step)."""
+    return 1 if reads_are_free(device) else STEPS_BETWEEN_CHECKS
 
 
 STEPS_BETWEEN_CHECKS = 8

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-from las.search.common import Heard
+from las.search.common import Heard, reads_are_free
 
 # Stands in for log 0 inside running sums, which -inf would turn into NaN (-inf minus -inf).
 IMPOSSIBLE = -1e4
@@ -68,20 +68,23 @@ class CTCPrefixScorer:
         empty = torch.full((rows,), -1, dtype=torch.long, device=x.device)
         return Prefixes(x, emission, lengths, forward, torch.zeros(rows, device=x.device), empty)
 
-    def window(self, state: Prefixes, total: torch.Tensor, ended: torch.Tensor) -> tuple[int, int]:
-        """Frames [start, end) at which the next character may be emitted, given the log
+    def window(self, state: Prefixes, total: torch.Tensor, ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which frames `(frames,)` may emit the next character, a run of them, given the log
         probability `total` `(frames, rows)` of `g` said by each frame and `ended` `(rows,)` of
         exactly `g`: not before frame len(g); with `window_nats`, only after frames where `g` is
-        that close to the likeliest extension."""
+        that close to the likeliest extension. And whether the first frame may (a bool tensor)."""
         frames = total.shape[0]
-        start = min(max(1, state.length), frames)
+        open_at = torch.arange(frames, device=total.device) >= max(1, state.length)
         if self.window_nats <= 0 or frames < 2:
-            return start, frames
+            return open_at, open_at[1] if frames > 1 else torch.tensor(state.length == 0, device=total.device)
         best = torch.maximum((total[:-1] + state.emission[1:]).max(dim=0).values, ended)  # (rows,) a bound
-        near = ((total[:-1] >= best - self.window_nats) & torch.isfinite(best)).any(dim=1).nonzero().squeeze(1)
-        if len(near) == 0:
-            return start, start
-        return max(start, int(near[0]) + 1), min(frames, int(near[-1]) + 2)
+        near = ((total[:-1] >= best - self.window_nats) & torch.isfinite(best)).any(dim=1)  # (frames - 1,)
+        # The frames after the first near frame, to the one after the last; none where none is near.
+        first, last = near.int().argmax(), frames - 2 - near.flip(0).int().argmax()
+        position = torch.arange(frames, device=total.device)
+        inside = open_at & near.any() & (position > first) & (position <= last + 1)
+        # Frame 0 only for the empty `g`, whose window opens at frame 1 unless nothing is near.
+        return inside, open_at[1] & (near[0] | ~near.any())
 
     def score(self, state: Prefixes, tokens: torch.Tensor) -> tuple[torch.Tensor, tuple[Prefixes, torch.Tensor]]:
         """Increments `(rows, vocabulary)`, and what `advance` needs."""
@@ -89,13 +92,19 @@ class CTCPrefixScorer:
         frames, rows, vocabulary = x.shape
         total = torch.logaddexp(forward[:, 0], forward[:, 1])  # (frames, rows)
         ended = total[state.lengths - 1, torch.arange(rows, device=x.device)]  # exactly `g`
-        start, end = self.window(state, total, ended)
+        inside, first_frame = self.window(state, total, ended)
+        if reads_are_free(x.device):  # only the window's frames
+            found = inside.nonzero()
+            start, end = (int(found[0]), int(found[-1]) + 1) if len(found) else (1, 1)
+        else:  # every frame, masked: where the window is would be a read (las.search.common.reads_are_free)
+            start, end = 1, frames
         # Repeating the last character needs a blank in between: only blank-ending paths extend.
         repeat = (torch.arange(vocabulary, device=x.device)[None, :] == state.last[:, None])[None]
         said = torch.where(repeat, forward[start - 1 : end - 1, 1, :, None], total[start - 1 : end - 1, :, None])
-        prefix = (said + x[start:end]).logsumexp(dim=0) if end > start else x.new_full((rows, vocabulary), -torch.inf)
-        if start == 1:  # `c` as the very first symbol, at frame 0
-            prefix = torch.logaddexp(prefix, torch.where((state.last < 0)[:, None], x[0], float("-inf")))
+        said = (said + x[start:end]).masked_fill(~inside[start:end, None, None], float("-inf"))
+        prefix = said.logsumexp(dim=0) if end > start else x.new_full((rows, vocabulary), -torch.inf)
+        # `c` as the very first symbol, at frame 0
+        prefix = torch.logaddexp(prefix, torch.where(((state.last < 0) & first_frame)[:, None], x[0], float("-inf")))
         prefix[:, self.eos] = ended
         prefix[:, self.blank] = float("-inf")
         increments = prefix - state.score[:, None]
