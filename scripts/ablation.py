@@ -48,7 +48,8 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, no non-speech": ["train.augment.nonspeech=0"],
     "location, cumulative, more background 0.2 of draws": ["train.augment.surroundings=0.2"],
     "location, cumulative, no mean prior": ["features.mean_prior_seconds=0"],
-    "location, cumulative, tight 0.15 of draws": ["train.augment.tight=0.15"],
+    "location, cumulative, no tight crops at the words": ["train.augment.tight=0"],
+    "location, cumulative, tight 0.15, reverberation 0.3": ["train.augment.tight=0.15", "train.augment.reverberation=0.3"],
     # Self-attention (las/model/attention_listener.py, transformer_speller.py), each part at about
     # the parameters of the one it replaces: listener 2.4M, speller 0.6M (model.transformer_dim 192).
     "transformer listener, 5 layers of 192": [
