@@ -1,5 +1,6 @@
 """Training draws cut out of their utterances at the word times: one word alone
-(`train.augment.words`), or all of its words with nothing more around them (`train.augment.tight`).
+(`train.augment.words`), or all of its words, from the first one's start to the last one's end
+(`train.augment.tight`).
 
 A model that has only heard whole AN4 utterances spells an isolated "TWO" as the command "GO":
 one-word utterances it knows are commands. Drawing some training items as one word of their
