@@ -93,7 +93,8 @@ class CTCPrefixScorer:
         total = torch.logaddexp(forward[:, 0], forward[:, 1])  # (frames, rows)
         ended = total[state.lengths - 1, torch.arange(rows, device=x.device)]  # exactly `g`
         inside, first_frame = self.window(state, total, ended)
-        if reads_are_free(x.device):  # only the window's frames
+        sliced = reads_are_free(x.device)
+        if sliced:  # only the window's frames, a run: none of them is masked
             found = inside.nonzero()
             start, end = (int(found[0]), int(found[-1]) + 1) if len(found) else (1, 1)
         else:  # every frame, masked: where the window is would be a read (las.search.common.reads_are_free)
@@ -101,7 +102,9 @@ class CTCPrefixScorer:
         # Repeating the last character needs a blank in between: only blank-ending paths extend.
         repeat = (torch.arange(vocabulary, device=x.device)[None, :] == state.last[:, None])[None]
         said = torch.where(repeat, forward[start - 1 : end - 1, 1, :, None], total[start - 1 : end - 1, :, None])
-        said = (said + x[start:end]).masked_fill(~inside[start:end, None, None], float("-inf"))
+        said = said + x[start:end]
+        if not sliced:
+            said = said.masked_fill(~inside[start:end, None, None], float("-inf"))
         prefix = said.logsumexp(dim=0) if end > start else x.new_full((rows, vocabulary), -torch.inf)
         # `c` as the very first symbol, at frame 0
         prefix = torch.logaddexp(prefix, torch.where(((state.last < 0) & first_frame)[:, None], x[0], float("-inf")))
