@@ -133,6 +133,11 @@ class FeatureConfig(Section):
     # which moved the per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
+    # Late reverberation removed from the waveform before analysis, by single-channel weighted
+    # prediction error, where that takes at least 0.3 dB of its energy away (las/data/dereverberation.py):
+    # a room of RT60 0.6 s decoded at 2.6x the clean CER, and at 2.0x with it (docs/BENCHMARKS.md,
+    # "Reverberation").
+    dereverberation: bool = False
 
     def frames(self, seconds: float) -> int:
         """How many feature frames last `seconds`."""

@@ -10,6 +10,7 @@ import torch
 import torchaudio
 
 from las.config import FeatureConfig
+from las.data.dereverberation import Dereverberation
 from las.errors import LasError
 
 FEATURE_VERSION = 4  # bump when the extraction code or the cache's index changes what it holds
@@ -68,6 +69,7 @@ class FilterbankExtractor:
             n_mels=config.mel_bins,
             center=False,
         )
+        self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberation else None
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
         waveform = without_offset(waveform, self.window)
@@ -76,6 +78,8 @@ class FilterbankExtractor:
         peak = float(waveform.abs().max()) if len(waveform) else 0.0
         if 0 < peak < QUIET_PEAK:
             waveform = waveform * (QUIET_PEAK / peak)
+        if self.dereverberation:
+            waveform = self.dereverberation(waveform)
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
         frames = frame_count(len(waveform), self.window, self.hop)
         with torch.no_grad():
