@@ -449,6 +449,9 @@ class DecodeConfig(Section):
     # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
     # "What surrounds the speech at decoding").
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
+    # Beam search on a GPU with each step one CUDA graph (las.search.graphs): one launch per
+    # step, not one per kernel. CUDA, the LSTM speller and decode.strategy=beam only.
+    cuda_graphs: bool = False
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
     seed: int = 0
@@ -463,11 +466,12 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self) -> None:
-        if self.train.cuda_graphs and self.model.speller != "lstm":
-            raise LasError(
-                f"config key 'train.cuda_graphs': graphs the LSTM speller's loop; a {self.model.speller} speller "
-                "has none (it spells every character in one pass)"
-            )
+        for section in ("train", "decode"):
+            if getattr(self, section).cuda_graphs and self.model.speller != "lstm":
+                raise LasError(
+                    f"config key '{section}.cuda_graphs': graphs the LSTM speller's loop; a {self.model.speller} "
+                    "speller has none (it spells every character in one pass)"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -61,18 +61,22 @@ decode)
     python3 scripts/benchmark.py strategies runs/gpu/best.pt data/an4/dev.tsv --device cuda \
         | tee "$out/strategies.md"
     # The default decoding (beam 8 + CTC) of AN4 dev and of the long-form recordings (30-55 s,
-    # cut at pauses as by default) through `las decode`, on the GPU and on the CPU: the
-    # real-time factors (each command's last line) and how many transcripts differ.
+    # cut at pauses as by default) through `las decode`, on the GPU (eager, and with each step a
+    # CUDA graph) and on the CPU: the real-time factors (each command's last line) and how many
+    # transcripts differ from the CPU's.
     [ -f runs/longform/sets/speakers.tsv ] || python3 scripts/longform.py build > /dev/null
     for manifest in data/an4/dev.tsv runs/longform/sets/speakers.tsv; do
         name=$(basename "$manifest" .tsv)
-        for device in cuda cpu; do
-            echo "$name on $device:" | tee -a "$out/decode.txt"
-            python3 -m las decode runs/gpu/best.pt "$manifest" --device "$device" --out "$out/$name-$device.csv" \
+        for run in cuda cuda-graphs cpu; do
+            echo "$name on $run:" | tee -a "$out/decode.txt"
+            python3 -m las decode runs/gpu/best.pt "$manifest" --device "${run%-graphs}" --out "$out/$name-$run.csv" \
+                --set decode.cuda_graphs=$([ "$run" = cuda-graphs ] && echo true || echo false) \
                 2>&1 | tail -n 1 | tee -a "$out/decode.txt"
         done
-        echo "$name: $(diff "$out/$name-cuda.csv" "$out/$name-cpu.csv" | grep -c '^<' || true) transcripts differ" \
-            | tee -a "$out/decode.txt"
+        for run in cuda cuda-graphs; do
+            echo "$name on $run: $(diff "$out/$name-$run.csv" "$out/$name-cpu.csv" | grep -c '^<' || true) transcripts" \
+                "differ from the CPU's" | tee -a "$out/decode.txt"
+        done
     done
     ;;
 seeds)

@@ -63,6 +63,18 @@ def test_every_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[s
         assert [h.score for h in cuda] == pytest.approx([h.score for h in cpu], abs=1e-3)
 
 
+@pytest.mark.parametrize("ctc_weight", ["0", "0.5"])
+def test_beam_search_as_cuda_graphs_finds_the_eager_hypotheses(trained_run: dict[str, Path], ctc_weight: str) -> None:
+    """Each step one CUDA graph (las.search.graphs): the same hypotheses as the eager GPU search."""
+    settings = ["decode.strategy=beam", "decode.beam_size=4", "decode.nbest=4", f"decode.ctc_weight={ctc_weight}"]
+    eager = decode_on("cuda", trained_run, settings)
+    for graphed, expected in zip(
+        decode_on("cuda", trained_run, [*settings, "decode.cuda_graphs=true"]), eager, strict=True
+    ):
+        assert [h.tokens for h in graphed] == [h.tokens for h in expected]
+        assert [h.score for h in graphed] == pytest.approx([h.score for h in expected], abs=1e-4)
+
+
 def test_random_search_on_cuda_draws_valid_hypotheses(trained_run: dict[str, Path]) -> None:
     """Its draws come from the GPU's generator, not the CPU's: the same rules, not the same paths."""
     results = decode_on("cuda", trained_run, ["decode.strategy=sample", "decode.samples=8", "decode.nbest=3"])

@@ -245,7 +245,7 @@ def prefix_score_totals(
         increments, scored = scorer.score(state, tokens)
         if scorer.window_nats == 0:  # starting the sum at the prefix's length skips only impossible frames
             assert state.length == step
-            torch.testing.assert_close(increments, scorer.score(state._replace(length=0), tokens)[0])
+            torch.testing.assert_close(increments, scorer.score(state._replace(length=state.length * 0), tokens)[0])
         totals += increments[torch.arange(rows), tokens].masked_fill(ended, 0.0)
         ended |= tokens == scorer.eos
         state = scorer.advance(scored, torch.arange(rows), tokens)

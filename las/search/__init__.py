@@ -57,6 +57,8 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
         raise LasError(
             f"decode.strategy={config.strategy} with CTC needs a model trained with a CTC head (model.ctc_weight > 0)"
         )
+    if config.cuda_graphs:
+        check_graphs(config, model)
     made = {
         "symbols": Symbols.of(vocabulary),
         "rules": Rules.of(config),
@@ -76,3 +78,17 @@ def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LA
         raise LasError("decode.lm_weight > 0 needs a language model: decode.lm=FILE (written by las pretrain)")
     device = next(model.parameters()).device if model is not None else torch.device("cpu")
     return load_language_model(config.lm, vocabulary).to(device)
+
+
+def check_graphs(config: DecodeConfig, model: LAS | None) -> None:
+    """One clear error where `decode.cuda_graphs` cannot serve: each beam search step of a
+    PyTorch model on a CUDA device is one graph (las.search.graphs)."""
+    if config.strategy != "beam":
+        raise LasError(
+            f"config key 'decode.cuda_graphs': graphs beam search's step, not decode.strategy={config.strategy}"
+        )
+    if not isinstance(model, torch.nn.Module):
+        raise LasError("config key 'decode.cuda_graphs': needs a PyTorch model (an exported one runs in ONNX Runtime)")
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        raise LasError(f"config key 'decode.cuda_graphs': needs a CUDA device, decoding runs on {device}")

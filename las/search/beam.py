@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.search.common import Heard, Hypothesis, Limits, Rules, Symbols, steps_between_checks
+from las.search.graphs import CapturedStep, cloned
 from las.search.scorers import JointScorer, Scoring
 
 
@@ -74,22 +76,38 @@ class Ends(NamedTuple):
     utterances: torch.Tensor  # (utterances then,) original index of each
 
 
+class Stepped(NamedTuple):
+    """What one step of the beam search leaves: the rows to go on with, and what it decided."""
+
+    states: tuple[Any, ...]  # per scorer, of the rows kept
+    tokens: torch.Tensor  # (rows,) the symbol each kept row added
+    origin: torch.Tensor  # (rows,) the row each kept row extends
+    scores: torch.Tensor  # (utterances, beams) of the kept rows; -inf for a done utterance's
+    ended: torch.Tensor  # (all utterances,) finished hypotheses of each so far
+    done: torch.Tensor  # (utterances,) bool: no more to search
+    weights: torch.Tensor  # (rows, frames) the attention of this step
+    ends: Ends
+
+
 @dataclass(frozen=True)
 class BeamSearch:
     """Keeps the `beam_size` best prefixes of each utterance; a prefix that ends among the best
     `beam_size` candidates of a step is final. An utterance is done with `beam_size` final
     hypotheses, or at its length limit. Scores come from `scoring`: the speller, joined with
-    the CTC prefix score (Watanabe et al. 2017) and a character LM when asked."""
+    the CTC prefix score (Watanabe et al. 2017) and a character LM when asked. With
+    `cuda_graphs`, each step is one CUDA graph (las.search.graphs), and done utterances keep
+    their rows (a graph's shapes are fixed) rather than leaving the batch."""
 
     symbols: Symbols
     rules: Rules
     beam_size: int
     nbest: int
     scoring: Scoring = field(default_factory=Scoring)
+    cuda_graphs: bool = False
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        beams, eos = self.beam_size, self.symbols.eos
+        beams = self.beam_size
         device = memory.values.device
         utterances = torch.arange(memory.values.shape[0], device=device)  # original index of each live utterance
         scorer = self.scoring.joint(model, self.symbols, self.rules)
@@ -105,35 +123,26 @@ class BeamSearch:
         scores[:, 0] = 0.0
         ended = torch.zeros(len(utterances), dtype=torch.long, device=device)  # finished hypotheses per utterance
         trace, check_every = Trace(), steps_between_checks(device)
-        for step in range(int(rows.limits.longest.max())):
-            batch = len(utterances)
-            scored = scorer.score(rows.states, rows.tokens)
-            trace.weights.append(scored.weights)
-            candidates = self.rules.constrain(
-                scores.reshape(-1, 1) + scored.total, scored.speller, step + 1, rows.limits, eos
-            )
-            vocabulary = candidates.shape[1]
-            # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
-            top_scores, top_index = candidates.reshape(batch, beams * vocabulary).topk(2 * beams, dim=1)
-            top_tokens = top_index % vocabulary
-            top_origin = top_index // vocabulary + torch.arange(batch, device=device)[:, None] * beams  # rows
-            ends = ((top_tokens == eos) & torch.isfinite(top_scores))[:, :beams]
-            trace.ends.append(Ends(ends, top_origin[:, :beams], top_scores[:, :beams], utterances))
-            ended.index_add_(0, utterances, ends.sum(dim=1))
-            # Continue with the best `beams` candidates that do not end.
-            keep = (top_tokens == eos).long().argsort(dim=1, stable=True)[:, :beams]  # (batch, beams)
-            scores = top_scores.gather(1, keep)
-            origin = top_origin.gather(1, keep).reshape(-1)
-            tokens = top_tokens.gather(1, keep).reshape(-1)
-            rows = rows._replace(states=scorer.advance(scored, origin, tokens), tokens=tokens)
-            done = (ended[utterances] >= beams) | ~torch.isfinite(scores).any(dim=1)  # (batch,)
-            # A done utterance searches on only until the next check, and ends nothing more.
-            scores = scores.masked_fill(done[:, None], float("-inf"))
+        longest = int(rows.limits.longest.max())
+        step_of = partial(self.step, scorer)
+        if self.cuda_graphs:
+            step_of = CapturedStep(step_of)
+            lengths = torch.arange(1, longest + 1, device=device)  # what `step + 1` is inside the graph
+        for step in range(longest):
+            length = lengths[step] if self.cuda_graphs else step + 1
+            taken = step_of(rows, scores, ended, utterances, length)
+            weights, ends, origin, tokens = taken.weights, taken.ends, taken.origin, taken.tokens
+            if self.cuda_graphs:  # the next replay overwrites the graph's outputs; these are kept
+                weights, ends, origin, tokens = cloned((weights, ends, origin, tokens))
+            trace.weights.append(weights)
+            trace.ends.append(ends)
+            scores, ended = taken.scores, taken.ended
+            rows = rows._replace(states=taken.states, tokens=taken.tokens)
             if (step + 1) % check_every == 0:
-                if done.all():
+                if taken.done.all():
                     break
-                if done.any():
-                    live = (~done).nonzero().squeeze(1)
+                if taken.done.any() and not self.cuda_graphs:
+                    live = (~taken.done).nonzero().squeeze(1)
                     kept = (live[:, None] * beams + torch.arange(beams, device=device)).reshape(-1)
                     rows = rows.keep(scorer, kept)
                     scores, utterances, origin, tokens = scores[live], utterances[live], origin[kept], tokens[kept]
@@ -141,3 +150,38 @@ class BeamSearch:
             trace.tokens.append(tokens)
         finals = trace.hypotheses(memory.values.shape[0], memory.lengths)
         return [sorted(hypotheses, key=self.rules.rank, reverse=True)[: self.nbest] for hypotheses in finals]
+
+    def step(
+        self,
+        scorer: JointScorer,
+        rows: Rows,
+        scores: torch.Tensor,  # (utterances, beams)
+        ended: torch.Tensor,  # (all utterances,)
+        utterances: torch.Tensor,  # (utterances,) original index of each
+        length: int | torch.Tensor,  # output symbols once extended, <eos> included (() on the device in a graph)
+    ) -> Stepped:
+        """One step for every row, with nothing read on the host (las.search.graphs)."""
+        beams, eos = self.beam_size, self.symbols.eos
+        batch = scores.shape[0]
+        scored = scorer.score(rows.states, rows.tokens)
+        candidates = self.rules.constrain(
+            scores.reshape(-1, 1) + scored.total, scored.speller, length, rows.limits, eos
+        )
+        vocabulary = candidates.shape[1]
+        # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
+        top_scores, top_index = candidates.reshape(batch, beams * vocabulary).topk(2 * beams, dim=1)
+        top_tokens = top_index % vocabulary
+        top_origin = top_index // vocabulary + torch.arange(batch, device=scores.device)[:, None] * beams  # rows
+        finishing = ((top_tokens == eos) & torch.isfinite(top_scores))[:, :beams]
+        ends = Ends(finishing, top_origin[:, :beams], top_scores[:, :beams], utterances)
+        ended = ended.index_add(0, utterances, finishing.sum(dim=1))
+        # Continue with the best `beams` candidates that do not end.
+        keep = (top_tokens == eos).long().argsort(dim=1, stable=True)[:, :beams]  # (batch, beams)
+        scores = top_scores.gather(1, keep)
+        origin = top_origin.gather(1, keep).reshape(-1)
+        tokens = top_tokens.gather(1, keep).reshape(-1)
+        done = (ended[utterances] >= beams) | ~torch.isfinite(scores).any(dim=1)  # (batch,)
+        # A done utterance searches on only until the next check, and ends nothing more.
+        scores = scores.masked_fill(done[:, None], float("-inf"))
+        states = scorer.advance(scored, origin, tokens)
+        return Stepped(states, tokens, origin, scores, ended, done, scored.weights, ends)

@@ -35,7 +35,7 @@ class Prefixes(NamedTuple):
     forward: torch.Tensor  # (frames, 2, rows) log prob of `g` said by frame t, ending in a character (0) or blank (1)
     score: torch.Tensor  # (rows,) log prefix probability of `g`
     last: torch.Tensor  # (rows,) last character of `g`, -1 while `g` is empty
-    length: int = 0  # characters in `g`, the same for every row (they advance in step)
+    length: torch.Tensor  # () characters in `g`, the same for every row (they advance in step)
 
     def select(self, rows: torch.Tensor) -> Prefixes:
         x, emission, forward = self.x[:, rows], self.emission[:, rows], self.forward[:, :, rows]
@@ -66,7 +66,8 @@ class CTCPrefixScorer:
         forward = torch.full((frames, 2, rows), float("-inf"), device=x.device)
         forward[:, 1] = torch.cumsum(x[:, :, self.blank], dim=0)  # only blanks so far
         empty = torch.full((rows,), -1, dtype=torch.long, device=x.device)
-        return Prefixes(x, emission, lengths, forward, torch.zeros(rows, device=x.device), empty)
+        none = torch.zeros((), dtype=torch.long, device=x.device)  # on the device: a graph's step reads it
+        return Prefixes(x, emission, lengths, forward, torch.zeros(rows, device=x.device), empty, none)
 
     def window(self, state: Prefixes, total: torch.Tensor, ended: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Which frames `(frames,)` may emit the next character, a run of them, given the log
@@ -74,9 +75,9 @@ class CTCPrefixScorer:
         exactly `g`: not before frame len(g); with `window_nats`, only after frames where `g` is
         that close to the likeliest extension. And whether the first frame may (a bool tensor)."""
         frames = total.shape[0]
-        open_at = torch.arange(frames, device=total.device) >= max(1, state.length)
+        open_at = torch.arange(frames, device=total.device) >= state.length.clamp(min=1)
         if self.window_nats <= 0 or frames < 2:
-            return open_at, open_at[1] if frames > 1 else torch.tensor(state.length == 0, device=total.device)
+            return open_at, open_at[1] if frames > 1 else state.length == 0
         best = torch.maximum((total[:-1] + state.emission[1:]).max(dim=0).values, ended)  # (rows,) a bound
         near = ((total[:-1] >= best - self.window_nats) & torch.isfinite(best)).any(dim=1)  # (frames - 1,)
         # The frames after the first near frame, to the one after the last; none where none is near.

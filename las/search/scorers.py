@@ -66,7 +66,8 @@ class SpellerScorer:
     def score(self, state: SpellerRows, tokens: torch.Tensor) -> tuple[torch.Tensor, SpellerRows]:
         logits, speller = self.speller.step(tokens, state.state, self.rules.attend(state.memory, state.state.weights))
         log_probs = logits.float().log_softmax(dim=-1)
-        log_probs[:, list(self.forbidden)] = float("-inf")
+        for symbol in self.forbidden:  # one at a time: a list index would be a copy from the host
+            log_probs[:, symbol] = float("-inf")
         return log_probs, SpellerRows(speller, state.memory)
 
     def advance(self, scored: SpellerRows, origin: torch.Tensor, tokens: torch.Tensor) -> SpellerRows:
