@@ -354,8 +354,8 @@ class TrainConfig(Section):
     precision: Precision = "fp32"
     compile: bool = False  # torch.compile the speller step, which runs once per output character
     # On CUDA, the LSTM speller's forward and backward as CUDA graphs, one per bucket of batch
-    # shapes (las/model/graphed_speller.py): its per-character kernels launched at once. One
-    # process, not with train.compile.
+    # shapes (las/model/graphed_speller.py): its per-character kernels launched at once; the dev
+    # pass's greedy steps too (las/search/graphs.py). One process, not with train.compile.
     cuda_graphs: bool = False
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.
@@ -449,8 +449,8 @@ class DecodeConfig(Section):
     # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
     # "What surrounds the speech at decoding").
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
-    # Beam search on a GPU with each step one CUDA graph (las.search.graphs): one launch per
-    # step, not one per kernel. CUDA, the LSTM speller and decode.strategy=beam only.
+    # Beam and greedy search on a GPU with each step one CUDA graph (las.search.graphs): one
+    # launch per step, not one per kernel. CUDA and the LSTM speller only.
     cuda_graphs: bool = False
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0

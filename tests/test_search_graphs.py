@@ -1,4 +1,4 @@
-"""Beam search with each step a CUDA graph (`decode.cuda_graphs`), checked on the CPU: a stand-in
+"""Beam and greedy search with each step a CUDA graph (`decode.cuda_graphs`), checked on the CPU: a stand-in
 with a graph's buffer semantics gives the hypotheses of the plain search, and the step reads
 nothing on the host and makes no shape from a value, which a capture would refuse or bake in.
 tests/test_cuda.py runs the real graphs on a GPU."""
@@ -18,7 +18,7 @@ from las.errors import LasError
 from las.search import build_strategy
 
 from .conftest import TINY
-from .test_search import beam, language_model, model_and_memory  # noqa: F401 (a fixture)
+from .test_search import beam, greedy, language_model, model_and_memory  # noqa: F401 (a fixture)
 
 HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "tensor"}
 
@@ -78,9 +78,11 @@ class GraphOnTheCPU:
         return any(leaf is mine for mine in self.inputs or [])
 
 
+@pytest.mark.parametrize("search", [beam, greedy])
 @pytest.mark.parametrize("scorers", ["speller", "ctc", "ctc+lm", "window+threshold"])
-def test_beam_search_as_cuda_graphs_finds_the_plain_search_hypotheses(
+def test_searches_as_cuda_graphs_find_the_plain_search_hypotheses(
     model_and_memory,  # noqa: F811
+    search: Callable[..., Any],
     scorers: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -91,11 +93,12 @@ def test_beam_search_as_cuda_graphs_finds_the_plain_search_hypotheses(
         "ctc+lm": {"ctc_weight": 0.3, "language_model": language_model(model), "lm_weight": 0.2},
         "window+threshold": {"attention_window": 4, "eos_threshold": 1.5},
     }[scorers]
-    expected = beam(symbols, **settings).search(model, memory)
-    monkeypatch.setattr("las.search.beam.CapturedStep", GraphOnTheCPU)
+    expected = search(symbols, **settings).search(model, memory)
+    for module in ("las.search.beam", "las.search.paths"):
+        monkeypatch.setattr(f"{module}.CapturedStep", GraphOnTheCPU)
     monkeypatch.setattr("las.search.ctc_prefix.reads_are_free", lambda device: False)  # as on a GPU
     calls = GraphOnTheCPU.calls
-    found = beam(symbols, cuda_graphs=True, **settings).search(model, memory)
+    found = search(symbols, cuda_graphs=True, **settings).search(model, memory)
     assert GraphOnTheCPU.calls > calls
     for ours, theirs in zip(found, expected, strict=True):
         assert [h.tokens for h in ours] == [h.tokens for h in theirs]
@@ -121,7 +124,7 @@ def test_the_host_read_guard_refuses_what_a_graph_cannot_hold() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["decode.cuda_graphs=true", "decode.strategy=greedy"], "not decode.strategy=greedy"),
+        (["decode.cuda_graphs=true", "decode.strategy=sample"], "not decode.strategy=sample"),
         (["decode.cuda_graphs=true"], "needs a CUDA device, decoding runs on cpu"),
     ],
 )

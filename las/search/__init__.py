@@ -81,11 +81,12 @@ def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LA
 
 
 def check_graphs(config: DecodeConfig, model: LAS | None) -> None:
-    """One clear error where `decode.cuda_graphs` cannot serve: each beam search step of a
-    PyTorch model on a CUDA device is one graph (las.search.graphs)."""
-    if config.strategy != "beam":
+    """One clear error where `decode.cuda_graphs` cannot serve: each step of beam or greedy
+    search, of a PyTorch model on a CUDA device, is one graph (las.search.graphs)."""
+    if config.strategy not in ("beam", "greedy"):
         raise LasError(
-            f"config key 'decode.cuda_graphs': graphs beam search's step, not decode.strategy={config.strategy}"
+            f"config key 'decode.cuda_graphs': graphs the steps of beam and greedy search, "
+            f"not decode.strategy={config.strategy}"
         )
     if not isinstance(model, torch.nn.Module):
         raise LasError("config key 'decode.cuda_graphs': needs a PyTorch model (an exported one runs in ONNX Runtime)")

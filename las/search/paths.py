@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, NamedTuple
 
 import torch
 
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.search.common import Heard, Hypothesis, Rules, Symbols, steps_between_checks
-from las.search.scorers import Scoring
+from las.search.common import Heard, Hypothesis, Limits, Rules, Symbols, steps_between_checks
+from las.search.graphs import CapturedStep, cloned
+from las.search.scorers import JointScorer, Scoring
+
+
+class Followed(NamedTuple):
+    """What one step leaves every path: its next state and symbol, and what the step decided."""
+
+    states: tuple[Any, ...]  # per scorer
+    tokens: torch.Tensor  # (paths,) the symbol each path added
+    scores: torch.Tensor  # (paths,) log-likelihood so far
+    finished: torch.Tensor  # (paths,) bool: <eos> reached
+    weights: torch.Tensor  # (paths, frames) the attention of this step
 
 
 def follow_paths(
@@ -20,8 +33,10 @@ def follow_paths(
     rules: Rules,
     scoring: Scoring,
     choose: Callable[[torch.Tensor], torch.Tensor],  # scores (paths, vocabulary) -> tokens (paths,)
+    cuda_graphs: bool = False,
 ) -> list[Hypothesis]:
-    """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit."""
+    """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit;
+    with `cuda_graphs`, each step one CUDA graph (las.search.graphs)."""
     heard = Heard.of(model, memory)
     scorer = scoring.joint(model, symbols, rules)
     limits, states = rules.limits(heard), scorer.start(heard)
@@ -30,21 +45,18 @@ def follow_paths(
     finished = torch.zeros(rows, dtype=torch.bool, device=tokens.device)
     scores = torch.zeros(rows, device=tokens.device)
     emitted, weights = [], []
-    check_every = steps_between_checks(tokens.device)
-    for step in range(int(limits.longest.max())):
-        scored = scorer.score(states, tokens)
-        allowed = rules.constrain(scored.total, scored.speller, step + 1, limits, symbols.eos)
-        # A row that ended, or that no extension may follow (its CTC prefix is impossible), may only
-        # end: its scores (NaN once its CTC prefix is impossible: -inf - -inf) are not drawn from.
-        ending = finished | ~torch.isfinite(allowed).any(dim=1)
-        allowed = allowed.masked_fill(ending[:, None], float("-inf"))
-        allowed[:, symbols.eos] = allowed[:, symbols.eos].masked_fill(ending, 0.0)
-        tokens = choose(allowed)
-        scores += scored.total.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
-        states = scorer.advance(scored, torch.arange(rows, device=tokens.device), tokens)
+    check_every, longest = steps_between_checks(tokens.device), int(limits.longest.max())
+    step_of: Callable[..., Followed] = partial(path_step, scorer, rules, symbols.eos, choose)
+    if cuda_graphs:
+        step_of = CapturedStep(step_of)
+        lengths = torch.arange(1, longest + 1, device=tokens.device)  # what `step + 1` is inside the graph
+    for step in range(longest):
+        taken = step_of(states, tokens, scores, finished, limits, lengths[step] if cuda_graphs else step + 1)
+        states, scores, finished = taken.states, taken.scores, taken.finished
+        # Kept across steps: a graph's next replay overwrites its outputs.
+        tokens, attention = cloned((taken.tokens, taken.weights)) if cuda_graphs else (taken.tokens, taken.weights)
         emitted.append(tokens)
-        weights.append(scored.weights)
-        finished |= tokens == symbols.eos
+        weights.append(attention)
         # A finished row only adds <eos> at no cost, so steps past the last row's end change nothing.
         if (step + 1) % check_every == 0 and finished.all():
             break
@@ -57,6 +69,32 @@ def follow_paths(
     return hypotheses
 
 
+def path_step(
+    scorer: JointScorer,
+    rules: Rules,
+    eos: int,
+    choose: Callable[[torch.Tensor], torch.Tensor],
+    states: tuple[Any, ...],
+    tokens: torch.Tensor,  # (paths,) the last symbol of each
+    scores: torch.Tensor,  # (paths,)
+    finished: torch.Tensor,  # (paths,)
+    limits: Limits,
+    length: int | torch.Tensor,  # output symbols once extended, <eos> included (() on the device in a graph)
+) -> Followed:
+    """One step of every path, with nothing read on the host (las.search.graphs)."""
+    scored = scorer.score(states, tokens)
+    allowed = rules.constrain(scored.total, scored.speller, length, limits, eos)
+    # A row that ended, or that no extension may follow (its CTC prefix is impossible), may only
+    # end: its scores (NaN once its CTC prefix is impossible: -inf - -inf) are not drawn from.
+    ending = finished | ~torch.isfinite(allowed).any(dim=1)
+    allowed = allowed.masked_fill(ending[:, None], float("-inf"))
+    allowed[:, eos] = allowed[:, eos].masked_fill(ending, 0.0)
+    tokens = choose(allowed)
+    scores = scores + scored.total.gather(1, tokens[:, None]).squeeze(1).masked_fill(finished, 0.0)
+    states = scorer.advance(scored, torch.arange(len(tokens), device=tokens.device), tokens)
+    return Followed(states, tokens, scores, finished | (tokens == eos), scored.weights)
+
+
 @dataclass(frozen=True)
 class GreedySearch:
     """The best-scoring symbol at every step: fast, and what training reports dev CER with."""
@@ -64,10 +102,13 @@ class GreedySearch:
     symbols: Symbols
     rules: Rules = Rules()
     scoring: Scoring = field(default_factory=Scoring)
+    cuda_graphs: bool = False  # each step one CUDA graph (las.search.graphs)
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        paths = follow_paths(model, memory, self.symbols, self.rules, self.scoring, lambda scores: scores.argmax(-1))
+        paths = follow_paths(
+            model, memory, self.symbols, self.rules, self.scoring, lambda scores: scores.argmax(-1), self.cuda_graphs
+        )
         return [[hypothesis] for hypothesis in paths]
 
 
