@@ -144,7 +144,7 @@ class Recognizer:
         log-mel features `(frames, mel_bins)`, through the feature cache."""
         data = self.config.data
         warn_about_characters(utterances, self.vocabulary, source)
-        cache = FeatureCache(data.cache_dir, self.config.features, data.workers)
+        cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
         if data.bad_utterances == "skip":
             utterances = cache.usable(utterances, source)
         features = cache.load(utterances)
@@ -154,7 +154,7 @@ class Recognizer:
     def array_features(self, samples: np.ndarray | torch.Tensor, sample_rate: int | None) -> torch.Tensor:
         """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`)."""
         waveform = samples_to_waveform(samples, sample_rate, self.config.features.sample_rate)
-        return log_mel_features(FilterbankExtractor(self.config.features), waveform, "samples")
+        return log_mel_features(FilterbankExtractor(self.config.features.at_decoding()), waveform, "samples")
 
     def recognize(
         self, ids: Sequence[str], features: Sequence[torch.Tensor], from_audio: Sequence[bool] | None = None

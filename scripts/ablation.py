@@ -50,7 +50,7 @@ VARIANTS: dict[str, list[str]] = {
     "location, cumulative, no mean prior": ["features.mean_prior_seconds=0"],
     "location, cumulative, no tight crops at the words": ["train.augment.tight=0"],
     "location, cumulative, reverberation 0.3 of draws": ["train.augment.reverberation=0.3"],
-    "location, cumulative, dereverberation": ["features.dereverberation=true"],
+    "location, cumulative, dereverberation in training too": ["features.dereverberation=always"],
     # Self-attention (las/model/attention_listener.py, transformer_speller.py), each part at about
     # the parameters of the one it replaces: listener 2.4M, speller 0.6M (model.transformer_dim 192).
     "transformer listener, 5 layers of 192": [

@@ -3,13 +3,16 @@ the same result however a long recording is cut into chunks and blocks."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import soundfile
 import torch
 
 import las.data.dereverberation as dereverberation
+from las import Recognizer
 from las.config import FeatureConfig
 from las.data.channels import reverberate, room_response
 from las.data.dereverberation import Dereverberation
@@ -78,9 +81,15 @@ def test_a_long_recording_is_filtered_block_by_block_with_the_audio_before_each_
     assert smear_db(restored, dry) < smear_db(wet, dry) - 0.5  # a filter from 2 s of room reaches less far
 
 
-def test_the_front_end_dereverberates_when_asked_and_caches_it_apart() -> None:
-    plain, dereverberating = FeatureConfig(), FeatureConfig(dereverberation=True)
+def test_the_front_end_dereverberates_at_decoding_and_caches_it_apart(trained_run: dict[str, Path]) -> None:
     wet = in_a_room(speech(), 0.6)
-    assert not torch.equal(FilterbankExtractor(dereverberating)(wet), FilterbankExtractor(plain)(wet))
-    assert torch.equal(FilterbankExtractor(dereverberating)(speech()), FilterbankExtractor(plain)(speech()))
-    assert plain.extraction() != dereverberating.extraction()  # the cache's key
+    plain = FeatureConfig(dereverberation="off")
+    always, decoding = dataclasses.replace(plain, dereverberation="always"), FeatureConfig()
+    assert not torch.equal(FilterbankExtractor(always)(wet), FilterbankExtractor(plain)(wet))
+    assert torch.equal(FilterbankExtractor(always)(speech()), FilterbankExtractor(plain)(speech()))  # dry: as it was
+    # The default dereverberates at decoding, not in training: training's cache is the plain one.
+    assert torch.equal(FilterbankExtractor(decoding)(wet), FilterbankExtractor(plain)(wet))
+    assert decoding.extraction() == plain.extraction() != always.extraction()
+    assert decoding.at_decoding().extraction() == always.extraction()
+    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu")
+    assert torch.equal(recognizer.array_features(wet.numpy(), RATE), FilterbankExtractor(always)(wet))

@@ -20,6 +20,11 @@ import torch
 # Weights never exceed 1 / (this share of the loudest band-frame's power): digital silence and
 # empty bands would otherwise get infinite weight.
 POWER_FLOOR = 1e-6
+# A filter of k taps fits k frames of anything: with too few frames per tap it takes away speech,
+# not reverberation (a word of 0.3 s came back as noise). A block gets a tap per this many of its
+# frames, up to `taps`, and none under MINIMUM_TAPS.
+FRAMES_PER_TAP = 5
+MINIMUM_TAPS = 5
 BLOCK_SECONDS = 30.0  # a long recording is filtered 30 s at a time: memory follows the block
 CHUNK_FRAMES = 2048  # correlations summed over this many frames at a time: memory follows the chunk
 
@@ -57,51 +62,55 @@ class Dereverberation:
 
     def filtered(self, waveform: torch.Tensor) -> torch.Tensor:
         """One block: the dereverberated waveform, or `waveform` itself where WPE removes less
-        than `minimum_gain_db` of its energy (or it is shorter than a window)."""
+        than `minimum_gain_db` of its energy, after its first iteration (which spares dry audio
+        the others) or its last; or where it is too short for the filter (`FRAMES_PER_TAP`)."""
         hop, size = self.sizes()
         if len(waveform) < size:
             return waveform
         window = torch.hann_window(size, dtype=waveform.dtype)
         spectrum = torch.stft(waveform, size, hop, window=window, return_complex=True)  # (bins, frames)
-        dry = torch.istft(self.predicted_away(spectrum), size, hop, window=window, length=len(waveform))
-        before, after = float(waveform.square().sum()), float(dry.square().sum())
-        if not after > 0 or 10 * math.log10(before / after) < self.minimum_gain_db:
+        taps = min(self.taps, spectrum.shape[1] // FRAMES_PER_TAP)
+        loudest = float(spectrum.abs().square().max())
+        if taps < MINIMUM_TAPS or loudest == 0.0:
             return waveform
+        estimate = spectrum
+        for iteration in range(self.iterations):
+            estimate = self.predicted_away(spectrum, estimate, taps, loudest)
+            if iteration in (0, self.iterations - 1):
+                dry = torch.istft(estimate, size, hop, window=window, length=len(waveform))
+                after = float(dry.square().sum())
+                if not after > 0 or 10 * math.log10(float(waveform.square().sum()) / after) < self.minimum_gain_db:
+                    return waveform
         return dry
 
-    def predicted_away(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """`(bins, frames)` complex -> the same, each frame less its prediction from its past."""
-        loudest = float(spectrum.abs().square().max()) if spectrum.numel() else 0.0
-        if loudest == 0.0:
-            return spectrum
+    def predicted_away(self, spectrum: torch.Tensor, estimate: torch.Tensor, taps: int, loudest: float) -> torch.Tensor:
+        """One iteration: `spectrum` `(bins, frames)` complex, each frame less its prediction from
+        `taps` frames of its past, by the filter weighted by the power of the last `estimate`."""
         bins = spectrum.shape[0]
-        estimate = spectrum
-        for _ in range(self.iterations):
-            weight = 1.0 / estimate.abs().square().clamp_min(POWER_FLOOR * loudest)  # (bins, frames)
-            correlation = spectrum.new_zeros(bins, self.taps, self.taps)
-            cross = spectrum.new_zeros(bins, self.taps, 1)
-            for frames, past in self.pasts(spectrum):
-                weighted = (past * weight[:, frames, None]).transpose(1, 2)  # (bins, taps, chunk)
-                correlation += weighted @ past.conj()
-                cross += weighted @ spectrum[:, frames, None].conj()
-            # A diagonal load a millionth of the mean power keeps bands without energy solvable.
-            load = 1e-6 * correlation.diagonal(dim1=1, dim2=2).real.mean(dim=1).clamp_min(1e-30)
-            correlation += load[:, None, None] * torch.eye(self.taps, dtype=correlation.dtype)
-            filters = torch.linalg.solve(correlation, cross).conj()  # (bins, taps, 1)
-            estimate = torch.cat(
-                [spectrum[:, frames] - (past @ filters)[..., 0] for frames, past in self.pasts(spectrum)], dim=1
-            )
-        return estimate
+        weight = 1.0 / estimate.abs().square().clamp_min(POWER_FLOOR * loudest)  # (bins, frames)
+        correlation = spectrum.new_zeros(bins, taps, taps)
+        cross = spectrum.new_zeros(bins, taps, 1)
+        for frames, past in self.pasts(spectrum, taps):
+            weighted = (past * weight[:, frames, None]).transpose(1, 2)  # (bins, taps, chunk)
+            correlation += weighted @ past.conj()
+            cross += weighted @ spectrum[:, frames, None].conj()
+        # A diagonal load a millionth of the mean power keeps bands without energy solvable.
+        load = 1e-6 * correlation.diagonal(dim1=1, dim2=2).real.mean(dim=1).clamp_min(1e-30)
+        correlation += load[:, None, None] * torch.eye(taps, dtype=correlation.dtype)
+        filters = torch.linalg.solve(correlation, cross).conj()  # (bins, taps, 1)
+        return torch.cat(
+            [spectrum[:, frames] - (past @ filters)[..., 0] for frames, past in self.pasts(spectrum, taps)], dim=1
+        )
 
-    def pasts(self, spectrum: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
+    def pasts(self, spectrum: torch.Tensor, taps: int) -> Iterator[tuple[slice, torch.Tensor]]:
         """Per chunk of `spectrum`'s frames: their slice, and their past `(bins, chunk, taps)`,
         where past[b, t, k] is frame `t - delay - k` of band b (zero before the first frame)."""
-        reach = self.delay + self.taps - 1
+        reach = self.delay + taps - 1
         padded = torch.nn.functional.pad(spectrum, (reach, 0))  # padded[:, t + reach] is frame t
         total = spectrum.shape[1]
         for start in range(0, total, CHUNK_FRAMES):
             frames = slice(start, min(total, start + CHUNK_FRAMES))
-            shifts = [reach - self.delay - k for k in range(self.taps)]
+            shifts = [reach - self.delay - k for k in range(taps)]
             yield (
                 frames,
                 torch.stack([padded[:, frames.start + shift : frames.stop + shift] for shift in shifts], dim=-1),

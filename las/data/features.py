@@ -13,7 +13,7 @@ from las.config import FeatureConfig
 from las.data.dereverberation import Dereverberation
 from las.errors import LasError
 
-FEATURE_VERSION = 4  # bump when the extraction code or the cache's index changes what it holds
+FEATURE_VERSION = 6  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -69,7 +69,7 @@ class FilterbankExtractor:
             n_mels=config.mel_bins,
             center=False,
         )
-        self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberation else None
+        self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberates else None
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
         waveform = without_offset(waveform, self.window)
