@@ -13,7 +13,7 @@ from las.config import FeatureConfig
 from las.data.dereverberation import Dereverberation
 from las.errors import LasError
 
-FEATURE_VERSION = 6  # bump when the extraction code or the cache's index changes what it holds
+FEATURE_VERSION = 7  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -78,8 +78,15 @@ class FilterbankExtractor:
         peak = float(waveform.abs().max()) if len(waveform) else 0.0
         if 0 < peak < QUIET_PEAK:
             waveform = waveform * (QUIET_PEAK / peak)
-        if self.dereverberation:
-            waveform = self.dereverberation(waveform)
+        features = self.log_mel(waveform)
+        # A recording without speech keeps its features: a tone, a hum or brown noise is all
+        # predictable from its past, and what WPE leaves of it can pass for speech.
+        if self.dereverberation and holds_speech(features):
+            features = self.log_mel(self.dereverberation(waveform))
+        return features
+
+    def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
+        """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time."""
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
         frames = frame_count(len(waveform), self.window, self.hop)
         with torch.no_grad():
@@ -93,6 +100,14 @@ class FilterbankExtractor:
                 dim=1,
             )  # (mel_bins, frames)
         return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
+
+
+def holds_speech(features: torch.Tensor) -> bool:
+    """las.segmentation's no-speech rule on log-mel features `(frames, mel_bins)` (imported here:
+    it reads this module's floor)."""
+    from las.segmentation import has_speech
+
+    return has_speech(features)
 
 
 def analysis_sizes(config: FeatureConfig) -> tuple[int, int]:
