@@ -19,6 +19,7 @@ from las.search import (
     BeamSearch,
     CTCGreedySearch,
     GreedySearch,
+    Hypothesis,
     Rules,
     SamplingSearch,
     Scoring,
@@ -151,13 +152,17 @@ def test_decoding_as_on_an_accelerator_finds_the_same_hypotheses(
         monkeypatch.setattr(f"{module}.steps_between_checks", lambda device: every)
     monkeypatch.setattr("las.search.ctc_prefix.reads_are_free", lambda device: False)
     for strategy, expected in zip(strategies, each_step, strict=True):
-        found = strategy.search(model, memory)
-        for ours, theirs in zip(found, expected, strict=True):
-            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
-            for mine, reference in zip(ours, theirs, strict=True):
-                assert mine.score == pytest.approx(reference.score, abs=1e-4)
-                assert mine.attention is not None and reference.attention is not None
-                assert torch.allclose(mine.attention, reference.attention, atol=1e-5)
+        assert_same_hypotheses(strategy.search(model, memory), expected)
+
+
+def assert_same_hypotheses(found: list[list[Hypothesis]], expected: list[list[Hypothesis]]) -> None:
+    """Per utterance the same hypotheses in the same order, with their scores (1e-4) and attention (1e-5)."""
+    for ours, theirs in zip(found, expected, strict=True):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+        for mine, reference in zip(ours, theirs, strict=True):
+            assert mine.score == pytest.approx(reference.score, abs=1e-4)
+            assert mine.attention is not None and reference.attention is not None
+            assert torch.allclose(mine.attention, reference.attention, atol=1e-5)
 
 
 def test_beam_scores_are_teacher_forced_log_likelihoods_and_nbest_is_sorted_and_distinct(model_and_memory) -> None:

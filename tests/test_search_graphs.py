@@ -18,7 +18,7 @@ from las.errors import LasError
 from las.search import build_strategy
 
 from .conftest import TINY
-from .test_search import beam, greedy, language_model, model_and_memory  # noqa: F401 (a fixture)
+from .test_search import assert_same_hypotheses, beam, greedy, language_model, model_and_memory  # noqa: F401 (a fixture)
 
 HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "tensor"}
 
@@ -100,12 +100,7 @@ def test_searches_as_cuda_graphs_find_the_plain_search_hypotheses(
     calls = GraphOnTheCPU.calls
     found = search(symbols, cuda_graphs=True, **settings).search(model, memory)
     assert GraphOnTheCPU.calls > calls
-    for ours, theirs in zip(found, expected, strict=True):
-        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
-        for mine, reference in zip(ours, theirs, strict=True):
-            assert mine.score == pytest.approx(reference.score, abs=1e-4)
-            assert mine.attention is not None and reference.attention is not None
-            assert torch.allclose(mine.attention, reference.attention, atol=1e-5)
+    assert_same_hypotheses(found, expected)
 
 
 def test_the_host_read_guard_refuses_what_a_graph_cannot_hold() -> None:
