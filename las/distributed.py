@@ -7,6 +7,7 @@ slice of every batch, and DistributedDataParallel averages the gradients.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,8 +52,20 @@ class Distributed:
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         return device
 
+    def wait_for_all(self) -> None:
+        """Return once every rank has got here: at the end of a run, so that no rank tears down its
+        connections while another still works (rank 0 writes the averaged model last)."""
+        if self.enabled:
+            dist.barrier()
+
     def stop(self) -> None:
+        """Leave the process group, once the trainer that used it is unreachable."""
         if self.enabled and dist.is_initialized():
+            # DistributedDataParallel holds the group, and the trainer around it can sit in a
+            # reference cycle (torch's first import of its compiler keeps the frame that built the
+            # trainer). Left to interpreter exit, gloo's threads would be torn down with the
+            # interpreter, which can abort the process (pytorch PR 179291).
+            gc.collect()
             dist.destroy_process_group()
 
     def shard(self, items: Sequence[Item]) -> list[Item]:

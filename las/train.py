@@ -259,6 +259,7 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         initial = start if checkpoint is None else None
         try:
             Trainer(corpus.config, corpus, out, checkpoint, distributed, initial).run()
+            distributed.wait_for_all()
         finally:
             distributed.stop()
     return out

@@ -52,7 +52,7 @@ def run_training(
         env=environment,
         timeout=600,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-8000:]
     return out
 
 
