@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # The GPU checks and figures for docs/BENCHMARKS.md, for a session that is lent a GPU machine
-# (the `device` tool; its image has torch and torchaudio, the other wheels travel in .whl/ as
-# /work/.library/device/README.md describes). Each phase fits one 10-minute call:
+# (the `device` tool). A session has 15 minutes of device time, the machine's start included, so
+# the first call is `essentials`, prepared here beforehand:
+#
+#   bash scripts/gpu.sh prepare runs/<run>/best.pt   # HERE, not on the GPU: the wheels the GPU
+#                                      # image lacks into .whl/, the model's weights alone into .gpu/
+#   device run, carry [".whl", ".gpu"], timeout_s 560:
+#   bash scripts/gpu.sh essentials "$OUT"   # in about 9 minutes: tests/test_cuda.py; decoding of AN4
+#                                      # dev by .gpu/model.pt on the CPU, the GPU and the GPU as CUDA
+#                                      # graphs (real-time factors, transcripts that differ);
+#                                      # training throughput eager against CUDA graphs, fp32 and bf16
+#
+# The other phases fit one 10-minute call each, for a lease with time left:
 #
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
 #                                      # graphs (with nvidia-smi utilisation), a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
-#   bash scripts/gpu.sh decode "$OUT"  # every decoding strategy on the GPU; the default decoding of
-#                                      # dev and the long-form recordings, GPU against CPU
+#   bash scripts/gpu.sh decode "$OUT" [CHECKPOINT]  # every decoding strategy on the GPU; the default
+#                                      # decoding of dev and the long-form recordings, GPU against CPU
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
 #   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
 #   bash scripts/gpu.sh surroundings "$OUT" NAME        # their surroundings table: padding, crops, single words
@@ -19,7 +29,23 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?check, train, decode, seeds, robustness, surroundings or scale}
+phase=${1:?prepare, essentials, check, train, decode, seeds, robustness, surroundings or scale}
+if [ "$phase" = prepare ]; then
+    checkpoint=${2:?a checkpoint whose weights travel to the GPU}
+    # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
+    rm -rf .whl && mkdir -p .whl .gpu
+    for wheel in Levenshtein==0.27.5 rapidfuzz==3.14.6 soundfile==0.14.0 cffi==2.1.1 pycparser==3.12; do
+        python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            --platform any -d .whl "$wheel"
+    done
+    # Weights only: the optimizer's state would double what travels (64 MiB in all).
+    .venv/bin/python -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
+c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model(), {})" \
+        "$checkpoint" .gpu/model.pt
+    du -sh .whl .gpu
+    exit 0
+fi
 out=${2:-gpu-results}
 mkdir -p "$out"
 if [ -d .whl ]; then
@@ -41,6 +67,25 @@ python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 case "$phase" in
+essentials)
+    # Each part under its own limit, so that the call returns with what it has inside 9 minutes.
+    timeout 270 python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
+    for run in cpu cuda cuda-graphs; do
+        echo "dev on $run:" | tee -a "$out/decode.txt"
+        timeout 60 python3 -m las decode .gpu/model.pt data/an4/dev.tsv --device "${run%-graphs}" \
+            --out "$out/dev-$run.csv" --set decode.cuda_graphs=$([ "$run" = cuda-graphs ] && echo true || echo false) \
+            2>&1 | tail -n 1 | tee -a "$out/decode.txt" || true
+    done
+    for run in cuda cuda-graphs; do
+        echo "dev on $run: $(diff "$out/dev-$run.csv" "$out/dev-cpu.csv" | grep -c '^<' || true) transcripts" \
+            "differ from the CPU's" | tee -a "$out/decode.txt"
+    done
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
+    sampler=$!
+    timeout 150 python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --graphs \
+        --utterances 848 --repeats 1 | tee "$out/throughput.md" || true
+    kill "$sampler"
+    ;;
 check)
     python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
     # GPU utilisation every 200 ms while the variants run (eager and graphed speller, interleaved).
@@ -58,7 +103,8 @@ train)
     python3 scripts/benchmark.py curve runs/gpu | tee "$out/curve.md"
     ;;
 decode)
-    python3 scripts/benchmark.py strategies runs/gpu/best.pt data/an4/dev.tsv --device cuda \
+    model=${3:-runs/gpu/best.pt}
+    python3 scripts/benchmark.py strategies "$model" data/an4/dev.tsv --device cuda \
         | tee "$out/strategies.md"
     # The default decoding (beam 8 + CTC) of AN4 dev and of the long-form recordings (30-55 s,
     # cut at pauses as by default) through `las decode`, on the GPU (eager, and with each step a
@@ -69,7 +115,7 @@ decode)
         name=$(basename "$manifest" .tsv)
         for run in cuda cuda-graphs cpu; do
             echo "$name on $run:" | tee -a "$out/decode.txt"
-            python3 -m las decode runs/gpu/best.pt "$manifest" --device "${run%-graphs}" --out "$out/$name-$run.csv" \
+            python3 -m las decode "$model" "$manifest" --device "${run%-graphs}" --out "$out/$name-$run.csv" \
                 --set decode.cuda_graphs=$([ "$run" = cuda-graphs ] && echo true || echo false) \
                 2>&1 | tail -n 1 | tee -a "$out/decode.txt"
         done
