@@ -461,7 +461,7 @@ class DecodeConfig(Section):
     # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
     # "What surrounds the speech at decoding").
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
-    # Beam and greedy search on a GPU with each step one CUDA graph (las.search.graphs): one
+    # Beam, greedy and random search on a GPU with each step one CUDA graph (las.search.graphs): one
     # launch per step, not one per kernel. CUDA and the LSTM speller only.
     cuda_graphs: bool = False
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32

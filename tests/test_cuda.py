@@ -69,6 +69,7 @@ def test_every_search_on_cuda_finds_what_it_finds_on_the_cpu(trained_run: dict[s
         ["decode.strategy=beam", "decode.beam_size=4", "decode.nbest=4"],  # with the CTC prefix scorer
         ["decode.strategy=beam", "decode.beam_size=4", "decode.ctc_weight=0"],
         ["decode.strategy=greedy"],
+        ["decode.strategy=sample", "decode.samples=8", "decode.nbest=3"],  # the same draws, as graph-safe ones
     ],
 )
 def test_searches_as_cuda_graphs_find_the_eager_hypotheses(trained_run: dict[str, Path], settings: list[str]) -> None:

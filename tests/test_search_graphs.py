@@ -1,11 +1,11 @@
-"""Beam and greedy search with each step a CUDA graph (`decode.cuda_graphs`), checked on the CPU: a stand-in
+"""Beam, greedy and random search with each step a CUDA graph (`decode.cuda_graphs`), checked on the CPU: a stand-in
 with a graph's buffer semantics gives the hypotheses of the plain search, and the step reads
 nothing on the host and makes no shape from a value, which a capture would refuse or bake in.
 tests/test_cuda.py runs the real graphs on a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -18,7 +18,14 @@ from las.errors import LasError
 from las.search import build_strategy
 
 from .conftest import TINY
-from .test_search import assert_same_hypotheses, beam, greedy, language_model, model_and_memory  # noqa: F401 (a fixture)
+from .test_search import (  # noqa: F401 (a fixture)
+    assert_same_hypotheses,
+    beam,
+    greedy,
+    language_model,
+    model_and_memory,
+    sampling,
+)
 
 HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "tensor"}
 
@@ -48,8 +55,8 @@ class GraphOnTheCPU:
 
     calls = 0
 
-    def __init__(self, step: Callable[..., Any]) -> None:
-        self.step = step
+    def __init__(self, step: Callable[..., Any], generators: Sequence[torch.Generator] = ()) -> None:
+        self.step = step  # its draws from `generators` run as they come, as a replay's do
         self.inputs: list[Any] | None = None
         self.outputs: Any = None
 
@@ -78,7 +85,7 @@ class GraphOnTheCPU:
         return any(leaf is mine for mine in self.inputs or [])
 
 
-@pytest.mark.parametrize("search", [beam, greedy])
+@pytest.mark.parametrize("search", [beam, greedy, sampling])
 @pytest.mark.parametrize("scorers", ["speller", "ctc", "ctc+lm", "window+threshold"])
 def test_searches_as_cuda_graphs_find_the_plain_search_hypotheses(
     model_and_memory,  # noqa: F811
@@ -119,7 +126,7 @@ def test_the_host_read_guard_refuses_what_a_graph_cannot_hold() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (["decode.cuda_graphs=true", "decode.strategy=sample"], "not decode.strategy=sample"),
+        (["decode.cuda_graphs=true", "decode.strategy=ctc"], "not decode.strategy=ctc"),
         (["decode.cuda_graphs=true"], "needs a CUDA device, decoding runs on cpu"),
     ],
 )

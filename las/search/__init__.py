@@ -81,11 +81,11 @@ def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LA
 
 
 def check_graphs(config: DecodeConfig, model: LAS | None) -> None:
-    """One clear error where `decode.cuda_graphs` cannot serve: each step of beam or greedy
-    search, of a PyTorch model on a CUDA device, is one graph (las.search.graphs)."""
-    if config.strategy not in ("beam", "greedy"):
+    """One clear error where `decode.cuda_graphs` cannot serve: each step of beam, greedy or
+    random search, of a PyTorch model on a CUDA device, is one graph (las.search.graphs)."""
+    if config.strategy not in ("beam", "greedy", "sample"):
         raise LasError(
-            f"config key 'decode.cuda_graphs': graphs the steps of beam and greedy search, "
+            f"config key 'decode.cuda_graphs': graphs the steps of beam, greedy and random search, "
             f"not decode.strategy={config.strategy}"
         )
     if not isinstance(model, torch.nn.Module):

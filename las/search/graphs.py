@@ -8,12 +8,14 @@ addresses, and no branch on a value: the step is captured once per batch, with c
 inputs; each later call copies the new inputs into those copies (an input that already is the
 graph's own buffer, such as the listener's memory, is not copied) and replays it. The search
 keeps its rows in place rather than dropping finished utterances, and reads nothing on the host
-inside a step (`tests/test_search_graphs.py` checks both on the CPU).
+inside a step (`tests/test_search_graphs.py` checks both on the CPU). A step that draws random
+numbers (random search) names its generator: the graph draws from it as PyTorch's graph-safe
+generators do, each replay at the generator's offset then, as the eager step would.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,10 +27,12 @@ WARM_UP_CALLS = 2  # on a side stream before capture: cuBLAS and cuDNN choose th
 class CapturedStep:
     """`step(*inputs)` for pytrees (tuples, named tuples, lists) of tensors and constants, run as
     a CUDA graph captured on the first call. The outputs are the graph's own buffers: the next
-    call overwrites them, so a caller that keeps one across calls clones it."""
+    call overwrites them, so a caller that keeps one across calls clones it. `generators`: those
+    the step draws from (the default CUDA generator needs no naming)."""
 
-    def __init__(self, step: Callable[..., Any]) -> None:
+    def __init__(self, step: Callable[..., Any], generators: Sequence[torch.Generator] = ()) -> None:
         self.step = step
+        self.generators = list(generators)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: list[Any] = []
         self.structure: pytree.TreeSpec | None = None
@@ -58,6 +62,7 @@ class CapturedStep:
         self.inputs = [leaf.clone() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         self.structure = structure
         inputs = pytree.tree_unflatten(self.inputs, structure)
+        drawn_from = [generator.get_state() for generator in self.generators]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -65,8 +70,13 @@ class CapturedStep:
                 self.step(*inputs)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
+        for generator, state in zip(self.generators, drawn_from, strict=True):
+            generator.set_state(state)  # the warm-up's draws are not the search's
+            self.graph.register_generator_state(generator)
         with torch.cuda.graph(self.graph):
             self.outputs = self.step(*inputs)
+        for generator, state in zip(self.generators, drawn_from, strict=True):
+            generator.set_state(state)  # the first replay draws what the eager first step would
 
 
 def cloned(outputs: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -34,6 +34,7 @@ def follow_paths(
     scoring: Scoring,
     choose: Callable[[torch.Tensor], torch.Tensor],  # scores (paths, vocabulary) -> tokens (paths,)
     cuda_graphs: bool = False,
+    generators: Sequence[torch.Generator] = (),  # those `choose` draws from
 ) -> list[Hypothesis]:
     """One hypothesis per row of `memory`, extended by `choose` until <eos> or the length limit;
     with `cuda_graphs`, each step one CUDA graph (las.search.graphs)."""
@@ -48,7 +49,7 @@ def follow_paths(
     check_every, longest = steps_between_checks(tokens.device), int(limits.longest.max())
     step_of: Callable[..., Followed] = partial(path_step, scorer, rules, symbols.eos, choose)
     if cuda_graphs:
-        step_of = CapturedStep(step_of)
+        step_of = CapturedStep(step_of, generators)
         lengths = torch.arange(1, longest + 1, device=tokens.device)  # what `step + 1` is inside the graph
     for step in range(longest):
         taken = step_of(states, tokens, scores, finished, limits, lengths[step] if cuda_graphs else step + 1)
@@ -125,6 +126,7 @@ class SamplingSearch:
     nbest: int
     seed: int
     scoring: Scoring = field(default_factory=Scoring)
+    cuda_graphs: bool = False  # each step one CUDA graph (las.search.graphs)
 
     @torch.no_grad()
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
@@ -134,10 +136,16 @@ class SamplingSearch:
         greedy_rows = torch.arange(batch * samples, device=memory.values.device) % samples == 0
 
         def choose(scores: torch.Tensor) -> torch.Tensor:
-            drawn = torch.multinomial((scores / self.temperature).softmax(-1), 1, generator=generator).squeeze(1)
+            # A draw from the softmax as torch.multinomial makes one (the same numbers from the same
+            # generator): the largest probability over an exponential variate. multinomial itself
+            # first checks its input on the host, which a CUDA graph cannot hold.
+            probabilities = (scores / self.temperature).softmax(-1)
+            drawn = (probabilities / torch.empty_like(probabilities).exponential_(generator=generator)).argmax(-1)
             return torch.where(greedy_rows, scores.argmax(-1), drawn)
 
-        paths = follow_paths(model, expanded, self.symbols, self.rules, self.scoring, choose)
+        paths = follow_paths(
+            model, expanded, self.symbols, self.rules, self.scoring, choose, self.cuda_graphs, [generator]
+        )
         results = []
         for utterance in range(batch):
             unique = {tuple(path.tokens): path for path in paths[utterance * samples : (utterance + 1) * samples]}
