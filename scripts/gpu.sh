@@ -69,7 +69,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out
 case "$phase" in
 essentials)
     # Each part under its own limit, so that the call returns with what it has inside 9 minutes.
-    timeout 270 python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
+    # -v: each result on its own line, kept even if the limit stops the run
+    timeout 270 python3 -m pytest -v -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
     for run in cpu cuda cuda-graphs; do
         echo "dev on $run:" | tee -a "$out/decode.txt"
         timeout 60 python3 -m las decode .gpu/model.pt data/an4/dev.tsv --device "${run%-graphs}" \
