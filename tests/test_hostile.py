@@ -637,6 +637,7 @@ def test_ctrl_c_while_decoding_stops_and_writes_nothing(
     trained_run: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import signal
+    import threading
 
     from las.decode import decode
     from las.search import GreedySearch
@@ -644,7 +645,10 @@ def test_ctrl_c_while_decoding_stops_and_writes_nothing(
     original = GreedySearch.search
 
     def interrupted_search(self, model, memory):  # Ctrl-C in the middle of the first batch
-        os.kill(os.getpid(), signal.SIGINT)
+        # At the main thread, which blocks it. Sent to the process, it can land on a thread that an
+        # earlier test started before the mask, and in a loaded full suite it was lost there twice
+        # (2026-11-26; not understood yet): this test is of the check between batches.
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         return original(self, model, memory)
 
     monkeypatch.setattr(GreedySearch, "search", interrupted_search)
