@@ -454,6 +454,9 @@ class DecodeConfig(Section):
     # `las pretrain` (same vocabulary).
     lm: Annotated[str, Flag("--lm", "Character LM (from las pretrain) for shallow fusion.")] = ""
     lm_weight: Annotated[float, Range(0), Flag("--lm-weight", "LM fusion weight.")] = 0.0
+    # A closed vocabulary: every word spelled is one of this list's (one per line, or a Kaldi
+    # lexicon's first column), for commands, digits or a domain's terms (las.search.lexicon).
+    lexicon: Annotated[str, Flag("--lexicon", "Only spell the words of this list (one per line).")] = ""
     # Of what surrounds the speech, at most this much is heard at decoding (and in training's dev
     # passes), within features.surroundings_seconds: training utterances often end sooner after
     # their words than the training margin (AN4: 0.2 s at the median), and a padded recording

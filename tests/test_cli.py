@@ -129,6 +129,29 @@ def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -
     assert code == 0 and stdout.startswith("id,label\n"), stderr
 
 
+def test_decode_with_a_lexicon_spells_only_its_words(trained: dict[str, Path], tmp_path: Path) -> None:
+    words = sorted({word for row in an4_rows("train", 4, longest_seconds=1.6) for word in row[3].split()})
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("".join(f"{word}\n" for word in words[1:]))  # all the transcripts' words but one
+    for strategy in ("beam", "greedy"):
+        code, stdout, stderr = run(
+            "decode", trained["run"] / "best.pt", trained["train"], "--strategy", strategy, "--lexicon", lexicon
+        )
+        assert code == 0, stderr
+        spelled = [word for line in stdout.splitlines()[1:] for word in line.split(",", 1)[1].split()]
+        assert spelled and set(spelled) <= set(words[1:]), stdout
+
+    lexicon.write_text("hello\nworld\n")  # the model spells upper case
+    assert_clear_error(
+        *run("decode", trained["run"] / "best.pt", trained["train"], "--lexicon", lexicon)[::2],
+        "none of its 2 words can be spelled with the model's characters",
+    )
+    assert_clear_error(
+        *run("decode", trained["run"] / "best.pt", trained["train"], "--lexicon", tmp_path / "absent.txt")[::2],
+        "decode.lexicon: file not found",
+    )
+
+
 def test_eval_text_report(trained: dict[str, Path], tmp_path: Path) -> None:
     hypotheses = tmp_path / "hyp.txt"
     hypotheses.write_text("".join(f"{row[0]} {row[3]}\n" for row in an4_rows("train", 4, longest_seconds=1.6)))

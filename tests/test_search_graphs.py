@@ -16,6 +16,8 @@ from torch.utils import _pytree as pytree
 from las.config import load_config
 from las.errors import LasError
 from las.search import build_strategy
+from las.search.lexicon import Lexicon
+from las.text import Vocabulary
 
 from .conftest import TINY
 from .test_search import (  # noqa: F401 (a fixture)
@@ -28,6 +30,14 @@ from .test_search import (  # noqa: F401 (a fixture)
 )
 
 HOST_READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "masked_select", "tensor"}
+
+
+def short_words(symbols: int) -> Lexicon:
+    """Every word of one or two characters, of a vocabulary of this many `symbols`: a lexicon is
+    of symbol ids, and every model here puts the space first among its characters, as sorting does."""
+    stand_in = Vocabulary.from_texts([" " + "".join(chr(ord("a") + letter) for letter in range(symbols - 5))])
+    letters = stand_in.symbols[5:]
+    return Lexicon.of([first + second for first in letters for second in ("", *letters)], stand_in)
 
 
 class NoHostReads(TorchFunctionMode):
@@ -86,7 +96,7 @@ class GraphOnTheCPU:
 
 
 @pytest.mark.parametrize("search", [beam, greedy, sampling])
-@pytest.mark.parametrize("scorers", ["speller", "ctc", "ctc+lm", "window+threshold"])
+@pytest.mark.parametrize("scorers", ["speller", "ctc", "ctc+lm", "window+threshold", "ctc+lexicon"])
 def test_searches_as_cuda_graphs_find_the_plain_search_hypotheses(
     model_and_memory,  # noqa: F811
     search: Callable[..., Any],
@@ -99,6 +109,7 @@ def test_searches_as_cuda_graphs_find_the_plain_search_hypotheses(
         "ctc": {"ctc_weight": 0.3, "length_normalize": True},
         "ctc+lm": {"ctc_weight": 0.3, "language_model": language_model(model), "lm_weight": 0.2},
         "window+threshold": {"attention_window": 4, "eos_threshold": 1.5},
+        "ctc+lexicon": {"ctc_weight": 0.3, "lexicon": short_words(model.speller.output.out_features)},
     }[scorers]
     expected = search(symbols, **settings).search(model, memory)
     for module in ("las.search.beam", "las.search.paths"):

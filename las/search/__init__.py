@@ -20,6 +20,7 @@ from las.model.speller import Speller
 from las.search.beam import BeamSearch
 from las.search.common import Hypothesis, Rules, Strategy, Symbols
 from las.search.ctc_greedy import CTCGreedySearch
+from las.search.lexicon import Lexicon, read_lexicon
 from las.search.paths import GreedySearch, SamplingSearch
 from las.search.scorers import Scoring
 from las.text import Vocabulary
@@ -30,6 +31,7 @@ __all__ = [
     "CTCGreedySearch",
     "GreedySearch",
     "Hypothesis",
+    "Lexicon",
     "Rules",
     "SamplingSearch",
     "Scoring",
@@ -59,11 +61,17 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
         )
     if config.cuda_graphs:
         check_graphs(config, model)
+    if config.lexicon and config.strategy == "ctc":
+        raise LasError("decode.lexicon keeps the speller's words in a list: use decode.strategy=beam, greedy or sample")
     made = {
         "symbols": Symbols.of(vocabulary),
         "rules": Rules.of(config),
         "scoring": Scoring(
-            config.ctc_weight, fused_language_model(config, vocabulary, model), config.lm_weight, config.ctc_window_nats
+            config.ctc_weight,
+            fused_language_model(config, vocabulary, model),
+            config.lm_weight,
+            config.ctc_window_nats,
+            closed_vocabulary(config, vocabulary, model),
         ),
     }
     names = [item.name for item in dataclasses.fields(strategy)]  # type: ignore[arg-type]
@@ -76,8 +84,19 @@ def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LA
         return None
     if not config.lm:
         raise LasError("decode.lm_weight > 0 needs a language model: decode.lm=FILE (written by las pretrain)")
-    device = next(model.parameters()).device if model is not None else torch.device("cpu")
-    return load_language_model(config.lm, vocabulary).to(device)
+    return load_language_model(config.lm, vocabulary).to(device_of(model))
+
+
+def closed_vocabulary(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None) -> Lexicon | None:
+    """The words of `decode.lexicon`, on the model's device; None without one."""
+    if not config.lexicon:
+        return None
+    lexicon = read_lexicon(config.lexicon, vocabulary)
+    return Lexicon(lexicon.edges.to(device_of(model)), lexicon.words)
+
+
+def device_of(model: LAS | None) -> torch.device:
+    return next(model.parameters()).device if model is not None else torch.device("cpu")
 
 
 def check_graphs(config: DecodeConfig, model: LAS | None) -> None:

@@ -167,6 +167,10 @@ class BeamSearch:
         candidates = self.rules.constrain(
             scores.reshape(-1, 1) + scored.total, scored.speller, length, rows.limits, eos
         )
+        # A row that no extension may follow (its CTC prefix cannot go on, and a lexicon lets no
+        # word end here) may only end, as it is: as in greedy and random search (paths.path_step).
+        stuck = ~torch.isfinite(candidates).any(dim=1)
+        candidates[:, eos] = torch.where(stuck, scores.reshape(-1), candidates[:, eos])
         vocabulary = candidates.shape[1]
         # The best 2 x beams candidates hold at least `beams` that continue (one <eos> per beam at most).
         top_scores, top_index = candidates.reshape(batch, beams * vocabulary).topk(2 * beams, dim=1)

@@ -23,6 +23,7 @@ from las.model.speller import SpellerState
 from las.model.transformer_speller import CrossMemory, TransformerState
 from las.search.common import Heard, Rules, Symbols
 from las.search.ctc_prefix import CTCPrefixScorer
+from las.search.lexicon import Lexicon, LexiconScorer
 
 
 class Scorer(Protocol):
@@ -82,12 +83,14 @@ class SpellerScorer:
 @dataclass(frozen=True)
 class Scoring:
     """Which scorers join the speller, and their weights: (1 - ctc_weight) · speller +
-    ctc_weight · CTC prefix + lm_weight · LM (shallow fusion, Gulcehre et al. 2015)."""
+    ctc_weight · CTC prefix + lm_weight · LM (shallow fusion, Gulcehre et al. 2015); and a
+    lexicon, whose 0 or -inf only allows or forbids."""
 
     ctc_weight: float = 0.0
     language_model: AnySpeller | None = None  # a character LM written by `las pretrain`
     lm_weight: float = 0.0
     ctc_window_nats: float = 0.0  # las.search.ctc_prefix: 0 sums over every frame
+    lexicon: Lexicon | None = None  # on the model's device
 
     def joint(self, model: LAS, symbols: Symbols, rules: Rules) -> JointScorer:
         others: list[tuple[float, Scorer]] = []
@@ -97,6 +100,8 @@ class Scoring:
             others.append((self.ctc_weight, CTCPrefixScorer(symbols.blank, symbols.eos, self.ctc_window_nats)))
         if self.language_model is not None and self.lm_weight > 0:
             others.append((self.lm_weight, SpellerScorer(self.language_model, silent=True)))
+        if self.lexicon is not None:
+            others.append((1.0, LexiconScorer(self.lexicon.edges, rules, symbols.eos)))
         speller = SpellerScorer(model.speller, symbols.forbidden, rules)
         return JointScorer(speller, 1 - self.ctc_weight, tuple(others))
 
