@@ -13,7 +13,7 @@ import torch
 from las.config import Config
 from las.data.dataset import speller_targets
 from las.errors import LasError
-from las.files import make_directory, save_atomically
+from las.files import make_directory, read_text, save_atomically
 from las.losses import attention_loss
 from las.model.las import LAS
 from las.model.pretrained import FORMAT, silent_memory
@@ -24,14 +24,7 @@ from las.text import Vocabulary
 def read_text_corpus(path: str | Path, vocabulary: Vocabulary) -> list[str]:
     """The sentences of a text file, one per line, that `vocabulary` can spell; the others are
     left out with one warning (a language model for a model must share its characters)."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError:
-        raise LasError(f"--text: file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except OSError as error:
-        raise LasError(f"cannot read {path}: {error.strerror or error}") from None
+    lines = read_text(path, "--text").splitlines()
     sentences = [" ".join(line.split()) for line in lines if line.strip()]
     kept = [sentence for sentence in sentences if not vocabulary.unknown_characters(sentence)]
     if len(kept) < len(sentences):

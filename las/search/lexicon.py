@@ -17,6 +17,7 @@ from typing import NamedTuple
 import torch
 
 from las.errors import LasError
+from las.files import read_text
 from las.progress import warn
 from las.search.common import Heard, Rules
 from las.text import Vocabulary
@@ -71,15 +72,7 @@ class Lexicon:
 def read_lexicon(path: str | Path, vocabulary: Vocabulary) -> Lexicon:
     """The words of a list, one per line: each line's first field, so that a word list and a
     pronunciation lexicon (`WORD phone phone ...`, as Kaldi's) both serve; blank lines skipped."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LasError(f"decode.lexicon: file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-    except OSError as error:
-        raise LasError(f"cannot read {path}: {error.strerror or error}") from None
-    words = [line.split()[0] for line in text.splitlines() if line.strip()]
+    words = [line.split()[0] for line in read_text(path, "decode.lexicon").splitlines() if line.strip()]
     if not words:
         raise LasError(f"{path}: no words (decode.lexicon lists one word per line)")
     return Lexicon.of(words, vocabulary, str(path))
