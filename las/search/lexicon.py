@@ -39,33 +39,37 @@ class Lexicon:
     def of(cls, words: list[str], vocabulary: Vocabulary, source: str = "the lexicon") -> Lexicon:
         """The tree of `words` that the model can spell; the others are left out with a warning."""
         index, space = vocabulary.index, vocabulary.index.get(" ")
-        spellable = sorted({word for word in words if all(character in index for character in word)})
+        distinct = {word for word in words if word}
+        spellable = sorted(word for word in distinct if all(character in index for character in word))
         if not spellable:
-            example = next((word for word in words if word), "")
+            example = min(distinct, default="")
             lacking = "".join(sorted(vocabulary.unknown_characters(example)))
             raise LasError(
-                f"{source}: none of its {len(words)} words can be spelled with the model's characters"
+                f"{source}: none of its {len(distinct)} words can be spelled with the model's characters"
                 + (f" (e.g. {example!r}: {lacking!r} is not among them)" if example else "")
             )
-        if len(spellable) < len(set(words)):
-            warn(f"{source}: {len(set(words)) - len(spellable)} words use characters the model lacks, left out")
+        if len(spellable) < len(distinct):
+            warn(f"{source}: {len(distinct) - len(spellable)} words use characters the model lacks, left out")
         rows: list[dict[int, int]] = [{}, {}, {}]  # START, ENDED, AFTER_SPACE
         rows[START][vocabulary.eos] = ENDED
         rows[ENDED][vocabulary.eos] = ENDED
         for word in spellable:
             node = START
             for character in word:
-                node = rows[node].setdefault(index[character], len(rows))
-                if node == len(rows):
+                row, symbol = rows[node], index[character]
+                if symbol not in row:
+                    row[symbol] = len(rows)
                     rows.append({})
+                node = row[symbol]
             rows[node][vocabulary.eos] = ENDED
             if space is not None:
                 rows[node][space] = AFTER_SPACE
         rows[AFTER_SPACE] = {symbol: node for symbol, node in rows[START].items() if symbol != vocabulary.eos}
+        sources, symbols, targets = zip(
+            *((node, symbol, target) for node, row in enumerate(rows) for symbol, target in row.items())
+        )
         edges = torch.full((len(rows), len(vocabulary)), ABSENT, dtype=torch.int32)
-        for node, row in enumerate(rows):
-            for symbol, target in row.items():
-                edges[node, symbol] = target
+        edges[torch.tensor(sources), torch.tensor(symbols)] = torch.tensor(targets, dtype=torch.int32)
         return cls(edges, len(spellable))
 
 
