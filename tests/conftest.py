@@ -65,6 +65,13 @@ def write_manifest(path: Path, rows: list[list[str]]) -> Path:
     return path
 
 
+def transcript_words(manifest: Path) -> set[str]:
+    """The distinct words of a manifest's transcripts (a lexicon for `decode.lexicon`)."""
+    from las.data.manifest import read_utterances
+
+    return {word for text in read_utterances(manifest).texts for word in text.split()}
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny model trained for a few seconds on four real utterances, shared by the tests."""

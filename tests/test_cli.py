@@ -7,7 +7,7 @@ import pytest
 
 from las.checkpoint import load_checkpoint
 
-from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, write_manifest
+from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, transcript_words, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +130,7 @@ def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -
 
 
 def test_decode_with_a_lexicon_spells_only_its_words(trained: dict[str, Path], tmp_path: Path) -> None:
-    words = sorted({word for row in an4_rows("train", 4, longest_seconds=1.6) for word in row[3].split()})
+    words = sorted(transcript_words(trained["train"]))
     lexicon = tmp_path / "words.txt"
     lexicon.write_text("".join(f"{word}\n" for word in words[1:]))  # all the transcripts' words but one
     for strategy in ("beam", "greedy"):

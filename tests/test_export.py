@@ -15,7 +15,7 @@ from las.checkpoint import load_checkpoint  # noqa: E402
 from las.export import export  # noqa: E402
 from las.recognizer import Recognizer  # noqa: E402
 
-from .conftest import assert_clear_error, run  # noqa: E402
+from .conftest import assert_clear_error, run, transcript_words  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +35,15 @@ STRATEGIES = {
     "beam without CTC": ["decode.strategy=beam", "decode.ctc_weight=0", "decode.beam_size=3"],
     "ctc": ["decode.strategy=ctc"],
     "sample": ["decode.strategy=sample", "decode.samples=4", "decode.ctc_weight=0.3"],
+    "beam with CTC and a lexicon": ["decode.strategy=beam", "decode.ctc_weight=0.5", "decode.lexicon=LEXICON"],
 }
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_an_export_decodes_as_its_checkpoint_with_every_strategy(exported: dict[str, Path], strategy: str) -> None:
-    settings = STRATEGIES[strategy] + ["decode.word_times=ctc"]
+    lexicon = exported["fp32"].parent / "words.txt"  # the training transcripts' words but the first
+    lexicon.write_text("".join(f"{word}\n" for word in sorted(transcript_words(exported["data"]))[1:]))
+    settings = [item.replace("LEXICON", str(lexicon)) for item in STRATEGIES[strategy]] + ["decode.word_times=ctc"]
     torch_results = Recognizer(load_checkpoint(exported["checkpoint"]), "cpu", settings).transcribe(exported["data"])
     onnx_results = Recognizer(load_checkpoint(exported["fp32"]), "cpu", settings).transcribe(exported["data"])
     for expected, found in zip(torch_results, onnx_results, strict=True):

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from las.config import DecodeConfig
-from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
@@ -17,6 +16,7 @@ from las.search.common import Heard
 from las.search.lexicon import ABSENT, AFTER_SPACE, ENDED, START, Lexicon, read_lexicon
 from las.text import Vocabulary
 
+from .conftest import transcript_words
 from .test_model import VOCABULARY, batch, make_model
 from .test_search import trained_batch
 
@@ -97,7 +97,7 @@ def searched(request: pytest.FixtureRequest, trained_run: dict[str, Path]) -> Se
         return Searched(model, model.listener(features, lengths), VOCABULARY, WORDS, trained=False)
     recognizer, utterances = trained_batch(trained_run)
     model = recognizer.model
-    words = sorted({word for text in read_utterances(trained_run["train"]).texts for word in text.split()})
+    words = sorted(transcript_words(trained_run["train"]))
     memory = model.listener(utterances.features, utterances.feature_lengths)
     return Searched(model, memory, recognizer.vocabulary, words[1:], trained=True)
 

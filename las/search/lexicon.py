@@ -65,11 +65,11 @@ class Lexicon:
             if space is not None:
                 rows[node][space] = AFTER_SPACE
         rows[AFTER_SPACE] = {symbol: node for symbol, node in rows[START].items() if symbol != vocabulary.eos}
-        sources, symbols, targets = zip(
-            *((node, symbol, target) for node, row in enumerate(rows) for symbol, target in row.items())
+        triples = torch.tensor(
+            [(node, symbol, target) for node, row in enumerate(rows) for symbol, target in row.items()]
         )
         edges = torch.full((len(rows), len(vocabulary)), ABSENT, dtype=torch.int32)
-        edges[torch.tensor(sources), torch.tensor(symbols)] = torch.tensor(targets, dtype=torch.int32)
+        edges[triples[:, 0], triples[:, 1]] = triples[:, 2].int()
         return cls(edges, len(spellable))
 
 
