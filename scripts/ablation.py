@@ -103,6 +103,12 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def scheduled_epochs(run: Path) -> int:
+    """The epochs of the run's schedule (`train.epochs` of its config.json; unbounded before it is written)."""
+    path = run / "config.json"
+    return json.loads(path.read_text())["train"]["epochs"] if path.exists() else sys.maxsize
+
+
 def start(run: Path, arguments: list[str], threads: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "las", "train", "--out", str(run), *arguments]
     if (run / "last.pt").exists():  # a run stopped before stop_after (a reboot, a kill) goes on
@@ -151,7 +157,9 @@ def run_all(jobs: dict[Path, list[str]], stop_after: int, parallel: int) -> None
             running[run] = start(run, jobs[run], threads)
         time.sleep(2)
         for run, process in list(running.items()):
-            if process.poll() is None and len(records(run)) >= stop_after:
+            # A run whose schedule ends at stop_after finishes on its own: it averages its best
+            # epochs into averaged.pt after the last, which a stop would cut off.
+            if process.poll() is None and stop_after <= len(records(run)) and stop_after < scheduled_epochs(run):
                 interrupt(process)
             if process.poll() is not None:
                 if len(records(run)) < stop_after:  # the others go on: a failed run is a result too
