@@ -69,3 +69,22 @@ def test_the_gradient_sum_stays_finite_where_half_precision_would_overflow() -> 
         outputs = [sharing.addmm(torch.zeros(1, 4), ones) for _ in range(300)]
     (300 * torch.stack(outputs).float().sum()).backward()
     torch.testing.assert_close(weight.grad, torch.full((4, 4), 90_000.0))
+
+
+def test_a_sequence_leaves_no_reference_cycle_for_the_collector() -> None:
+    """Its graph is freed when the last reference goes, not at Python's next collection: a graph
+    kept alive holds the weight's gradient node, and a CUDA graph capture cannot use one made on
+    another stream (`make_graphed_callables` after an eager step failed so on a GPU)."""
+    import gc
+
+    gradients(shared=True)  # imports and first-use caches out of the way
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gradients(shared=True)
+        assert gc.collect() == 0, [type(item).__name__ for item in gc.garbage][:10]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
