@@ -13,6 +13,10 @@
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
+#   bash scripts/gpu.sh rest "$OUT"    # the second call of such a lease: CUDA tests, long-form decoding
+#                                      # GPU against CPU, a tenth of the scale corpus trained (9 minutes)
+#   bash scripts/gpu.sh tests "$OUT"   # tests/test_cuda.py alone
+#   bash scripts/gpu.sh batches "$OUT" FRAMES...  # an epoch of the scale recipe per data.batch_frames
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
 #                                      # graphs (with nvidia-smi utilisation), a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
@@ -29,7 +33,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?prepare, essentials, check, train, decode, seeds, robustness, surroundings or scale}
+phase=${1:?prepare, essentials, rest, check, train, decode, seeds, robustness, surroundings or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
     # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
@@ -66,11 +70,36 @@ mkdir -p runs
 python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
+cuda_tests() {  # -v: each result on its own line, kept even if the limit stops the run
+    timeout "$1" python3 -m pytest -v -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
+}
+scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale corpus per batch budget
+    [ -f runs/scale/tenth/train.tsv ] || timeout 45 python3 scripts/scale.py build --out runs/scale/tenth \
+        --train 2854 --dev 100 --workers 14 | tee -a "$out/scale.txt" || true
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
+    local sampler=$! frames
+    for frames in "$@"; do
+        echo "batch_frames $frames: $(date +%T.%N)" | tee -a "$out/scale.txt"
+        timeout -s INT 100 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+            --dev runs/scale/tenth/dev.tsv --out "runs/scale-$frames" --device cuda --precision bf16 \
+            --set data.workers=8 --set data.batch_frames="$frames" --set train.epochs=1 --set train.warmup_steps=200 \
+            2>&1 | grep -v Warning | tail -n 3 | tee -a "$out/scale.txt" || true
+        cat "runs/scale-$frames/metrics.jsonl" >> "$out/scale.txt" 2>/dev/null || true
+    done
+    echo "done: $(date +%T.%N)" >> "$out/scale.txt"
+    kill "$sampler"
+}
 case "$phase" in
+tests)
+    cuda_tests 120
+    ;;
+batches)
+    shift 2
+    scale_epochs "$@"
+    ;;
 essentials)
     # Each part under its own limit, so that the call returns with what it has inside 9 minutes.
-    # -v: each result on its own line, kept even if the limit stops the run
-    timeout 270 python3 -m pytest -v -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
+    cuda_tests 270
     for run in cpu cuda cuda-graphs; do
         echo "dev on $run:" | tee -a "$out/decode.txt"
         timeout 60 python3 -m las decode .gpu/model.pt data/an4/dev.tsv --device "${run%-graphs}" \
@@ -86,6 +115,24 @@ essentials)
     timeout 150 python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --graphs \
         --utterances 848 --repeats 1 | tee "$out/throughput.md" || true
     kill "$sampler"
+    ;;
+rest)
+    # The rest of a 15-minute lease after `essentials`, in about 9 minutes: the CUDA tests again;
+    # the long-form recordings decoded on the GPU and the CPU; a tenth of the scale corpus (built
+    # there, 10 h) through the 100-hour recipe, an epoch at its batch budget and one at 4x it.
+    cuda_tests 90
+    timeout 150 bash -c '
+        python3 scripts/longform.py build > /dev/null
+        for run in cuda cuda-graphs cpu; do
+            echo "long-form on $run:"
+            python3 -m las decode .gpu/model.pt runs/longform/sets/speakers.tsv --device "${run%-graphs}" \
+                --out "$0/longform-$run.csv" --set decode.cuda_graphs=$([ "$run" = cuda-graphs ] && echo true || echo false) \
+                2>&1 | tail -n 1
+        done
+        for run in cuda cuda-graphs; do
+            echo "long-form on $run: $(diff "$0/longform-$run.csv" "$0/longform-cpu.csv" | grep -c "^<") transcripts differ from the CPU'"'"'s"
+        done' "$out" 2>&1 | tee "$out/decode.txt" || true
+    scale_epochs 32000 128000
     ;;
 check)
     python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"
