@@ -1,6 +1,6 @@
 """Word times of known transcripts (`las align`): CTC forced alignment of each reference, each
-word's start moved back to where its sound rises and its end on to where it falls, never into a
-neighbour, written as CTM (las.data.ctm)."""
+word's edges moved to where its sound rises and falls, never into a neighbour
+(las.timing.word_edges), written as CTM (las.data.ctm)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from las.recognizer import Recognizer
 from las.search import Hypothesis
 from las.segmentation import frame_energy
 from las.text import PAD_INDEX
-from las.timing import sound_start, token_spans
+from las.timing import token_spans
 
 
 def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[WordTime]:
@@ -40,17 +40,9 @@ def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[Wor
         return []
     spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
     hop = recognizer.config.features.hop_ms / 1000
-    words = recognizer.words(Hypothesis(tokens, 0.0, None, spans, how), 0.0, len(features) * hop, None)
-    energy, frames, mel_bins = frame_energy(features), len(features), features.shape[1]
-    found, previous_end = [], 0
-    for index, word in enumerate(words):
-        first, last = round(word.start / hop), round(word.end / hop)
-        following = round(words[index + 1].start / hop) if index + 1 < len(words) else frames
-        first = sound_start(energy, first, previous_end, mel_bins)
-        last = frames - sound_start(energy.flip(0), frames - last, frames - following, mel_bins)
-        found.append(WordTime(word.word, first * hop, last * hop))
-        previous_end = last
-    return found
+    hypothesis = Hypothesis(tokens, 0.0, None, spans, how)
+    words = recognizer.words(hypothesis, 0.0, len(features) * hop, frame_energy(features))
+    return [WordTime(word.word, word.start, word.end) for word in words]
 
 
 def align_file(

@@ -34,7 +34,7 @@ from las.progress import warn
 from las.runtime import run_on
 from las.search import Hypothesis, build_strategy
 from las.segmentation import Levels, frame_energy, split_at_pauses
-from las.timing import sound_start
+from las.timing import word_edges
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
 CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
@@ -262,29 +262,29 @@ class Recognizer:
 
     def words(self, hypothesis: Hypothesis, start: float, end: float, energy: torch.Tensor | None) -> list[Word]:
         """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
-        recording from `start` to `end` seconds; each word's start moved back to where its sound
-        begins (`las.timing.sound_start`) when the piece's frame `energy` is known."""
+        recording from `start` to `end` seconds; each word's edges moved to where its sound begins
+        and ends (`las.timing.word_edges`) when the piece's frame `energy` `(frames,)` is known."""
         hop = self.config.features.hop_ms / 1000
         reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
         trust = hypothesis.confidences or [None] * len(hypothesis.tokens)
         characters = [*zip(hypothesis.tokens, hypothesis.spans or [], trust, strict=True), (None, None, None)]
-        words, current, previous_end = [], [], 0
+        texts, emitted, confidences, current = [], [], [], []
         for token, span, confidence in characters:
             if token is None or self.vocabulary.decode([token]) == " ":
                 if current:
-                    text = self.vocabulary.decode([item for item, _, _ in current])
+                    texts.append(self.vocabulary.decode([item for item, _, _ in current]))
                     first = min(span[0] for _, span, _ in current) * reduction
-                    last = max(span[1] for _, span, _ in current) * reduction
-                    if energy is not None:
-                        first = sound_start(energy, first, previous_end, self.config.features.mel_bins)
+                    emitted.append((first, max(span[1] for _, span, _ in current) * reduction))
                     measured = [value for _, _, value in current if value is not None]
-                    trusted = word_confidence(measured) if measured else None
-                    words.append(Word(start + first * hop, min(start + last * hop, end), text, trusted))
-                    previous_end = last
+                    confidences.append(word_confidence(measured) if measured else None)
                 current = []
             else:
                 current.append((token, span, confidence))
-        return words
+        edges = word_edges(energy, emitted, self.config.features.mel_bins)
+        return [
+            Word(start + first * hop, min(start + last * hop, end), text, trusted)
+            for text, (first, last), trusted in zip(texts, edges, confidences, strict=True)
+        ]
 
 
 def with_context(recording: int, spans: list[tuple[int, int]], frames: int, context: int) -> list[Piece]:

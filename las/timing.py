@@ -1,7 +1,7 @@
 """When each character of a hypothesis was spoken, in encoder frames: by CTC forced alignment of
 the decoded text where the model has a CTC head (the frames CTC itself would spend on each
-character), else by the peak of the attention that emitted it; and where the sound of a word
-begins, from the energy of the audio before its first character."""
+character), else by the peak of the attention that emitted it; and where the sound of each word
+begins and ends, from the energy of the audio around its characters."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from las.segmentation import QUIET_SHARE, digital_silence
 ONSET_FRAMES = 50  # a word's sound begins at most 0.5 s (10 ms frames) before CTC emits it
 BACKGROUND_FRAMES = 100  # the background level is read over the second before that
 PEAK_FRAMES = 10  # and the word's level over the 0.1 s from its first character on
+GAP_FRAMES = 8  # a quiet stretch this long (80 ms) ends a word's sound; a shorter one is inside it
+DIP_FRAMES = 5  # energy is averaged over 50 ms to find the dip between two words' syllables
 
 Span = tuple[int, int]  # [start, end) encoder frames
 
@@ -47,10 +49,11 @@ def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int
 
     CTC emits a character late in its sound, often at the vowel: a spelled "C" at its "ee", a
     third of a second after the "s". So walk back from `emitted` while frames stay above the quiet
-    threshold (QUIET_SHARE of the way from the background to the word's level), to `earliest` (the
-    previous word's end) at most and ONSET_FRAMES at most. The background is the quietest tenth
-    of the second before, digital silence (exact zeros, at the log floor) left out: it says
-    nothing about the noise a word rises from."""
+    threshold (QUIET_SHARE of the way from the background to the word's level), across quiet
+    stretches shorter than GAP_FRAMES (a stop consonant's closure: the "k" of a spelled "K" comes
+    before a silent instant and its "ay"), to `earliest` at most and ONSET_FRAMES at most. The
+    background is the quietest tenth of the second before, digital silence (exact zeros, at the
+    log floor) left out: it says nothing about the noise a word rises from."""
     low = max(earliest, emitted - ONSET_FRAMES, 0)
     before = energy[max(0, emitted - BACKGROUND_FRAMES) : emitted + 1]
     before = before[~digital_silence(before, mel_bins)]
@@ -59,7 +62,40 @@ def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int
         return emitted
     floor, peak = float(torch.quantile(before, 0.1)), float(word.max())
     threshold = floor + QUIET_SHARE * (peak - floor)
-    start = emitted
-    while start > low and energy[start - 1] >= threshold:
-        start -= 1
+    start, position, quiet = emitted, emitted, 0
+    while position > low and quiet < GAP_FRAMES:
+        position -= 1
+        start, quiet = (position, 0) if energy[position] >= threshold else (start, quiet + 1)
     return start
+
+
+def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) -> list[Span]:
+    """`[start, end)` feature frames of each word's sound, from the frames `emitted` where its
+    characters were aligned (first to last, in order) and the frames' energies `(frames,)`
+    (las.segmentation.frame_energy); the emitted frames themselves without `energy`.
+
+    A word's sound runs on both sides of its characters: its start walks back and its end on while
+    the audio stays loud (`sound_start`). Two words spoken without a pause between them are never
+    quiet in between, so each walk stops at their boundary: the quietest frame between the last
+    character of the one and the first of the next, the dip between their syllables. Without it
+    the first word's end took everything up to the next one's character: a spelled "L" after
+    another letter lost its "e" to it and sounded like "O"."""
+    if energy is None or not emitted:
+        return list(emitted)
+    frames = len(energy)
+    smooth = torch.nn.functional.avg_pool1d(
+        energy[None, None].float(), DIP_FRAMES, stride=1, padding=DIP_FRAMES // 2, count_include_pad=False
+    )[0, 0]
+    boundaries = [0]
+    for (_, last), (first, _) in zip(emitted, emitted[1:], strict=False):
+        low, high = min(last, first), min(max(last, first), frames - 1)
+        boundaries.append(low + int(torch.argmin(smooth[low : high + 1])) if high > low else low)
+    boundaries.append(frames)
+    flipped = energy.flip(0)
+    return [
+        (
+            sound_start(energy, first, boundaries[index], mel_bins),
+            frames - sound_start(flipped, frames - last, frames - boundaries[index + 1], mel_bins),
+        )
+        for index, (first, last) in enumerate(emitted)
+    ]

@@ -16,7 +16,7 @@ from las import Recognizer
 from las.errors import LasError
 from las.recognizer import with_context
 from las.segmentation import has_speech, split_at_pauses
-from las.timing import ONSET_FRAMES, sound_start, token_spans
+from las.timing import ONSET_FRAMES, sound_start, token_spans, word_edges
 
 from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
 
@@ -185,6 +185,18 @@ def test_a_word_starts_where_its_sound_rises_not_where_ctc_emits_it() -> None:
     # No further back than ONSET_FRAMES.
     energy = torch.cat([torch.full((frames,), level) for frames, level in [(100, -4.0), (80, -1.0), (30, 5.0)]])
     assert sound_start(energy, 185, 0, 80) == 185 - ONSET_FRAMES
+
+
+def test_words_spoken_without_a_pause_meet_at_the_dip_between_them() -> None:
+    """Frame energies of two spelled letters run together, "E" then "L" ("ee", a dip, "el"), CTC
+    emitting each at its loudest part, in noise; then a pause and a third word."""
+    runs = [(30, -4.0), (20, 5.0), (10, 4.0), (4, 2.0), (10, 4.0), (20, 5.0), (30, -4.0), (20, 5.0), (30, -4.0)]
+    energy = torch.cat([torch.full((frames,), level) for frames, level in runs])
+    emitted = [(35, 45), (80, 90), (130, 140)]  # the dip is frames 60-64, the pause 94-123
+    (e_start, e_end), (l_start, l_end), (third_start, third_end) = word_edges(energy, emitted, 80)
+    assert e_start == 30 and 60 <= e_end <= 64 and e_end == l_start  # the "e" of "el" stays with L
+    assert l_end == 94 and (third_start, third_end) == (124, 144)  # a pause: each stops where it is quiet
+    assert word_edges(None, emitted, 80) == emitted and word_edges(energy, [], 80) == []
 
 
 @pytest.fixture(scope="module")
