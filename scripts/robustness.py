@@ -332,8 +332,12 @@ def surroundings_rates(
                 result[f"right: {kind}"] = share_right(hypotheses, mine)
         return result
 
-    # One record per set: the set's name joins the settings in the key.
-    found = {name: kept(checkpoint, "surroundings", [*settings, f"({name})"], partial(compute, name)) for name in names}
+    def key(name: str) -> str:  # which build of the set: a rebuild (other word edges, say) is measured anew
+        manifest = (DEV if name == "unpadded" else sets / f"{name}.tsv").resolve()
+        return f"({name}: {manifest} {manifest.stat().st_mtime_ns})"
+
+    # One record per set: the set joins the settings in the key.
+    found = {name: kept(checkpoint, "surroundings", [*settings, key(name)], partial(compute, name)) for name in names}
     rates = {name: result["rate"] for name, result in found.items()}
     right = {name: result["right"] for name, result in found.items()}
     for name, result in found.items():
