@@ -6,7 +6,7 @@
 #   bash scripts/gpu.sh prepare runs/<run>/best.pt   # HERE, not on the GPU: the wheels the GPU
 #                                      # image lacks into .whl/, the model's weights alone into .gpu/
 #   device run, carry [".whl", ".gpu"], timeout_s 560:
-#   bash scripts/gpu.sh essentials "$OUT"   # in about 9 minutes: tests/test_cuda.py; decoding of AN4
+#   bash scripts/gpu.sh essentials "$OUT"   # 2.3 minutes on an H200: tests/test_cuda.py; decoding of AN4
 #                                      # dev by .gpu/model.pt on the CPU, the GPU and the GPU as CUDA
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
@@ -14,7 +14,7 @@
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
 #   bash scripts/gpu.sh rest "$OUT"    # the second call of such a lease: CUDA tests, long-form decoding
-#                                      # GPU against CPU, a tenth of the scale corpus trained (9 minutes)
+#                                      # GPU against CPU, a tenth of the scale corpus trained (5.5 minutes)
 #   bash scripts/gpu.sh tests "$OUT"   # tests/test_cuda.py alone
 #   bash scripts/gpu.sh batches "$OUT" FRAMES...  # an epoch of the scale recipe per data.batch_frames
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
@@ -117,7 +117,7 @@ essentials)
     kill "$sampler"
     ;;
 rest)
-    # The rest of a 15-minute lease after `essentials`, in about 9 minutes: the CUDA tests again;
+    # The rest of a 15-minute lease after `essentials`, 5.5 minutes on an H200: the CUDA tests again;
     # the long-form recordings decoded on the GPU and the CPU; a tenth of the scale corpus (built
     # there, 10 h) through the 100-hour recipe, an epoch at its batch budget and one at 4x it.
     cuda_tests 90
