@@ -229,10 +229,14 @@ def throughput(
 
 
 @app.command()
-def profile(steps: int = 20, utterances: int = 848, packed: bool = True, precision: str = "fp32") -> None:
+def profile(
+    steps: int = 20, utterances: int = 848, packed: bool = True, precision: str = "fp32", graphs: bool = False
+) -> None:
     """Where a training step's time goes on a GPU (torch.profiler): kernels launched per step, the
-    share of the step the GPU is busy, and the kernels that take the most time. AN4 train's
-    bucketed batches, default model, after two warm-up steps."""
+    share of the step the GPU is busy, the kernels that take the most GPU time and the operations
+    that take the most host time. AN4 train's bucketed batches, default model, after two warm-up
+    steps; with `graphs` (train.cuda_graphs), after a pass over every profiled batch, so that each
+    bucket's graphs are captured before the profile and only replayed in it."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiled
 
@@ -242,7 +246,7 @@ def profile(steps: int = 20, utterances: int = 848, packed: bool = True, precisi
         head = subset_manifest(Path("data/an4/train.tsv"), utterances, Path(folder) / "train.tsv")
         config = Config().replace(
             [f"data.train={head}", f"data.dev={head}", f"train.out={folder}/run", "train.device=cuda"]
-            + ["train.tensorboard=false", f"train.precision={precision}"]
+            + ["train.tensorboard=false", f"train.precision={precision}", f"train.cuda_graphs={str(graphs).lower()}"]
         )
         torch.manual_seed(0)
         corpus = load_corpus(config, None, None)
@@ -251,7 +255,7 @@ def profile(steps: int = 20, utterances: int = 848, packed: bool = True, precisi
         layer.packed = packed
     batches = trainer.global_batches()[: steps + 2]
     loaded = [(indices, batch.to("cuda")) for indices, batch in zip(batches, trainer.loader(batches), strict=True)]
-    for indices, batch in loaded[:2]:
+    for indices, batch in loaded if graphs else loaded[:2]:
         trainer.step(batch, indices, forcing=1.0, augment=False)
     torch.cuda.synchronize()
     started = time.perf_counter()
@@ -265,13 +269,15 @@ def profile(steps: int = 20, utterances: int = 848, packed: bool = True, precisi
     characters = sum(int(batch.target_lengths.max()) for _, batch in loaded[2:])
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {precision}, "
-        f"{'packed' if packed else 'padded'} BLSTMs, {steps} steps of AN4 train batches (profiled)"
+        f"{'packed' if packed else 'padded'} BLSTMs{', the speller as CUDA graphs' if graphs else ''}, "
+        f"{steps} steps of AN4 train batches (profiled)"
     )
     print(
         f"seconds per step {wall / steps:.4f}; kernels per step {len(kernels) / steps:.0f} "
         f"({len(kernels) / characters:.0f} per output character); GPU busy {busy / wall:.0%} of the wall time"
     )
     print(profiler.key_averages().table(sort_by="device_time_total", row_limit=12))
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))  # what keeps the host busy
 
 
 @app.command()

@@ -142,7 +142,9 @@ check)
     python3 scripts/benchmark.py throughput --device cuda --precisions fp32,bf16 --graphs --utterances 848 \
         | tee "$out/throughput.md"
     kill "$sampler"
-    for listener in --packed --no-packed; do python3 scripts/benchmark.py profile $listener; done | tee "$out/profile.txt"
+    for variant in --packed --no-packed "--no-packed --graphs"; do
+        python3 scripts/benchmark.py profile $variant
+    done | tee "$out/profile.txt"
     ;;
 train)
     resume=$([ -f runs/gpu/last.pt ] && echo --resume || true)
