@@ -24,14 +24,15 @@ from las.errors import LasError
 def read_text(path: str | Path, setting: str = "") -> str:
     """A UTF-8 text file's content (a byte-order mark dropped); any failure one line, which
     names the `setting` that gave the path."""
+    named = f"{setting}: " if setting else ""
     try:
         return Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
-        raise LasError(f"{setting}: file not found: {path}" if setting else f"file not found: {path}") from None
+        raise LasError(f"{named}file not found: {path}") from None
     except UnicodeDecodeError as error:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:
-        raise LasError(f"cannot read {path}: {error.strerror or error}") from None
+        raise LasError(f"{named}cannot read {path}: {error.strerror or error}") from None
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:

@@ -68,11 +68,14 @@ def test_a_word_list_and_a_pronunciation_lexicon_read_the_same(tmp_path: Path) -
         (None, "decode.lexicon: file not found"),
         (b"\n  \n", "no words"),
         (b"\xff\xfeB\x00", "not UTF-8 text"),
+        ("folder", "decode.lexicon: cannot read .*words.txt"),
     ],
 )
-def test_an_unusable_lexicon_is_one_clear_error(tmp_path: Path, content: bytes | None, message: str) -> None:
+def test_an_unusable_lexicon_is_one_clear_error(tmp_path: Path, content: bytes | str | None, message: str) -> None:
     path = tmp_path / "words.txt"
-    if content is not None:
+    if content == "folder":
+        path.mkdir()
+    elif content is not None:
         path.write_bytes(content)
     with pytest.raises(LasError, match=message):
         read_lexicon(path, VOCABULARY)
