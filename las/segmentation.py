@@ -185,9 +185,15 @@ class Levels(NamedTuple):
         speech, and shorter quiet stretches there are soft words (a tight crop trimmed at every
         quiet run lost its last words)."""
         frames = len(self.pauses)
-        regions = self.speech_regions()
-        if not regions or not self.heard.any():
+        heard = self.heard.nonzero().flatten()  # digital silence is never speech
+        if not len(heard):
             return 0, frames
+        regions = self.speech_regions()
+        if not regions:
+            # Nothing heard stands out from the rest as speech from a pause: a word alone in digital
+            # silence, its pause level read against itself (a padded word was heard with all of
+            # its padding and decoded as another word), or no speech at all.
+            return int(heard[0]), int(heard[-1]) + 1
         loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
         first = int(loud[loud >= regions[0][0]][0])
         last = int(loud[loud < regions[-1][1]][-1]) + 1
@@ -205,7 +211,6 @@ class Levels(NamedTuple):
             sound = self.energy[part][self.heard[part]]
             return not len(sound) or (float(sound.median()) < level and not self.soft_words(beyond, activity))
 
-        heard = self.heard.nonzero().flatten()  # digital silence is never speech
         start = first if surroundings(slice(0, first), slice(0, max(0, first - EDGE_FRAMES))) else int(heard[0])
         end = last if surroundings(slice(last, frames), slice(last + EDGE_FRAMES, frames)) else int(heard[-1]) + 1
         return start, end

@@ -244,16 +244,21 @@ PADDING = [
     for seconds in (0.5, 1, 3)
     for side in ("start", "end", "both")
 ]
-CROPS = ["tight", "words", "words-telephone"]
+WORDS_PADDED = ["silence-0.5-both", "background-0.5-both"]  # single words as a padded clip or a phone app has them
+CROPS = ["tight", "words", "words-telephone", *[f"words-{condition}" for condition in WORDS_PADDED]]
 
 
-def padded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
-    """`waveform` with the surroundings `condition` names: KIND-SECONDS-SIDE."""
+def padded(
+    waveform: torch.Tensor, condition: str, generator: torch.Generator, source: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`waveform` with the surroundings `condition` names: KIND-SECONDS-SIDE; a background is
+    `source`'s own (the recording a word was cut from: a tight clip has none), else the waveform's."""
     kind, seconds, side = condition.split("-")
     samples = round(float(seconds) * RATE)
+    recording = waveform if source is None else source
 
     def around() -> torch.Tensor:
-        return torch.zeros(samples) if kind == "silence" else own_background(waveform, samples, RATE, generator)
+        return torch.zeros(samples) if kind == "silence" else own_background(recording, samples, RATE, generator)
 
     before = around() if side in ("start", "both") else torch.zeros(0)
     after = around() if side in ("end", "both") else torch.zeros(0)
@@ -271,6 +276,7 @@ def build_surroundings(checkpoint: Path, out: Path = SURROUNDINGS, seed: int = 0
     """Write the surroundings sets; word edges from `checkpoint`'s CTC head."""
     recognizer = Recognizer.load(checkpoint, device="cpu")
     generator = torch.Generator().manual_seed(seed)
+    words_generator = torch.Generator().manual_seed(seed + 1)  # apart: the utterances' sets draw as before
     sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + CROPS}
     for identifier, audio, _, text in dev_rows():
         waveform = load_audio(DEV.parent / audio, RATE)
@@ -282,6 +288,10 @@ def build_surroundings(checkpoint: Path, out: Path = SURROUNDINGS, seed: int = 0
             clip = waveform[start:end]
             sets["words"].append((f"{identifier}-{index}", clip, word))
             sets["words-telephone"].append((f"{identifier}-{index}", telephone(clip, RATE), word))
+            for condition in WORDS_PADDED:
+                sets[f"words-{condition}"].append(
+                    (f"{identifier}-{index}", padded(clip, condition, words_generator, waveform), word)
+                )
     for name, items in sets.items():
         write_set(out, name, items)
 

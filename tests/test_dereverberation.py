@@ -16,7 +16,7 @@ from las import Recognizer
 from las.config import FeatureConfig
 from las.data.channels import reverberate, room_response
 from las.data.dereverberation import Dereverberation
-from las.data.features import FilterbankExtractor
+from las.data.features import FilterbankExtractor, dereverberated
 
 from .conftest import AN4
 
@@ -79,6 +79,20 @@ def test_a_long_recording_is_filtered_block_by_block_with_the_audio_before_each_
     lead = (process.delay + process.taps + 1) * hop + window
     assert torch.equal(restored[block : 2 * block], process.filtered(wet[block - lead : 2 * block])[lead:])
     assert smear_db(restored, dry) < smear_db(wet, dry) - 0.5  # a filter from 2 s of room reaches less far
+
+
+def test_digital_silence_around_and_inside_a_recording_stays_silent_and_unheard_by_the_filter() -> None:
+    """A reverberant utterance padded with exact zeros, and with a gap of them inside: the filter
+    hears what was recorded, from its first sample to its last, and leaves the zeros zero. Alone,
+    WPE's output in them is minus its prediction: sound where the file has none."""
+    wet, zeros, process = in_a_room(speech(), 0.6), torch.zeros(RATE // 2), Dereverberation()
+    padded = torch.cat([zeros, wet, zeros])
+    assert process(padded)[-len(zeros) :].abs().max() > 0  # the filter alone
+    restored = dereverberated(padded, process, EXTRACTOR.window)
+    assert not restored[: len(zeros)].any() and not restored[-len(zeros) :].any()
+    assert torch.equal(restored[len(zeros) : -len(zeros)], process(wet))
+    gapped = dereverberated(torch.cat([wet[:RATE], zeros, wet[RATE:]]), process, EXTRACTOR.window)
+    assert not gapped[RATE : RATE + len(zeros)].any() and gapped[:RATE].any()
 
 
 def test_the_front_end_dereverberates_at_decoding_and_caches_it_apart(trained_run: dict[str, Path]) -> None:
