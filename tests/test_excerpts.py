@@ -79,26 +79,6 @@ def test_a_draw_is_one_whole_word_with_at_most_the_margin_and_none_of_its_neighb
     assert abs(fast.start * 1.1 - slow.start) <= 1.5 and abs(fast.end * 1.1 - slow.end) <= 1.5
 
 
-def test_a_word_without_room_around_it_is_heard_with_its_recordings_background_instead() -> None:
-    """TWO follows G with no pause: a word said alone has the room around it, so the margin drawn
-    where a neighbour leaves none is the recording's own background (drawn by the dataset), never
-    more than MARGIN_SECONDS in all on a side."""
-    words, margin = excerpts(1.0, [WORDS]), round(MARGIN_SECONDS * 100)
-    filled = []
-    for seed in range(300):
-        excerpt = words.draw(0, 1.0, 150, torch.Generator().manual_seed(seed))
-        assert excerpt is not None
-        word = next(item for item in WORDS if item.word == excerpt.text)
-        assert round(word.start * 100) - excerpt.start + excerpt.background_before <= margin + 1
-        assert excerpt.end - round(word.end * 100) + excerpt.background_after <= margin + 1
-        if excerpt.text == "TWO":
-            assert excerpt.start == round(word.start * 100)  # none of G
-            filled.append(excerpt.background_before)
-    assert filled and max(filled) > margin // 2 and min(filled) < margin // 2
-    tight = WordExcerpts(0.0, 0.01, [WORDS], tight=1.0).draw(0, 1.0, 150, torch.Generator().manual_seed(0))
-    assert tight is not None and tight.background_before == tight.background_after == 0  # cut as it is
-
-
 def test_words_are_drawn_at_their_share_reproducibly_and_never_from_one_word_utterances() -> None:
     words = excerpts(0.25, [WORDS, WORDS[:1], []])
     draws = [words.draw(0, 1.0, 150, torch.Generator().manual_seed(seed)) for seed in range(800)]
@@ -135,12 +115,7 @@ def test_a_dataset_draw_is_the_words_frames_and_characters_and_the_same_on_resum
     excerpt = excerpts(1.0, [WORDS]).draw(0, 1.0, 150, torch.Generator().manual_seed(7))
     assert excerpt is not None and example.text == excerpt.text
     assert vocabulary.decode(example.tokens.tolist()) == excerpt.text
-    before, after = excerpt.background_before, excerpt.background_after
-    heard = example.features
-    assert len(heard) == before + (excerpt.end - excerpt.start) + after
-    assert torch.equal(heard[before : len(heard) - after], features[excerpt.start : excerpt.end])
-    rows = {tuple(row) for row in features.tolist()}
-    assert all(tuple(row) in rows for row in heard[:before].tolist() + heard[len(heard) - after :].tolist())
+    assert torch.equal(example.features, features[excerpt.start : excerpt.end])
     again = dataset[Draw(0, 0, 7)]
     assert torch.equal(again.features, example.features) and again.text == example.text
     assert dataset[0].text == "G TWO EIGHTY"  # not a training draw: the whole utterance

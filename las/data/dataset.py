@@ -18,7 +18,7 @@ from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.sounds import NonSpeech
-from las.data.surroundings import Surroundings, background_frames
+from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance, Utterances
 from las.segmentation import Levels
 from las.text import Vocabulary
@@ -258,14 +258,6 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             excerpt = self.excerpts.draw(index, self.speeds[variant], len(whole), generator)
             if excerpt is not None:
                 features, text = whole[excerpt.start : excerpt.end], excerpt.text
-                if excerpt.background_before or excerpt.background_after:
-                    features = torch.cat(
-                        [
-                            background_frames(whole, excerpt.background_before, generator),
-                            features,
-                            background_frames(whole, excerpt.background_after, generator),
-                        ]
-                    )
                 tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
         if self.nonspeech is not None and generator is not None:
             sound = self.nonspeech.draw(len(whole), generator)

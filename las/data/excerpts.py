@@ -32,10 +32,6 @@ class Excerpt(NamedTuple):
     start: int  # [start, end) feature frames of the utterance at the draw's speed
     end: int
     text: str  # the words heard
-    # Frames of the recording's own background heard before and after them: a word's margin
-    # where a neighbouring word leaves no room for it, as a word said alone is heard.
-    background_before: int = 0
-    background_after: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,21 +95,12 @@ class WordExcerpts:
             return None
         previous_end = words[first - 1].end if first > 0 else 0.0
         next_start = words[last + 1].start if last + 1 < len(words) else float("inf")
-        room_before = min(MARGIN_SECONDS, max(0.0, words[first].start - previous_end))
-        room_after = min(MARGIN_SECONDS, max(0.0, next_start - words[last].end))
+        start = words[first].start - before * min(MARGIN_SECONDS, max(0.0, words[first].start - previous_end))
+        end = words[last].end + after * min(MARGIN_SECONDS, max(0.0, next_start - words[last].end))
         scale = 1 / (speed * self.frame_seconds)  # seconds as recorded -> frames at this speed
-        if first == last:  # one word: its margin as drawn, the recording's background where there is no room
-            heard_before, heard_after = before * MARGIN_SECONDS, after * MARGIN_SECONDS
-            fill = (
-                round(max(0.0, heard_before - room_before) * scale),
-                round(max(0.0, heard_after - room_after) * scale),
-            )
-            heard_before, heard_after = min(heard_before, room_before), min(heard_after, room_after)
-        else:  # its words as cut: what surrounds them, a share of it
-            heard_before, heard_after, fill = before * room_before, after * room_after, (0, 0)
-        start_frame = min(max(0, round((words[first].start - heard_before) * scale)), frames - 1)
-        end_frame = min(frames, max(start_frame + 1, round((words[last].end + heard_after) * scale)))
-        return Excerpt(start_frame, end_frame, " ".join(word.word for word in words[first : last + 1]), *fill)
+        start_frame = min(max(0, round(start * scale)), frames - 1)
+        text = " ".join(word.word for word in words[first : last + 1])
+        return Excerpt(start_frame, min(frames, max(start_frame + 1, round(end * scale))), text)
 
 
 def alignment_path(train: str, alignment: str) -> Path | None:
