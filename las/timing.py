@@ -16,7 +16,7 @@ PEAK_FRAMES = 10  # and the word's level over the 0.1 s from its first character
 GAP_FRAMES = 8  # a quiet stretch this long (80 ms) ends a word's sound; a shorter one is inside it
 DIP_FRAMES = 5  # energy is averaged over 50 ms to find the dip between two words' syllables
 
-Span = tuple[int, int]  # [start, end) encoder frames
+Span = tuple[int, int]  # [start, end) frames: encoder frames from token_spans, feature frames in word_edges
 
 
 def token_spans(
