@@ -17,8 +17,10 @@ from las.device import autocast, resolve_precision
 from las.distributed import Distributed
 from las.errors import LasError
 from las.losses import joint_loss
+from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller
 from las.model.las import LAS
+from las.model.listener import Listener
 from las.model.speller import Speller
 
 
@@ -51,7 +53,9 @@ class Optimisation:
             else:  # one pass over all characters
                 speller.forward = torch.compile(speller.forward, dynamic=True)
         self.network = distributed.wrap(model, device)  # what training steps call
-        self.spell = graphed_speller(config, model, device, distributed) if settings.cuda_graphs else None
+        self.spell, self.listen = (
+            graphed_passes(config, model, device, distributed) if settings.cuda_graphs else (None, None)
+        )
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
         )
@@ -80,7 +84,7 @@ class Optimisation:
             )
         # A CUDA graph cannot capture autocast's cache of cast weights.
         with autocast(self.device, self.precision, cache=self.spell is None):
-            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell)
+            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell, self.listen)
             return joint_loss(
                 output,
                 batch.targets_in,
@@ -127,15 +131,19 @@ class Optimisation:
         self.scaler.load_state_dict(state.get("scaler", {}))
 
 
-def graphed_speller(config: Config, model: LAS, device: torch.device, distributed: Distributed) -> GraphedSpeller:
-    """The speller's pass as CUDA graphs (train.cuda_graphs), where they can run."""
+def graphed_passes(
+    config: Config, model: LAS, device: torch.device, distributed: Distributed
+) -> tuple[GraphedSpeller, GraphedListener | None]:
+    """The speller's pass, and the pyramid listener's, as CUDA graphs (train.cuda_graphs), where
+    they can run. Other listeners run as they are: their time is not spent in launches."""
     if device.type != "cuda":
         raise LasError(f"config key 'train.cuda_graphs': needs a CUDA device, training runs on {device}")
     if distributed.enabled:
         raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
     assert isinstance(model.speller, Speller)  # Config refuses graphs for the other spellers
-    data = config.data
-    return GraphedSpeller(model.speller, capture=True, most_rows=0 if data.batch_frames else data.batch_size)
+    most_rows = 0 if config.data.batch_frames else config.data.batch_size
+    listen = GraphedListener(model.listener, True, most_rows) if isinstance(model.listener, Listener) else None
+    return GraphedSpeller(model.speller, True, most_rows), listen
 
 
 def clip_gradients(model: LAS, limit: float) -> float:

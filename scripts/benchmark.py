@@ -111,6 +111,9 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
 
 
+GRAPHED = ["speller", "speller and listener"]  # what `throughput --graphs` captures, in turn
+
+
 @app.command()
 def throughput(
     utterances: int = 256,
@@ -119,7 +122,10 @@ def throughput(
     device: str = "auto",
     precisions: str = "fp32",
     workers: int = Config().data.workers,
-    graphs: bool = typer.Option(False, help="Also las's batches with train.cuda_graphs, at each precision (CUDA)."),
+    graphs: bool = typer.Option(
+        False,
+        help="Also las's batches with train.cuda_graphs (speller alone, and with the listener) at each precision.",
+    ),
 ) -> None:
     """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
     batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
@@ -127,7 +133,8 @@ def throughput(
     random (unbucketed) padded batches, and bucketed batches on the packed BLSTM path
     (`pack_padded_sequence`); each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
     share = time the step waited for its batch. With `graphs`, las's batches with the speller as
-    CUDA graphs too, after a first pass over them that captures every bucket (timed apart)."""
+    CUDA graphs too, then with the listener's pass as graphs as well, each after a first pass over
+    them that captures every bucket (timed apart)."""
     from las.train import Trainer, load_corpus
 
     target = resolve_device(device)
@@ -140,10 +147,12 @@ def throughput(
         )
         corpus = load_corpus(config, None, None)
         trainers = {}
-        for precision, graphed in itertools.product(precisions.split(","), [False, True] if graphs else [False]):
+        for precision, graphed in itertools.product(precisions.split(","), GRAPHED if graphs else [""]):
             torch.manual_seed(0)  # the same initial model for every precision
-            settings = corpus.config.replace([f"train.precision={precision}", f"train.cuda_graphs={graphed}"])
-            trainers[precision, graphed] = Trainer(settings, corpus, Path(folder), None)
+            settings = corpus.config.replace([f"train.precision={precision}", f"train.cuda_graphs={bool(graphed)}"])
+            trainers[precision, graphed] = trainer = Trainer(settings, corpus, Path(folder), None)
+            if graphed == GRAPHED[0]:
+                trainer.optimisation.listen = None
     dataset = corpus.train
     lengths = dataset.frame_counts()
     bucketed = next(iter(trainers.values())).global_batches()
@@ -151,7 +160,7 @@ def throughput(
     size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
     unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
 
-    def epoch(batches: list[list[int]], packed: bool, precision: str, graphed: bool = False) -> tuple[float, float]:
+    def epoch(batches: list[list[int]], packed: bool, precision: str, graphed: str = "") -> tuple[float, float]:
         """Seconds waiting for batches, and in training steps."""
         trainer = trainers[precision, graphed]
         for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
@@ -176,9 +185,9 @@ def throughput(
             f"unbucketed, padded ({precision})": (unbucketed, False, precision),
             f"bucketed, packed ({precision})": (bucketed, True, precision),
         }
-        if graphs:
-            name = f"bucketed, padded ({precision}, las, CUDA graphs)"
-            variants[name] = (bucketed, False, precision, True)
+        for graphed in GRAPHED if graphs else []:
+            name = f"bucketed, padded ({precision}, las, CUDA graphs: {graphed})"
+            variants[name] = (bucketed, False, precision, graphed)
             captures[name] = sum(epoch(*variants[name]))  # every bucket captured before the timed passes
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     peaks: dict[str, int] = {}
@@ -211,8 +220,8 @@ def throughput(
         )
     print()
     for name, seconds in captures.items():
-        graphed = medians[name] / medians[name.replace(", CUDA graphs", "")]
-        print(f"{name}: {1 / graphed:.2f}x the frames/s of the eager speller; first pass (capturing) {seconds:.1f} s")
+        graphed = medians[name] / medians[name.split(", CUDA graphs")[0] + ")"]
+        print(f"{name}: {1 / graphed:.2f}x the frames/s of the eager step; first pass (capturing) {seconds:.1f} s")
     for precision in precisions.split(","):
         las = medians[f"bucketed, padded ({precision}, las)"]
         print(

@@ -13,6 +13,9 @@
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
+#   bash scripts/gpu.sh graphs "$OUT"  # the step as CUDA graphs: tests, AN4 throughput by what is
+#                                      # graphed, its profile, two scale-recipe epochs with graphs
+#
 #   bash scripts/gpu.sh rest "$OUT"    # the second call of such a lease: CUDA tests, long-form decoding
 #                                      # GPU against CPU, a tenth of the scale corpus trained (5.5 minutes)
 #   bash scripts/gpu.sh tests "$OUT"   # tests/test_cuda.py alone
@@ -33,7 +36,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?prepare, essentials, rest, check, train, decode, seeds, robustness, surroundings or scale}
+phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
     # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
@@ -90,6 +93,24 @@ scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale cor
     kill "$sampler"
 }
 case "$phase" in
+graphs)
+    # The training step as CUDA graphs, 6.5 minutes on an H100 with the start: the CUDA tests; AN4
+    # throughput eager, speller as graphs, speller and listener as graphs; the graphed step
+    # profiled; two epochs of the scale recipe on a tenth of the scale corpus with graphs.
+    cuda_tests 120
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
+    sampler=$!
+    timeout 150 python3 scripts/benchmark.py throughput --device cuda --graphs --utterances 848 --repeats 1 \
+        2>&1 | grep -v Warn | tee "$out/throughput.md" || true
+    kill "$sampler"
+    timeout 60 python3 scripts/benchmark.py profile --no-packed --graphs 2>&1 | grep -v Warn | tee "$out/profile.txt" || true
+    timeout 30 python3 scripts/scale.py build --out runs/scale/tenth --train 2854 --dev 100 --workers 14 > /dev/null || true
+    timeout -s INT 150 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+        --dev runs/scale/tenth/dev.tsv --out runs/scale-graphs --device cuda --precision bf16 --set data.workers=8 \
+        --set data.batch_frames=128000 --set train.epochs=2 --set train.warmup_steps=200 --set train.cuda_graphs=true \
+        2>&1 | grep -v Warn | tail -n 3 | tee "$out/scale.txt" || true
+    cat runs/scale-graphs/metrics.jsonl >> "$out/scale.txt" 2>/dev/null || true
+    ;;
 tests)
     cuda_tests 120
     ;;

@@ -1,5 +1,6 @@
-"""The speller's pass in shape buckets (las.model.graphed_speller) changes no number: padded to
-its bucket and cut back, every attention variant gives the unpadded pass's loss and gradients.
+"""The speller's and the listener's passes in shape buckets (las.model.graphs) change no number:
+padded to their buckets and cut back, every attention variant and pyramid gives the unpadded
+pass's loss and gradients.
 This is what a CUDA graph replays; the capture itself is tested on a GPU (tests/test_cuda.py)."""
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from torch import nn
 from las.config import Config, ModelConfig, load_config
 from las.errors import LasError
 from las.losses import joint_loss
-from las.model.graphed_speller import GraphedSpeller, bucket, bucket_shape, padded
+from las.model.graphed_listener import GraphedListener
+from las.model.graphed_speller import GraphedSpeller, bucket_shape, padded
+from las.model.graphs import bucket
 from las.model.las import LAS
 from tests.test_step_equivalence import CASES, INPUT_SIZE, SMALL, VOCABULARY, batch
 
@@ -46,11 +49,26 @@ def test_the_bucketed_pass_gives_the_loss_and_gradients_of_the_plain_one(case: s
     assert_bucketed_pass_is_the_plain_one(case, forcing, torch.device("cpu"), capture=False)
 
 
-def assert_bucketed_pass_is_the_plain_one(case: str, forcing: float, device: torch.device, capture: bool) -> None:
-    """The loss, attention and every gradient of a step on `batch()`, through the plain speller and
-    through `GraphedSpeller` (twice: a captured graph's first pass and its replay)."""
-    settings, _ = CASES[case]
-    config = dataclasses.replace(ModelConfig(), **SMALL, **settings)
+@pytest.mark.parametrize("pyramid_layers", [1, 2, 3])
+@pytest.mark.parametrize("rows", [4, 6])  # a full bucket of rows; 6 padded to 7
+def test_the_bucketed_listener_gives_the_loss_and_gradients_of_the_plain_one(pyramid_layers: int, rows: int) -> None:
+    settings = {"pyramid_layers": pyramid_layers}
+    assert_bucketed_pass_is_the_plain_one("location", 1.0, torch.device("cpu"), False, ("listener",), rows, settings)
+
+
+def assert_bucketed_pass_is_the_plain_one(
+    case: str,
+    forcing: float,
+    device: torch.device,
+    capture: bool,
+    parts: tuple[str, ...] = ("speller", "listener"),
+    rows: int = 4,
+    settings: dict[str, object] | None = None,
+) -> None:
+    """The loss, attention and every gradient of a step on `rows` rows of `batch()`, through the
+    plain model and with its `parts` in buckets (`GraphedSpeller`, `GraphedListener`), twice: a
+    captured graph's first pass and its replay."""
+    config = dataclasses.replace(ModelConfig(), **(SMALL | CASES[case][0] | (settings or {})))
     torch.manual_seed(0)
     # Without the draws of dropout and monotonic attention's noise, whose shapes are the padded
     # ones: the same numbers in another order. Gradients flow all the same.
@@ -59,22 +77,24 @@ def assert_bucketed_pass_is_the_plain_one(case: str, forcing: float, device: tor
         if isinstance(module, nn.RNNBase):
             assert module.dropout == 0
             module.train()
-    data = {name: tensor.to(device) for name, tensor in batch().items()}
-    graphed = GraphedSpeller(model.speller, capture=capture)
+    data = {name: torch.cat([tensor, tensor])[:rows].to(device) for name, tensor in batch().items()}
+    spell = GraphedSpeller(model.speller, capture=capture) if "speller" in parts else None
+    listen = GraphedListener(model.listener, capture=capture) if "listener" in parts else None
 
-    def step(spell: GraphedSpeller | None) -> tuple[float, torch.Tensor, dict[str, torch.Tensor]]:
+    def step(graphed: bool) -> tuple[float, torch.Tensor, dict[str, torch.Tensor]]:
         # In a function of its own, so that a pass's autograd graph is gone before the next one
         # captures: a graph kept alive holds the parameters' gradient nodes on the default stream,
         # where a capture's backward cannot use them (training drops it between steps likewise).
         model.zero_grad(set_to_none=True)
-        output = model(data["features"], data["feature_lengths"], data["targets_in"], forcing, spell)
+        passes = (spell, listen) if graphed else (None, None)
+        output = model(data["features"], data["feature_lengths"], data["targets_in"], forcing, *passes)
         assert output.logits.shape == (*data["targets_in"].shape, VOCABULARY)
         loss, _ = joint_loss(output, data["targets_in"], data["targets_out"], data["target_lengths"], 0.3, 0.1)
         loss.backward()
         gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
         return loss.item(), output.attention.detach().clone(), gradients
 
-    results = [step(spell) for spell in (None, graphed, graphed)]
+    results = [step(graphed) for graphed in (False, True, True)]
     (loss, attention, gradients), *bucketed = results
     for bucketed_loss, bucketed_attention, bucketed_gradients in bucketed:
         assert bucketed_loss == pytest.approx(loss, rel=1e-5)

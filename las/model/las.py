@@ -18,6 +18,7 @@ from las.model.transformer_speller import TransformerSpeller
 AnyListener = Listener | AttentionListener
 AnySpeller = Speller | TransformerSpeller
 # A speller's teacher-forced pass: logits and attention from the memory, targets_in and the rate.
+Listen = Callable[[torch.Tensor, torch.Tensor], ListenerOutput]
 Spell = Callable[[ListenerOutput, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
 
@@ -54,10 +55,11 @@ class LAS(nn.Module):
         targets_in: torch.Tensor,  # (batch, steps)
         teacher_forcing: float = 1.0,
         spell: Spell | None = None,
+        listen: Listen | None = None,
     ) -> LASOutput:
-        """With `spell`, the speller's pass as it runs the speller's weights (training's CUDA
-        graphs: las.model.graphed_speller)."""
-        memory = self.listener(features, feature_lengths)
+        """With `spell` and `listen`, the speller's and the listener's passes as they run their
+        weights (training's CUDA graphs: las.model.graphs)."""
+        memory = (listen or self.listener)(features, feature_lengths)
         logits, attention = (spell or self.speller)(memory, targets_in, teacher_forcing)
         ctc_log_probs = None
         if self.ctc_head is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import torch
 from torch import nn
@@ -87,7 +87,10 @@ class ListenerOutput(NamedTuple):
         return ListenerOutput(*(field.index_select(0, indices.to(field.device)) for field in self))
 
 
-def halve_lengths(lengths: torch.Tensor) -> torch.Tensor:
+LengthsOrFrames = TypeVar("LengthsOrFrames", torch.Tensor, int)
+
+
+def halve_lengths(lengths: LengthsOrFrames) -> LengthsOrFrames:
     """Lengths after one pyramid layer: an odd last frame is paired with a zero frame, not dropped."""
     return (lengths + 1) // 2
 
@@ -111,6 +114,12 @@ class Listener(nn.Module):
         self.key = nn.Linear(2 * hidden_size, key_dim)
         self.value = nn.Linear(2 * hidden_size, value_dim)
         self.input_size, self.output_size = input_size, 2 * hidden_size
+
+    def reduced(self, lengths: LengthsOrFrames) -> LengthsOrFrames:
+        """Encoder frames of utterances of `lengths` frames (a tensor, or a count)."""
+        for _ in self.pyramid:
+            lengths = halve_lengths(lengths)
+        return lengths
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         # features: (batch, frames, input_size); lengths: (batch,)
