@@ -365,9 +365,10 @@ class TrainConfig(Section):
     # gradient scaler (saved in checkpoints) for GPUs without bfloat16 (T4, P100).
     precision: Precision = "fp32"
     compile: bool = False  # torch.compile the speller step, which runs once per output character
-    # On CUDA, the LSTM speller's forward and backward as CUDA graphs, one per bucket of batch
-    # shapes (las/model/graphed_speller.py): its per-character kernels launched at once; the dev
-    # pass's greedy steps too (las/search/graphs.py). One process, not with train.compile.
+    # On CUDA, the LSTM speller's and the pyramid listener's forward and backward as CUDA graphs,
+    # one per bucket of batch shapes (las/model/graphs.py): the speller's per-character kernels and
+    # cuDNN's per-frame backward kernels launched at once; the dev pass's greedy steps too
+    # (las/search/graphs.py). One process, not with train.compile.
     cuda_graphs: bool = False
     # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
     # preempted job loses minutes, not an epoch.

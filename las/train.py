@@ -511,7 +511,10 @@ class Trainer:
             batch_sampler=items,
             collate_fn=dataset.batch,
             num_workers=workers,
-            pin_memory=self.device.type == "cuda",
+            # The loader's pinning thread calls CUDA while the main thread may be capturing a CUDA
+            # graph (train.cuda_graphs), and in PyTorch 2.11 any thread's such call breaks the
+            # capture (cudaErrorStreamCaptureInvalidated); graphed steps copy unpinned batches.
+            pin_memory=self.device.type == "cuda" and not self.config.train.cuda_graphs,
             prefetch_factor=4 if workers else None,
             # Its own generator: starting the loader must not draw from the training's random
             # state, or a run resumed mid-epoch would draw differently from an uninterrupted one.

@@ -278,7 +278,7 @@ def profile(
     characters = sum(int(batch.target_lengths.max()) for _, batch in loaded[2:])
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {precision}, "
-        f"{'packed' if packed else 'padded'} BLSTMs{', the speller as CUDA graphs' if graphs else ''}, "
+        f"{'packed' if packed else 'padded'} BLSTMs{', the speller and listener as CUDA graphs' if graphs else ''}, "
         f"{steps} steps of AN4 train batches (profiled)"
     )
     print(
