@@ -53,14 +53,15 @@ def joint_loss(
     ctc_weight: float,
     label_smoothing: float,
     global_target_lengths: torch.Tensor | None = None,  # (global batch,): the counts to divide by
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """λ·CTC + (1-λ)·attention (Kim et al. 2017), with both parts for logging."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """λ·CTC + (1-λ)·attention (Kim et al. 2017), with both parts for logging (detached, on the
+    loss's device: a training step reads everything it logs from the device at once)."""
     lengths = target_lengths if global_target_lengths is None else global_target_lengths
     attention = attention_loss(output.logits, targets_out, label_smoothing, int(lengths.sum()))
     if output.ctc_log_probs is None or ctc_weight == 0:
-        return attention, {"attention_loss": attention.item()}
+        return attention, {"attention_loss": attention.detach()}
     # CTC targets are the characters alone: targets_in without its leading <sos>.
     ctc_characters = max(1, int((lengths - 1).sum()))
     ctc = ctc_loss(output.ctc_log_probs, output.memory.lengths, targets_in[:, 1:], target_lengths - 1, ctc_characters)
     loss = ctc_weight * ctc + (1 - ctc_weight) * attention
-    return loss, {"attention_loss": attention.item(), "ctc_loss": ctc.item()}
+    return loss, {"attention_loss": attention.detach(), "ctc_loss": ctc.detach()}

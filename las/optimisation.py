@@ -68,7 +68,7 @@ class Optimisation:
 
     def loss(
         self, batch: Batch, global_lengths: torch.Tensor, forcing: float, augment: bool
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
         characters: ranks' losses add up to the global batch's), and its parts for the log."""
         settings = self.config.train
@@ -95,28 +95,30 @@ class Optimisation:
                 global_lengths,
             )
 
-    def update(self, loss: torch.Tensor | None, ranks: int, frozen: Sequence[str]) -> tuple[float, float]:
-        """Back-propagate `loss` (None: not finite on some rank, no update) over `ranks` processes,
-        without gradients for the `frozen` parts, clip, and step unless the gradient is not
-        finite. Returns the gradient norm before clipping and the learning rate used (NaN, NaN
-        when there was no update)."""
+    def backward(self, loss: torch.Tensor, ranks: int, frozen: Sequence[str]) -> torch.Tensor:
+        """Back-propagate `loss` over `ranks` processes, without gradients for the `frozen` parts,
+        and clip: the gradient norm before clipping, `()` on the device (not finite: a loss or a
+        gradient was not, and `step` must skip the update). Nothing here waits for the GPU."""
         self.optimizer.zero_grad(set_to_none=True)
-        norm = learning_rate = math.nan
-        if loss is not None:
-            self.scaler.scale(loss * ranks).backward()  # DDP averages over ranks
-            for name, parameter in self.model.named_parameters() if frozen else ():
-                if name.split(".")[0] in frozen:
-                    parameter.grad = None  # without a gradient, Adam leaves a weight as it is
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients
-            norm = clip_gradients(self.model, self.config.train.gradient_clip)
-        if math.isfinite(norm):
-            learning_rate = self.scheduler.get_last_lr()[0]
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
-        elif self.scaler.is_enabled() and loss is not None:
-            self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
-        return norm, learning_rate
+        self.scaler.scale(loss * ranks).backward()  # DDP averages over ranks
+        for name, parameter in self.model.named_parameters() if frozen else ():
+            if name.split(".")[0] in frozen:
+                parameter.grad = None  # without a gradient, Adam leaves a weight as it is
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients
+        return clip_gradients(self.model, self.config.train.gradient_clip)
+
+    def step(self, finite: bool) -> float:
+        """The update after `backward`, if its loss and gradient norm were `finite` on every rank:
+        the learning rate used (NaN: no update)."""
+        if not finite:
+            if self.scaler.is_enabled():
+                self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
+            return math.nan
+        learning_rate = self.scheduler.get_last_lr()[0]
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return learning_rate
 
     def state_dict(self) -> dict[str, dict]:
         return {
@@ -146,6 +148,6 @@ def graphed_passes(
     return GraphedSpeller(model.speller, True, most_rows), listen
 
 
-def clip_gradients(model: LAS, limit: float) -> float:
-    """Clip the gradient norm to `limit`; the norm before clipping (not finite: nothing to step on)."""
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), limit))
+def clip_gradients(model: LAS, limit: float) -> torch.Tensor:
+    """Clip the gradient norm to `limit`; the norm before clipping, `()` on the device."""
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), limit)

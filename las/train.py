@@ -461,21 +461,28 @@ class Trainer:
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
         loss, parts = self.optimisation.loss(batch, self.corpus.train.target_lengths(indices), forcing, augment)
+        norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
+        # One read of the device per step, after the backward pass is queued: each read waits for
+        # the GPU to finish, and the host queues nothing while it waits.
+        read = torch.stack([value.float() for value in (loss.detach(), norm, *parts.values())]).tolist()
+        local_loss, local_norm, *local_parts = read
         # One reduction gives every rank the global batch's loss, its parts and frame count,
-        # and whether any rank was asked to stop or to save: all act on them together.
+        # and whether any rank was asked to stop or to save: all act on them together. The
+        # gradient norm is already the global batch's (DDP reduced the gradients).
         total, frames, stop, save, *values = distributed.sum(
             [
-                loss.item(),
+                local_loss,
                 float(batch.feature_lengths.sum()),
                 float(self.stop_requests.requested),
                 float(distributed.is_main and self.checkpoint_due()),
-                *parts.values(),
+                *local_parts,
             ]
         )
-        finite = loss if math.isfinite(total) else None
-        norm, learning_rate = self.optimisation.update(finite, distributed.world_size, self.frozen_parts())
+        finite = math.isfinite(total) and math.isfinite(local_norm)
+        learning_rate = self.optimisation.step(finite)
         named_parts = dict(zip(parts, values, strict=True))
-        return Step(total, named_parts, int(frames), norm, learning_rate, bool(stop), bool(save))
+        norm_value = local_norm if finite else math.nan
+        return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
 
     def frozen_parts(self) -> tuple[str, ...]:
         """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs."""

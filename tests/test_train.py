@@ -108,18 +108,18 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
 
     def signal_during_sixth_step(*arguments: object) -> bool:
         calls["count"] += 1
-        if calls["count"] == 6:  # in the second epoch (four batches per epoch): seen by the next batch
+        if calls["count"] == 6:  # in the second epoch (four batches per epoch): seen as that batch ends
             os.kill(os.getpid(), stop_signal)
         return original(*arguments)
 
     monkeypatch.setattr(optimisation_module, "clip_gradients", signal_during_sixth_step)
     name = signal.Signals(stop_signal).name
     with pytest.raises(
-        LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 3; continue with --resume"
+        LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 2; continue with --resume"
     ):
         train(interrupted)
     progress = load_checkpoint(tmp_path / "interrupted" / "last.pt").training_state["progress"]
-    assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 3, 7)
+    assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 2, 6)
     monkeypatch.setattr(optimisation_module, "clip_gradients", original)
     train(interrupted, resume=True)
     assert_identical_runs(tmp_path / "straight", tmp_path / "interrupted")

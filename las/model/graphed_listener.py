@@ -45,7 +45,7 @@ class GraphedListener:
 
     def __call__(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         rows, frames = features.shape[:2]
-        lengths = lengths.to(features.device)  # the graph's input, where training keeps it on the host
+        lengths = lengths.to(features.device, non_blocking=True)  # training keeps them on the host
         shape = bucket_rows(rows, self.most_rows), bucket(frames, quantum=QUANTUM * self.reduction)
         extra_rows, extra_frames = shape[0] - rows, shape[1] - frames
         inputs = F.pad(features, (0, 0, 0, extra_frames, 0, extra_rows)), F.pad(lengths, (0, extra_rows), value=1)

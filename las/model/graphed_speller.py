@@ -78,6 +78,8 @@ class GraphedSpeller:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         (rows, steps), frames = targets_in.shape, memory.keys.shape[1]
         shape = bucket_shape(rows, frames, steps, self.most_rows)
-        inputs = (*padded(memory, targets_in, shape), torch.tensor(float(teacher_forcing), device=targets_in.device))
+        # Filled on the device: a blocking copy from the host would wait for the GPU to catch up.
+        forcing = torch.full((), float(teacher_forcing), device=targets_in.device)
+        inputs = (*padded(memory, targets_in, shape), forcing)
         logits, attention = self.passes(shape, inputs)
         return logits[:rows, :steps], attention[:rows, :steps, :frames]

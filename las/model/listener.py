@@ -123,6 +123,8 @@ class Listener(nn.Module):
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         # features: (batch, frames, input_size); lengths: (batch,)
+        # Once, without waiting: each BLSTM reads them, and a blocking copy waits for the GPU.
+        lengths = lengths.to(features.device, non_blocking=True)
         x = self.input_layer(features, lengths)  # (batch, frames, 2H), zero on padding
         for layer in self.pyramid:
             x, lengths = self.dropout(x), halve_lengths(lengths)
@@ -131,6 +133,5 @@ class Listener(nn.Module):
             x = nn.functional.pad(x, (0, 0, 0, x.shape[1] % 2))
             batch, frames, size = x.shape
             x = layer(x.reshape(batch, frames // 2, 2 * size), lengths)  # (batch, frames / 2, 2H)
-        lengths = lengths.to(x.device)
         x = self.dropout(x)
         return ListenerOutput(self.key(x), self.value(x), length_mask(lengths, x.shape[1]), lengths, x)
