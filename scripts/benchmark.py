@@ -276,6 +276,8 @@ def profile(
     kernels = [event for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA]
     busy = sum(event.device_time for event in kernels) / 1e6
     characters = sum(int(batch.target_lengths.max()) for _, batch in loaded[2:])
+    # Each wait of the host for the GPU: while it waits, it queues nothing.
+    waits = sum(event.name in ("cudaStreamSynchronize", "cudaDeviceSynchronize") for event in profiler.events())
     print(
         f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {precision}, "
         f"{'packed' if packed else 'padded'} BLSTMs{', the speller and listener as CUDA graphs' if graphs else ''}, "
@@ -283,7 +285,8 @@ def profile(
     )
     print(
         f"seconds per step {wall / steps:.4f}; kernels per step {len(kernels) / steps:.0f} "
-        f"({len(kernels) / characters:.0f} per output character); GPU busy {busy / wall:.0%} of the wall time"
+        f"({len(kernels) / characters:.0f} per output character); GPU busy {busy / wall:.0%} of the wall time; "
+        f"the host waited for the GPU {waits / steps:.1f} times per step"
     )
     print(profiler.key_averages().table(sort_by="device_time_total", row_limit=12))
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))  # what keeps the host busy
