@@ -114,7 +114,7 @@ def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool) -> 
 
 @pytest.mark.parametrize("case", ["location", "location_sampled", "monotonic_chunk"])
 def test_the_speller_and_listener_captured_as_cuda_graphs_give_the_eager_loss_and_gradients(case: str) -> None:
-    from .test_graphed_speller import assert_bucketed_pass_is_the_plain_one
+    from .test_graphs import assert_bucketed_pass_is_the_plain_one
 
     for forcing in (1.0, 0.0):
         assert_bucketed_pass_is_the_plain_one(case, forcing, torch.device("cuda"), capture=True)

@@ -6,7 +6,7 @@ The padding never reaches a real output: each BLSTM direction reads an utterance
 before any padding (las.model.listener.BidirectionalLSTM), padded frames are zeroed after every
 layer, and padded rows are rows of their own. The frames of a bucket are a multiple of the
 pyramid's reduction, so the outputs cut back to the batch's encoder frames are the unpadded
-pass's, and so are the loss and every gradient (tests/test_graphed_listener.py).
+pass's, and so are the loss and every gradient (tests/test_graphs.py).
 """
 
 from __future__ import annotations

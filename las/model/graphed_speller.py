@@ -5,7 +5,7 @@ The padding never reaches a real row: padded frames are masked out of the attent
 characters come after the real ones (the loop only looks back), and padded rows are rows of
 their own (one valid frame each, so that their softmax is defined and no NaN enters a weight's
 gradient). The outputs are cut back to the batch's own shape, so the loss and every gradient are
-the unpadded pass's (tests/test_graphed_speller.py on the CPU, tests/test_cuda.py on a GPU). The
+the unpadded pass's (tests/test_graphs.py on the CPU, tests/test_cuda.py on a GPU). The
 teacher-forcing rate is an input on the device, not a Python branch: a graph draws its sampling
 coins every step, and at rate 1 keeps every given character.
 """
