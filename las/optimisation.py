@@ -112,7 +112,7 @@ class Optimisation:
         the learning rate used (NaN: no update)."""
         if not finite:
             if self.scaler.is_enabled():
-                self.scaler.update()  # fp16 gradients overflowed at this scale: a smaller one next time
+                self.scaler.update()  # fp16 overflowed at this scale (or the loss did): a smaller one next time
             return math.nan
         learning_rate = self.scheduler.get_last_lr()[0]
         self.scaler.step(self.optimizer)
