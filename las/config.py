@@ -182,6 +182,12 @@ class DataConfig(Section):
     # input frames, so every batch costs about the same whatever the corpus's lengths (batch_size
     # and max_batch_frames then set nothing). 0: batches of batch_size utterances.
     batch_frames: NonNegative = 0
+    # Batches by frames sized from the GPU (> 0): a new run on CUDA sets data.batch_frames to the
+    # most padded frames whose training step peaks within this share of the GPU's memory, probed
+    # on the corpus's longest utterances (las/batch_memory.py); its config keeps the result, so a
+    # resumed run batches as it began. Leave room for what the probe does not see: the allocator's
+    # slack, and train.cuda_graphs' memory per bucket. On a CPU, data.batch_frames stands.
+    batch_memory: Annotated[float, Range(0, 0.95)] = 0.0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
     # A training corpus of up to this many utterances (counted at each speed of

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
+from las.batch_memory import sized_batches
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.data.augment import WaveformAugmentation
@@ -308,6 +309,8 @@ class Trainer:
         self.vocabulary = corpus.train.vocabulary
         input_size = corpus.train.features[0].shape[1]  # 80 log-mels, or the precomputed features' dimension
         self.model = LAS.build(config.model, input_size, len(self.vocabulary)).to(self.device)
+        if checkpoint is None:  # a resumed run keeps the batches it began with
+            config = self.config = sized_batches(config, self.model, corpus.train, self.device, distributed)
         settings = config.train
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
