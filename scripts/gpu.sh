@@ -19,7 +19,8 @@
 #   bash scripts/gpu.sh rest "$OUT"    # the second call of such a lease: CUDA tests, long-form decoding
 #                                      # GPU against CPU, a tenth of the scale corpus trained (5.5 minutes)
 #   bash scripts/gpu.sh tests "$OUT"   # tests/test_cuda.py alone
-#   bash scripts/gpu.sh batches "$OUT" FRAMES...  # an epoch of the scale recipe per data.batch_frames
+#   bash scripts/gpu.sh batches "$OUT" FRAMES...  # an epoch of the scale recipe per data.batch_frames,
+#                                      # or per data.batch_memory share (memory=0.5)
 #   bash scripts/gpu.sh check "$OUT"   # CUDA tests, training throughput fp32 vs bf16, eager vs CUDA
 #                                      # graphs (with nvidia-smi utilisation), a step profiled
 #   bash scripts/gpu.sh train "$OUT"   # AN4 with the defaults on the GPU (bf16), resumable
@@ -80,13 +81,14 @@ scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale cor
     [ -f runs/scale/tenth/train.tsv ] || timeout 45 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 14 | tee -a "$out/scale.txt" || true
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
-    local sampler=$! frames
-    for frames in "$@"; do
-        echo "batch_frames $frames: $(date +%T.%N)" | tee -a "$out/scale.txt"
+    local sampler=$! frames batches
+    for frames in "$@"; do  # a budget of frames, or memory=SHARE: the budget sized from the GPU
+        batches=$([ "${frames#memory=}" = "$frames" ] && echo "data.batch_frames=$frames" || echo "data.batch_$frames")
+        echo "$batches: $(date +%T.%N)" | tee -a "$out/scale.txt"
         timeout -s INT 100 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
             --dev runs/scale/tenth/dev.tsv --out "runs/scale-$frames" --device cuda --precision bf16 \
-            --set data.workers=8 --set data.batch_frames="$frames" --set train.epochs=1 --set train.warmup_steps=200 \
-            2>&1 | grep -v Warning | tail -n 3 | tee -a "$out/scale.txt" || true
+            --set data.workers=8 --set "$batches" --set train.epochs=1 --set train.warmup_steps=200 \
+            2>&1 | grep -v Warning | grep -E "data.batch_memory|epoch|error" | tail -n 4 | tee -a "$out/scale.txt" || true
         cat "runs/scale-$frames/metrics.jsonl" >> "$out/scale.txt" 2>/dev/null || true
     done
     echo "done: $(date +%T.%N)" >> "$out/scale.txt"
@@ -140,7 +142,8 @@ essentials)
 rest)
     # The rest of a 15-minute lease after `essentials`, 5.5 minutes on an H200: the CUDA tests again;
     # the long-form recordings decoded on the GPU and the CPU; a tenth of the scale corpus (built
-    # there, 10 h) through the 100-hour recipe, an epoch at its batch budget and one at 4x it.
+    # there, 10 h) through the 100-hour recipe, an epoch at its batch budget, at 4x it, and at the
+    # budget that half the GPU's memory holds (data.batch_memory).
     cuda_tests 90
     timeout 150 bash -c '
         python3 scripts/longform.py build > /dev/null
@@ -153,7 +156,7 @@ rest)
         for run in cuda cuda-graphs; do
             echo "long-form on $run: $(diff "$0/longform-$run.csv" "$0/longform-cpu.csv" | grep -c "^<") transcripts differ from the CPU'"'"'s"
         done' "$out" 2>&1 | tee "$out/decode.txt" || true
-    scale_epochs 32000 128000
+    scale_epochs 32000 128000 memory=0.5
     ;;
 check)
     python3 -m pytest -q tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt"

@@ -151,6 +151,30 @@ def test_a_resumed_cuda_run_continues_where_it_stopped(
     assert losses[1] == pytest.approx(losses[0], rel=2e-2)
 
 
+def test_batches_sized_from_the_gpus_memory_fit_it_and_a_resumed_run_keeps_them(tiny_config: Config) -> None:
+    from las.batch_memory import StepProbe
+    from las.model.las import LAS
+    from las.train import load_corpus
+
+    from .test_train import with_training
+
+    share = 0.02
+    config = with_training(tiny_config, device="cuda", epochs=1)
+    config = replace(config, data=replace(config.data, batch_memory=share))
+    run = train(config)
+    budget = load_checkpoint(run / "last.pt").config.data.batch_frames
+    assert budget > 0 and budget % 1000 == 0
+    train(config, resume=True, assignments=["train.epochs=2"])
+    assert load_checkpoint(run / "last.pt").config.data.batch_frames == budget  # not probed again
+
+    corpus = load_corpus(config, None, None)
+    device = torch.device("cuda")
+    model = LAS.build(config.model, corpus.train.features[0].shape[1], len(corpus.train.vocabulary)).to(device)
+    probe = StepProbe(corpus.config, model, corpus.train, device)
+    limit = share * torch.cuda.mem_get_info(device)[1]
+    assert probe(budget) <= limit < probe(int(1.25 * budget))  # within the share, and near its edge
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_two_nccl_processes_follow_the_single_process_trajectory(tmp_path: Path) -> None:
     from .test_distributed import metrics, run_training
