@@ -38,25 +38,35 @@ def spec_augment(
     time_mask_width: int,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """A copy of `features` with bands of bins and spans of frames set to zero."""
+    """A copy of `features` with bands of bins and spans of frames set to zero. The draws come
+    from `generator` on the CPU (the same masks on every device); the masks are made where the
+    features are, from one copy of the draws that does not wait for the device."""
     batch, frames, bins = features.shape
-    keep = torch.ones(batch, frames, bins, dtype=torch.bool)
-    positions_bins = torch.arange(bins)
-    positions_frames = torch.arange(frames)
     lengths = lengths.cpu()
+    starts, widths, sizes = [], [], []  # per mask: (batch,) each, and the axis's size
     for _ in range(frequency_masks):
         width = torch.randint(0, frequency_mask_width + 1, (batch,), generator=generator)
-        start = (torch.rand(batch, generator=generator) * (bins - width + 1)).long()
-        band = (positions_bins >= start[:, None]) & (positions_bins < (start + width)[:, None])  # (batch, bins)
-        keep &= ~band[:, None, :]
+        starts.append((torch.rand(batch, generator=generator) * (bins - width + 1)).long())
+        widths.append(width)
+        sizes.append(bins)
     for _ in range(time_masks):
         # A mask never covers more than a fifth of an utterance, so short ones keep their content.
         limit = torch.minimum(torch.full_like(lengths, time_mask_width), lengths // 5)
         width = (torch.rand(batch, generator=generator) * (limit + 1)).long()
-        start = (torch.rand(batch, generator=generator) * (lengths - width + 1)).long()
-        span = (positions_frames >= start[:, None]) & (positions_frames < (start + width)[:, None])  # (batch, frames)
-        keep &= ~span[:, :, None]
-    return features * keep.to(features.device)
+        starts.append((torch.rand(batch, generator=generator) * (lengths - width + 1)).long())
+        widths.append(width)
+        sizes.append(frames)
+    if not sizes:
+        return features
+    # A blocking copy to a GPU waits for all the work queued before it.
+    draws = torch.stack([torch.stack(starts), torch.stack(widths)]).to(features.device, non_blocking=True)
+    keep = torch.ones(batch, frames, bins, dtype=torch.bool, device=features.device)
+    for mask, size in enumerate(sizes):
+        start, end = draws[0, mask, :, None], (draws[0, mask] + draws[1, mask])[:, None]
+        positions = torch.arange(size, device=features.device)
+        span = (positions >= start) & (positions < end)  # (batch, bins) or (batch, frames)
+        keep &= ~(span[:, None, :] if mask < frequency_masks else span[:, :, None])
+    return features * keep
 
 
 class WaveformAugmentation:
