@@ -38,6 +38,7 @@ SPELLER = "{speller}"  # replaced by the pre-trained speller's path
 SMALL_TRANSFORMER = ["model.transformer_dim=192", "model.transformer_feedforward=768"]
 SLOW_WARMUP = ["train.learning_rate=1e-3", "train.warmup_steps=1000"]
 LARGE_BATCHES = ["data.batch_frames=17000", "train.warmup_steps=75"]
+LARGE_BATCHES_LATE = [*LARGE_BATCHES, "train.specaugment_start_epoch=20", "train.augment.start_epoch=32"]
 
 VARIANTS: dict[str, list[str]] = {
     "location, cumulative (default)": [],
@@ -86,9 +87,23 @@ VARIANTS: dict[str, list[str]] = {
         "model.speller=transformer",
     ],
     # Fewer, larger batches (#28: a GPU step costs about the same for 4x the frames): batches by
-    # frames of about 4x the default's 4,300 padded frames, the warm-up as many utterances long.
+    # frames of about 2x and 4x the default's 4,300 padded frames, the warm-up as many utterances long.
+    "batches of 8,500 frames, warm-up 150 steps": ["data.batch_frames=8500", "train.warmup_steps=150"],
     "batches of 17,000 frames, warm-up 75 steps": LARGE_BATCHES,
     "batches of 17,000 frames, warm-up 75 steps, learning rate 4e-3": [*LARGE_BATCHES, "train.learning_rate=4e-3"],
+    # ... with SpecAugment and the waveform augmentation starting after as many steps as the
+    # default's (epochs 5 and 8 of 53 steps each): the attention first aligns on clean speech.
+    "batches of 8,500 frames, warm-up 150 steps, augmentation after as many steps": [
+        "data.batch_frames=8500",
+        "train.warmup_steps=150",
+        "train.specaugment_start_epoch=10",
+        "train.augment.start_epoch=16",
+    ],
+    "batches of 17,000 frames, warm-up 75 steps, augmentation after as many steps": LARGE_BATCHES_LATE,
+    "batches of 17,000 frames, warm-up 75 steps, augmentation after as many steps, learning rate 4e-3": [
+        *LARGE_BATCHES_LATE,
+        "train.learning_rate=4e-3",
+    ],
     "dot": ["model.attention=dot"],
     "scaled dot": ["model.attention=scaled_dot"],
     "general (bilinear)": ["model.attention=general"],
