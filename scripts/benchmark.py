@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -290,6 +291,19 @@ def profile(
     )
     print(profiler.key_averages().table(sort_by="device_time_total", row_limit=12))
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))  # what keeps the host busy
+    # Where the waits come from: CUDA's sync debug mode warns at every operation that waits,
+    # and a warning names the Python line that called it. SpecAugment on, as training has it.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        for indices, batch in loaded[2:4]:
+            trainer.step(batch, indices, forcing=0.9, augment=True)
+        torch.cuda.set_sync_debug_mode("default")
+    waited = [item for item in caught if "synchroniz" in str(item.message)]
+    sources = collections.Counter(f"{item.filename}:{item.lineno}" for item in waited)
+    print("operations that waited for the GPU, per step (torch.cuda.set_sync_debug_mode):")
+    for source, count in sources.most_common():
+        print(f"  {count / 2:g}  {source}")
 
 
 @app.command()
