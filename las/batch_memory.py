@@ -32,9 +32,10 @@ GIB = 2**30
 PeakMemory = Callable[[int], int | None]
 
 
-def largest_budget(peak_memory: PeakMemory, limit: int, smallest: int, probes: int = 6) -> int:
+def largest_budget(peak_memory: PeakMemory, limit: int, smallest: int, most: int | None = None, probes: int = 6) -> int:
     """The largest budget, a multiple of QUANTUM and at least `smallest`, whose probe peaks within
-    `limit` bytes, in at most `probes` probes. Each next budget is where a line reaches the limit:
+    `limit` bytes, or `most` where that fits, in at most `probes` probes (one more where `most` is
+    the first budget probed after the smallest). Each next budget is where a line reaches the limit:
     through the two largest budgets that fitted, or, once one has not, between it and the largest
     that did (a curve that bends up then comes closer from below). A budget that runs out of
     memory is halved back towards the largest that fitted."""
@@ -46,6 +47,8 @@ def largest_budget(peak_memory: PeakMemory, limit: int, smallest: int, probes: i
             f"config key 'data.batch_memory': {limit / GIB:.2f} GiB does not hold a training step on "
             f"{low} frames of the longest utterances (it needs {needs}); raise the share or set data.batch_frames"
         )
+    if most is not None and most <= low:
+        return most
 
     def crossing(one: tuple[int, int], other: tuple[int, int]) -> int:
         """Where the line through two (frames, peak) points reaches the limit, in whole QUANTUMs."""
@@ -56,7 +59,7 @@ def largest_budget(peak_memory: PeakMemory, limit: int, smallest: int, probes: i
     fitted = [(low, first)]  # budgets that fitted and their peaks, the largest last
     over: tuple[int, int] | None = None  # the smallest budget past the limit, and its peak
     ceiling = math.inf  # the smallest budget known not to fit
-    budget = 4 * low
+    budget = most or 4 * low
     for _ in range(probes - 1):
         peak = peak_memory(budget)
         if peak is None:
@@ -68,7 +71,7 @@ def largest_budget(peak_memory: PeakMemory, limit: int, smallest: int, probes: i
         else:
             over, ceiling = (budget, peak), budget
             budget = crossing(fitted[-1], over)
-        budget = min(budget, ceiling - QUANTUM)
+        budget = min(budget, ceiling - QUANTUM, most or math.inf)
         if budget <= fitted[-1][0]:
             break
     return fitted[-1][0]
@@ -118,8 +121,10 @@ def sized_batches(
     config: Config, model: LAS, dataset: SpeechDataset, device: torch.device, distributed: Distributed
 ) -> Config:
     """`config` with `data.batch_frames` sized from the GPU's memory (`data.batch_memory` of its
-    total), where the run trains on CUDA; as it is elsewhere. Under torchrun every rank probes its
-    own GPU for its share of a batch, and the smallest holds for all."""
+    total), where the run trains on CUDA; as it is elsewhere. A `data.batch_frames` already set is
+    the recipe's (its learning rate and schedule were found for it): it is kept where it fits, and
+    lowered to what does where it does not. Under torchrun every rank probes its own GPU for its
+    share of a batch, and the smallest holds for all."""
     share = config.data.batch_memory
     if not share:
         return config
@@ -131,11 +136,10 @@ def sized_batches(
     # What other processes hold is not this run's to take.
     limit = min(int(share * total), free + torch.cuda.memory_allocated(device))
     probe = StepProbe(config, model, dataset, device)
-    local = largest_budget(probe, limit, probe.longest_frames)
-    budget = distributed.world_size * min(budget for (budget,) in distributed.gather([local]))
+    ranks, wanted = distributed.world_size, config.data.batch_frames
+    local = largest_budget(probe, limit, probe.longest_frames, math.ceil(wanted / ranks) if wanted else None)
+    budget = min(ranks * min(budget for (budget,) in distributed.gather([local])), wanted or math.inf)
     if distributed.is_main:
-        say(
-            f"data.batch_memory {share:g}: batches of {budget} padded frames "
-            f"(a step within {limit / GIB:.1f} of the GPU's {total / GIB:.1f} GiB)"
-        )
+        kept = f"data.batch_frames {wanted} fits" if budget == wanted else f"batches of {budget} padded frames"
+        say(f"data.batch_memory {share:g}: {kept} (a step within {limit / GIB:.1f} of the GPU's {total / GIB:.1f} GiB)")
     return dataclasses.replace(config, data=dataclasses.replace(config.data, batch_frames=budget))

@@ -184,9 +184,10 @@ class DataConfig(Section):
     batch_frames: NonNegative = 0
     # Batches by frames sized from the GPU (> 0): a new run on CUDA sets data.batch_frames to the
     # most padded frames whose training step peaks within this share of the GPU's memory, probed
-    # on the corpus's longest utterances (las/batch_memory.py); its config keeps the result, so a
-    # resumed run batches as it began. Leave room for what the probe does not see: the allocator's
-    # slack, and train.cuda_graphs' memory per bucket. On a CPU, data.batch_frames stands.
+    # on the corpus's longest utterances (las/batch_memory.py), and no more than a data.batch_frames
+    # already set (a recipe's: its learning rate and schedule were found for it). The run's config
+    # keeps the result, so a resumed run batches as it began. Leave room for what the probe does
+    # not see: the allocator's slack, train.cuda_graphs' memory per bucket. On a CPU: no change.
     batch_memory: Annotated[float, Range(0, 0.95)] = 0.0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2

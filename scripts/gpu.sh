@@ -82,12 +82,13 @@ scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale cor
         --train 2854 --dev 100 --workers 14 | tee -a "$out/scale.txt" || true
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
     local sampler=$! frames batches
-    for frames in "$@"; do  # a budget of frames, or memory=SHARE: the budget sized from the GPU
-        batches=$([ "${frames#memory=}" = "$frames" ] && echo "data.batch_frames=$frames" || echo "data.batch_$frames")
+    for frames in "$@"; do  # a budget of frames, or memory=SHARE: the largest budget the GPU's share holds
+        batches=$([ "${frames#memory=}" = "$frames" ] && echo "data.batch_frames=$frames" \
+            || echo "data.batch_$frames --set data.batch_frames=0")
         echo "$batches: $(date +%T.%N)" | tee -a "$out/scale.txt"
         timeout -s INT 100 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
             --dev runs/scale/tenth/dev.tsv --out "runs/scale-$frames" --device cuda --precision bf16 \
-            --set data.workers=8 --set "$batches" --set train.epochs=1 --set train.warmup_steps=200 \
+            --set data.workers=8 --set $batches --set train.epochs=1 --set train.warmup_steps=200 \
             2>&1 | grep -v Warning | grep -E "data.batch_memory|epoch|error" | tail -n 4 | tee -a "$out/scale.txt" || true
         cat "runs/scale-$frames/metrics.jsonl" >> "$out/scale.txt" 2>/dev/null || true
     done

@@ -58,6 +58,15 @@ def test_a_second_probe_that_runs_out_of_memory_gives_a_line_from_a_smaller_one(
     assert budget == curve.largest(limit)
 
 
+def test_a_recipes_budget_is_kept_where_it_fits_and_lowered_where_it_does_not() -> None:
+    curve = Curve(fixed=GIB, per_frame=100_000)
+    assert largest_budget(curve, 8 * GIB, smallest=2_500, most=32_000) == 32_000
+    assert curve.probes == [3_000, 32_000]
+    lowered = largest_budget(Curve(fixed=GIB, per_frame=100_000), 2 * GIB, smallest=2_500, most=32_000)
+    assert lowered == Curve(fixed=GIB, per_frame=100_000).largest(2 * GIB) < 32_000
+    assert largest_budget(curve, 8 * GIB, smallest=2_500, most=2_000) == 2_000  # one utterance a batch
+
+
 def test_a_budget_holds_the_longest_utterance_in_whole_thousands() -> None:
     curve = Curve(fixed=GIB, per_frame=1_000)
     assert largest_budget(curve, GIB + 8_500_000, smallest=6_300) == 8_000
