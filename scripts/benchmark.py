@@ -127,6 +127,9 @@ def throughput(
         False,
         help="Also las's batches with train.cuda_graphs (speller alone, and with the listener) at each precision.",
     ),
+    batch_frames: int = typer.Option(
+        0, help="Also las's batches by frames (data.batch_frames) of this budget, with --graphs as graphs too."
+    ),
 ) -> None:
     """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
     batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
@@ -135,7 +138,8 @@ def throughput(
     (`pack_padded_sequence`); each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
     share = time the step waited for its batch. With `graphs`, las's batches with the speller as
     CUDA graphs too, then with the listener's pass as graphs as well, each after a first pass over
-    them that captures every bucket (timed apart)."""
+    them that captures every bucket (timed apart). With `batch_frames`, the same for batches by
+    frames of that budget (fewer, larger batches)."""
     from las.train import Trainer, load_corpus
 
     target = resolve_device(device)
@@ -148,22 +152,30 @@ def throughput(
         )
         corpus = load_corpus(config, None, None)
         trainers = {}
-        for precision, graphed in itertools.product(precisions.split(","), GRAPHED if graphs else [""]):
+        budgets = [0, batch_frames] if batch_frames else [0]
+        for precision, graphed, budget in itertools.product(
+            precisions.split(","), ["", *GRAPHED] if graphs else [""], budgets
+        ):
             torch.manual_seed(0)  # the same initial model for every precision
-            settings = corpus.config.replace([f"train.precision={precision}", f"train.cuda_graphs={bool(graphed)}"])
-            trainers[precision, graphed] = trainer = Trainer(settings, corpus, Path(folder), None)
+            settings = corpus.config.replace(
+                [f"train.precision={precision}", f"train.cuda_graphs={bool(graphed)}", f"data.batch_frames={budget}"]
+            )
+            trainers[precision, graphed, budget] = trainer = Trainer(settings, corpus, Path(folder), None)
             if graphed == GRAPHED[0]:
                 trainer.optimisation.listen = None
     dataset = corpus.train
     lengths = dataset.frame_counts()
-    bucketed = next(iter(trainers.values())).global_batches()
+    bucketed = trainers[precisions.split(",")[0], "", 0].global_batches()
+    by_frames = trainers[precisions.split(",")[0], "", batch_frames].global_batches() if batch_frames else []
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0)).tolist()
     size = len(dataset) // len(bucketed) + 1  # as many batches as the bucketed variant
     unbucketed = [order[start : start + size] for start in range(0, len(order), size)]
 
-    def epoch(batches: list[list[int]], packed: bool, precision: str, graphed: str = "") -> tuple[float, float]:
+    def epoch(
+        batches: list[list[int]], packed: bool, precision: str, graphed: str = "", budget: int = 0
+    ) -> tuple[float, float]:
         """Seconds waiting for batches, and in training steps."""
-        trainer = trainers[precision, graphed]
+        trainer = trainers[precision, graphed, budget]
         for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
             layer.packed = packed
         loading = stepping = 0.0
@@ -186,9 +198,12 @@ def throughput(
             f"unbucketed, padded ({precision})": (unbucketed, False, precision),
             f"bucketed, packed ({precision})": (bucketed, True, precision),
         }
-        for graphed in GRAPHED if graphs else []:
-            name = f"bucketed, padded ({precision}, las, CUDA graphs: {graphed})"
-            variants[name] = (bucketed, False, precision, graphed)
+        if batch_frames:
+            variants[f"by frames, {batch_frames} ({precision}, las)"] = (by_frames, False, precision, "", batch_frames)
+        for graphed, budget in itertools.product(GRAPHED if graphs else [], budgets):
+            batching = f"by frames, {batch_frames}" if budget else "bucketed, padded"
+            name = f"{batching} ({precision}, las, CUDA graphs: {graphed})"
+            variants[name] = (by_frames if budget else bucketed, False, precision, graphed, budget)
             captures[name] = sum(epoch(*variants[name]))  # every bucket captured before the timed passes
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     peaks: dict[str, int] = {}

@@ -98,13 +98,14 @@ scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale cor
 case "$phase" in
 graphs)
     # The training step as CUDA graphs, 6.5 minutes on an H100 with the start: the CUDA tests; AN4
-    # throughput eager, speller as graphs, speller and listener as graphs; the graphed step
+    # throughput eager, speller as graphs, speller and listener as graphs, each also at 2x batches by
+    # frames (data.batch_frames=8500: "Fewer, larger batches on AN4"); the graphed step
     # profiled; two epochs of the scale recipe on a tenth of the scale corpus with graphs.
     cuda_tests 120
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
     sampler=$!
-    timeout 150 python3 scripts/benchmark.py throughput --device cuda --graphs --utterances 848 --repeats 1 \
-        2>&1 | grep -v Warn | tee "$out/throughput.md" || true
+    timeout 200 python3 scripts/benchmark.py throughput --device cuda --graphs --utterances 848 --repeats 1 \
+        --batch-frames 8500 2>&1 | grep -v Warn | tee "$out/throughput.md" || true
     kill "$sampler"
     timeout 60 python3 scripts/benchmark.py profile --no-packed --graphs 2>&1 | grep -v Warn | tee "$out/profile.txt" || true
     timeout 30 python3 scripts/scale.py build --out runs/scale/tenth --train 2854 --dev 100 --workers 14 > /dev/null || true
