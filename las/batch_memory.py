@@ -101,11 +101,12 @@ class StepProbe:
     def __call__(self, budget: int) -> int | None:
         rows = max(1, budget // self.longest_frames)
         draws = [Draw(self.longest[row % len(self.longest)], self.slowest, None) for row in range(rows)]
-        batch = self.dataset.collate(draws).to(self.device)
+        batch = self.dataset.collate(draws)
         optimisation = self.optimisation
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(self.device)
         try:
+            batch = batch.to(self.device)
             with torch.random.fork_rng(devices=[self.device]):
                 loss, _ = optimisation.loss(batch, batch.target_lengths, 1.0, augment=False)
                 optimisation.backward(loss, 1, ())
@@ -138,7 +139,7 @@ def sized_batches(
     probe = StepProbe(config, model, dataset, device)
     ranks, wanted = distributed.world_size, config.data.batch_frames
     local = largest_budget(probe, limit, probe.longest_frames, math.ceil(wanted / ranks) if wanted else None)
-    budget = min(ranks * min(budget for (budget,) in distributed.gather([local])), wanted or math.inf)
+    budget = min(ranks * min(rank_budget for (rank_budget,) in distributed.gather([local])), wanted or math.inf)
     if distributed.is_main:
         kept = f"data.batch_frames {wanted} fits" if budget == wanted else f"batches of {budget} padded frames"
         say(f"data.batch_memory {share:g}: {kept} (a step within {limit / GIB:.1f} of the GPU's {total / GIB:.1f} GiB)")
