@@ -245,6 +245,9 @@ def throughput(
             f"of unbucketed padded ones, {medians[f'bucketed, packed ({precision})'] / las:.2f}x those of "
             f"bucketed packed ones"
         )
+        for name in [name for name in medians if name.startswith("by frames") and f"({precision}, las" in name]:
+            same = name.replace(f"by frames, {batch_frames}", "bucketed, padded")  # the default's batches, alike
+            print(f"{name}: {medians[same] / medians[name]:.2f}x the frames/s of {same}")
     if len(precisions.split(",")) > 1:
         first, *rest = precisions.split(",")
         base = medians[f"bucketed, padded ({first}, las)"]
