@@ -14,7 +14,8 @@
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
 #   bash scripts/gpu.sh graphs "$OUT"  # the step as CUDA graphs: tests, AN4 throughput by what is
-#                                      # graphed, its profile, two scale-recipe epochs with graphs
+#                                      # graphed, its waits for the GPU, AN4 and the scale recipe
+#                                      # trained with graphs (dev CER by epoch)
 #
 #   bash scripts/gpu.sh rest "$OUT"    # the second call of such a lease: CUDA tests, long-form decoding
 #                                      # GPU against CPU, a tenth of the scale corpus trained (5.5 minutes)
@@ -97,23 +98,38 @@ scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale cor
 }
 case "$phase" in
 graphs)
-    # The training step as CUDA graphs, 6.5 minutes on an H100 with the start: the CUDA tests; AN4
-    # throughput eager, speller as graphs, speller and listener as graphs, each also at 2x batches by
-    # frames (data.batch_frames=8500: "Fewer, larger batches on AN4"); the graphed step
-    # profiled; two epochs of the scale recipe on a tenth of the scale corpus with graphs.
-    cuda_tests 120
+    # The training step as CUDA graphs, about 9.5 minutes with the start: the CUDA tests (while the
+    # scale tenth is built and the graphed step's waits for the GPU are listed); AN4 throughput eager,
+    # speller as graphs, speller and listener as graphs, each also at 2x batches by frames; a real
+    # `las train` of AN4 at 2x batches with graphs (epoch seconds with augmentation, dev CER by epoch);
+    # the scale recipe with graphs on a tenth of the scale corpus, dev CER by epoch. Alone on the GPU:
+    # throughput and the two runs, one after the other.
+    phase() { echo "$1: $(date +%T)" >> "$out/device.txt"; }
+    phase tests
+    timeout 60 python3 scripts/scale.py build --out runs/scale/tenth --train 2854 --dev 100 --workers 10 > /dev/null 2>&1 &
+    building=$!
+    timeout 60 python3 scripts/benchmark.py profile --no-packed --graphs 2>&1 | grep -v Warn > "$out/profile.txt" &
+    profiling=$!
+    cuda_tests 100
+    wait "$building" "$profiling" || true
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 200 > "$out/utilisation.csv" &
     sampler=$!
-    timeout 200 python3 scripts/benchmark.py throughput --device cuda --graphs --utterances 848 --repeats 1 \
+    phase throughput
+    timeout 170 python3 scripts/benchmark.py throughput --device cuda --graphs --utterances 848 --repeats 1 \
         --batch-frames 8500 2>&1 | grep -v Warn | tee "$out/throughput.md" || true
-    kill "$sampler"
-    timeout 60 python3 scripts/benchmark.py profile --no-packed --graphs 2>&1 | grep -v Warn | tee "$out/profile.txt" || true
-    timeout 30 python3 scripts/scale.py build --out runs/scale/tenth --train 2854 --dev 100 --workers 14 > /dev/null || true
-    timeout -s INT 150 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+    phase an4
+    timeout -s INT 90 python3 -m las train --out runs/an4-graphs --device cuda --seed 1 --set data.workers=6 \
+        --set data.batch_frames=8500 --set train.warmup_steps=150 --set train.specaugment_start_epoch=10 \
+        --set train.augment.start_epoch=16 --set train.cuda_graphs=true 2>&1 | grep -v Warn | tail -n 3 > "$out/an4.txt" || true
+    cat runs/an4-graphs/metrics.jsonl >> "$out/an4.txt" 2>/dev/null || true
+    phase scale
+    timeout -s INT 165 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
         --dev runs/scale/tenth/dev.tsv --out runs/scale-graphs --device cuda --precision bf16 --set data.workers=8 \
-        --set data.batch_frames=128000 --set train.epochs=2 --set train.warmup_steps=200 --set train.cuda_graphs=true \
-        2>&1 | grep -v Warn | tail -n 3 | tee "$out/scale.txt" || true
+        --set data.batch_frames=128000 --set train.epochs=30 --set train.warmup_steps=200 --set train.cuda_graphs=true \
+        2>&1 | grep -v Warn | tail -n 3 > "$out/scale.txt" || true
     cat runs/scale-graphs/metrics.jsonl >> "$out/scale.txt" 2>/dev/null || true
+    phase done
+    kill "$sampler"
     ;;
 tests)
     cuda_tests 120

@@ -51,6 +51,13 @@ class BucketedPasses:
         self.make_pass = make_pass
         self.capture = capture
         self.passes: dict[Hashable, Pass] = {}
+        # One memory pool for every bucket's graphs of this module, not one each: a pool of its
+        # own per bucket kept every bucket's activations, 65 GB on the scale corpus (an H100 ran
+        # out). Sharing is safe because a bucket's tensors live only from its forward replay to
+        # its backward replay and the step's use of its outputs, and no other bucket of the same
+        # module replays in between. The speller's and the listener's graphs do interleave
+        # within a step, so each module has its own pool.
+        self.pool: tuple[int, int] | None = None
 
     def __call__(self, shape: Hashable, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if shape not in self.passes:
@@ -62,5 +69,7 @@ class BucketedPasses:
         draw random numbers; forking the generators puts them back, so that a run draws the same
         numbers whenever its graphs were captured (a resumed run captures anew)."""
         sample = tuple(item.detach().clone().requires_grad_(item.requires_grad) for item in inputs)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         with torch.random.fork_rng(devices=[inputs[0].device]):
-            return torch.cuda.make_graphed_callables(self.make_pass(), sample, allow_unused_input=True)
+            return torch.cuda.make_graphed_callables(self.make_pass(), sample, allow_unused_input=True, pool=self.pool)
