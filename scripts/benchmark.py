@@ -19,6 +19,8 @@
                                   # threads following the load, fixed, passive or spinning
     python scripts/benchmark.py logging           # an AN4 epoch with and without TensorBoard
     python scripts/benchmark.py recipe            # an AN4 epoch of the default recipe and the previous one
+    python scripts/benchmark.py augmentation --manifest runs/scale/small/train.tsv   # the augmented data
+                                  # path's CPU cost per hour of audio, effect by effect
 
 `make benchmark` runs the first; the others need a trained run (`make demo`).
 """
@@ -1009,6 +1011,76 @@ def eval_speed(utterances: int = 100_000, manifest: str = "data/an4/train.tsv") 
     report = score(hypotheses, references)
     seconds = time.perf_counter() - started
     print(f"scored {report.utterances} utterances in {seconds:.2f} s (CER {report.cer:.2f}%)")
+
+
+@app.command()
+def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 200, rounds: int = 3) -> None:
+    """The training data path's CPU cost per hour of audio, on one thread (one loader worker):
+    reading an utterance and its log-mel features, each waveform effect alone, and the
+    augmentation as the default recipe draws it (`WaveformAugmentation.features`, every utterance
+    given its own seed); the room also by torchaudio's `fftconvolve`, as before
+    `las.data.channels.convolve`. Median of `rounds` rounds, the variants interleaved."""
+    from torchaudio.functional import fftconvolve
+
+    from las.data.audio import load_audio
+    from las.data.augment import Source, WaveformAugmentation
+    from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+    from las.data.features import FilterbankExtractor, change_speed, log_mel_features
+
+    torch.set_num_threads(1)
+    config = Config()
+    rows = read_utterances(manifest)
+    sources = [Source(str(row.audio)) for row in list(rows)[:utterances]]
+    waveforms = [load_audio(Path(source.audio), RATE) for source in sources]
+    hours = sum(len(waveform) for waveform in waveforms) / RATE / 3600
+    extractor = FilterbankExtractor(config.features)
+    augmentation = WaveformAugmentation.of(config.train.augment, config.features, sources, 0)
+    pool = augmentation.pool
+
+    def room_before(waveform: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        response = room_response(RATE, 0.5, generator)
+        wet = fftconvolve(waveform, response)[: len(waveform)]
+        return wet * torch.sqrt(waveform.pow(2).mean() / wet.pow(2).mean())
+
+    effects = {
+        "read the audio": lambda index, waveform, generator: load_audio(Path(sources[index].audio), RATE),
+        "log-mel features": lambda index, waveform, generator: log_mel_features(extractor, waveform, "-"),
+        "speed 0.9": lambda index, waveform, generator: change_speed(waveform, 0.9, RATE),
+        "room, RT60 0.5 s": lambda index, waveform, generator: reverberate(
+            waveform, room_response(RATE, 0.5, generator)
+        ),
+        "room, RT60 0.5 s, by torchaudio.fftconvolve (before)": lambda index, waveform, generator: room_before(
+            waveform, generator
+        ),
+        "white noise": lambda index, waveform, generator: add_noise(
+            waveform, white_noise(len(waveform), generator), 10
+        ),
+        "pink noise": lambda index, waveform, generator: add_noise(waveform, pink_noise(len(waveform), generator), 10),
+        "babble of 5": lambda index, waveform, generator: add_noise(
+            waveform, babble(pool, len(waveform), 5, generator), 10
+        ),
+        "telephone": lambda index, waveform, generator: telephone(waveform, RATE, 300, 3400),
+        "as drawn (read, effects, features; the default's probabilities)": lambda index, waveform, generator: (
+            augmentation.features(sources[index], 1.0, generator)
+        ),
+    }
+    seconds: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(rounds):
+        for name, effect in effects.items():
+            generator = torch.Generator().manual_seed(0)
+            started = time.perf_counter()
+            for index, waveform in enumerate(waveforms):
+                effect(index, waveform, generator)
+            seconds[name].append(time.perf_counter() - started)
+    print(
+        f"{len(waveforms)} utterances of {manifest} ({hours * 3600 / len(waveforms):.1f} s on average), one thread, "
+        f"median of {rounds} rounds:\n"
+    )
+    print("| on one thread | CPU seconds per hour of audio | x real time |")
+    print("| --- | --- | --- |")
+    for name, measured in seconds.items():
+        median = statistics.median(measured)
+        print(f"| {name} | {median / hours:.1f} | {hours * 3600 / median:,.0f} |")
 
 
 if __name__ == "__main__":
