@@ -11,6 +11,9 @@
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
 #
+# The next lease's plan (2026-11-26): `tests` (1.5 minutes: the whole file after this lease's
+# fixes), then `curve` (8.5 minutes), carry [".whl"].
+#
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
 #   bash scripts/gpu.sh graphs "$OUT"  # the step as CUDA graphs: tests, AN4 throughput by what is
@@ -30,6 +33,8 @@
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
 #   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
 #   bash scripts/gpu.sh surroundings "$OUT" NAME        # their surroundings table: padding, crops, single words
+#   bash scripts/gpu.sh curve "$OUT"   # the 100-hour recipe's dev CER curve on a tenth of the scale
+#                                      # corpus, with graphs, 8.5 minutes a call, resumed by the next
 #   bash scripts/gpu.sh scale "$OUT"   # a tenth of the scale corpus, peak memory against length,
 #                                      # and the 100-hour recipe training on it, detached
 #
@@ -38,7 +43,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings or scale}
+phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings, curve or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
     # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
@@ -224,6 +229,22 @@ seeds)
         setsid nohup python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda --seed "$seed" \
             --set data.cache_dir="runs/cache-$name-s$seed" "$@" > "runs/$name-s$seed.log" 2>&1 < /dev/null &
     done
+    ;;
+curve)
+    # The dev CER curve of the 100-hour recipe on a tenth of the scale corpus, with graphs and
+    # 128,000-frame batches (about 15 s an epoch on an H100 after the first): as many epochs as
+    # 8.5 minutes hold; a next call on the same warm machine resumes it.
+    [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
+        --train 2854 --dev 100 --workers 14 > /dev/null
+    resume=$([ -f runs/scale-curve/last.pt ] && echo --resume || true)
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
+    sampler=$!
+    timeout -s INT 510 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+        --dev runs/scale/tenth/dev.tsv --out runs/scale-curve --device cuda --precision bf16 --set data.workers=12 \
+        --set data.batch_frames=128000 --set train.warmup_steps=200 --set train.cuda_graphs=true $resume 2>&1 \
+        | grep -v Warn | tail -n 5 > "$out/curve.txt" || true
+    kill "$sampler"
+    cat runs/scale-curve/metrics.jsonl >> "$out/curve.txt" 2>/dev/null || true
     ;;
 scale)
     [ -f runs/scale/tenth/train.tsv ] || python3 scripts/scale.py build --out runs/scale/tenth --train 2854 \

@@ -51,3 +51,18 @@ def test_missing_and_invalid_toml(tmp_path: Path) -> None:
     bad.write_text("[model\n")
     with pytest.raises(LasError, match="invalid TOML"):
         load_config(bad)
+
+
+RECIPES = sorted((Path(__file__).parent.parent / "data" / "recipes").glob("*.toml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[path.stem for path in RECIPES])
+def test_every_shipped_recipe_loads_and_changes_the_defaults(recipe: Path) -> None:
+    config = load_config(recipe)
+    assert config != Config()
+    assert Config.from_dict(config.to_dict()) == config
+
+
+def test_the_gpu_recipe_is_refused_on_the_cpu_in_one_line() -> None:
+    with pytest.raises(LasError, match="needs a CUDA device"):
+        load_config(RECIPES[0].parent / "an4-gpu.toml", ["train.device=cpu"])
