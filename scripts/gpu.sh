@@ -81,7 +81,12 @@ python3 -m pip install -q --no-deps --no-build-isolation -e .
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/device.txt"
 cuda_tests() {  # -v: each result on its own line, kept even if the limit stops the run
-    timeout "$1" python3 -m pytest -v -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" || true
+    # The exit status too: a lease once got the results without pytest's summary line (a crash
+    # at the end, or a kill, cannot be told apart without it).
+    local status=0
+    timeout "$1" python3 -m pytest -v -p no:cacheprovider tests/test_cuda.py > "$out/cuda_tests.txt" 2>&1 || status=$?
+    echo "pytest exit status: $status" >> "$out/cuda_tests.txt"
+    grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed|exit status" "$out/cuda_tests.txt" || true
 }
 scale_epochs() {  # one epoch of the 100-hour recipe on a tenth of the scale corpus per batch budget
     [ -f runs/scale/tenth/train.tsv ] || timeout 45 python3 scripts/scale.py build --out runs/scale/tenth \
