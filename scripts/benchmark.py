@@ -1024,7 +1024,16 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
 
     from las.data.audio import load_audio
     from las.data.augment import Source, WaveformAugmentation
-    from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+    from las.data.channels import (
+        add_noise,
+        babble,
+        pink_noise,
+        power,
+        reverberate,
+        room_response,
+        telephone,
+        white_noise,
+    )
     from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 
     torch.set_num_threads(1)
@@ -1040,7 +1049,7 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
     def room_before(waveform: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         response = room_response(RATE, 0.5, generator)
         wet = fftconvolve(waveform, response)[: len(waveform)]
-        return wet * torch.sqrt(waveform.pow(2).mean() / wet.pow(2).mean())
+        return wet * torch.sqrt(power(waveform) / power(wet))
 
     effects = {
         "read the audio": lambda index, waveform, generator: load_audio(Path(sources[index].audio), RATE),

@@ -51,7 +51,9 @@ def test_the_bucketed_pass_gives_the_loss_and_gradients_of_the_plain_one(case: s
 
 @pytest.mark.parametrize("pyramid_layers", [1, 2, 3])
 @pytest.mark.parametrize("rows", [(4,), (6,)])  # a full bucket of rows; 6 padded to 7
-def test_the_bucketed_listener_gives_the_loss_and_gradients_of_the_plain_one(pyramid_layers: int, rows: int) -> None:
+def test_the_bucketed_listener_gives_the_loss_and_gradients_of_the_plain_one(
+    pyramid_layers: int, rows: tuple[int, ...]
+) -> None:
     settings = {"pyramid_layers": pyramid_layers}
     assert_bucketed_pass_is_the_plain_one("location", 1.0, torch.device("cpu"), False, ("listener",), rows, settings)
 
