@@ -472,6 +472,10 @@ class DecodeConfig(Section):
     # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
     # "What surrounds the speech at decoding").
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
+    # ... and of a recording's background (more of it than the margin) no more than this share of
+    # the speech's own length: around a word alone a sentence's margin is more background than
+    # word (docs/BENCHMARKS.md, "A word's margin in proportion to the word").
+    surroundings_share: Annotated[float, Range(0)] = 0.25
     # Beam, greedy and random search on a GPU with each step one CUDA graph (las.search.graphs): one
     # launch per step, not one per kernel. CUDA and the LSTM speller only.
     cuda_graphs: bool = False

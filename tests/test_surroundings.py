@@ -77,11 +77,37 @@ def test_training_draws_tight_crops_reproducibly_and_never_cut_into_the_speech()
     assert min(leads) <= 2 and max(leads) >= 28  # down to none, up to the margin
 
 
+def test_a_word_alone_is_heard_with_a_margin_in_proportion_to_it_and_a_sentence_with_the_whole_margin() -> None:
+    waveform = load_audio(SPEECH, RATE)
+    levels = Levels.of(features_of(torch.cat([background_like(waveform, RATE), waveform])))
+    first, last = levels.speech_extent()
+    assert last - first > 100  # a sentence: the whole margin
+    assert Surroundings(margin=20, share=0.25).span(levels) == Surroundings(margin=20).span(levels)
+    word = Surroundings(margin=20, share=0.25)
+    # Background beyond the margin: a quarter of the speech's length; a clip that ends within the
+    # margin was cut at its speech, and all of it is heard.
+    assert [word.kept(100, 0, frames, clear=True) for frames in (0, 20, 40, 80, 200)] == [0, 5, 10, 20, 20]
+    assert [word.kept(run, 0, 20, clear=True) for run in (0, 12, 20, 21)] == [0, 12, 20, 5]
+    assert word.kept(100, 0, 20, clear=False) == 20  # in noise the margin keeps what the trim missed
+    # "TWO" of SPEECH (0.6-0.88 s) with 0.5 s of its recording's background each side: about a
+    # quarter of its 28 frames of that background kept, not the sentence's 20 frames.
+    two = waveform[round(0.6 * RATE) : round(0.88 * RATE)]
+    levels = Levels.of(
+        features_of(torch.cat([background_like(waveform, RATE // 2), two, background_like(waveform, RATE // 2, 1)]))
+    )
+    first, last = levels.speech_extent()
+    start, end = word.span(levels)
+    assert 20 <= last - first <= 40 and first - start == end - last == round(0.25 * (last - first))
+    assert Surroundings(margin=20).kept(100, 0, 20, clear=True) == 20  # training's draws: the margin alone
+
+
 def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_features() -> None:
     config = load_config(None, [])
     assert Surroundings.of(config) == Surroundings(margin=30, crop=0.25, extend=0.0)
     # At decoding, a margin of its own within the training margin: no more than training heard.
     assert Surroundings.of(config, decoding=True).margin == 20
+    assert Surroundings.of(config, decoding=True).share == 0.25  # of a word's length, at most
+    assert Surroundings.of(config).share is None  # training's draws keep their own margin
     shorter = load_config(None, ["features.surroundings_seconds=0.1"])
     assert Surroundings.of(shorter, decoding=True).margin == 10
     assert Surroundings.of(load_config(None, ["features.trim_surroundings=false"])) is None
