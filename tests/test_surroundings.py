@@ -8,7 +8,7 @@ import torch
 
 from las.config import FeatureConfig, load_config
 from las.data.audio import load_audio
-from las.data.channels import own_background
+from las.data.channels import add_noise, own_background, white_noise
 from las.data.features import FilterbankExtractor
 from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
 from las.segmentation import Levels, sound_regions
@@ -92,12 +92,17 @@ def test_a_word_alone_is_heard_with_a_margin_in_proportion_to_it_and_a_sentence_
     # "TWO" of SPEECH (0.6-0.88 s) with 0.5 s of its recording's background each side: about a
     # quarter of its 28 frames of that background kept, not the sentence's 20 frames.
     two = waveform[round(0.6 * RATE) : round(0.88 * RATE)]
-    levels = Levels.of(
-        features_of(torch.cat([background_like(waveform, RATE // 2), two, background_like(waveform, RATE // 2, 1)]))
-    )
+    clip = torch.cat([background_like(waveform, RATE // 2), two, background_like(waveform, RATE // 2, 1)])
+    levels = Levels.of(features_of(clip))
     first, last = levels.speech_extent()
     start, end = word.span(levels)
     assert 20 <= last - first <= 40 and first - start == end - last == round(0.25 * (last - first))
+    # In white noise at 10 dB the background is not clearly under the word: the whole margin.
+    noisy = add_noise(clip, white_noise(len(clip), torch.Generator().manual_seed(0)), snr_db=10)
+    levels = Levels.of(features_of(noisy))
+    first, last = levels.speech_extent()
+    start, end = word.span(levels)
+    assert first - start == end - last == 20
     assert Surroundings(margin=20).kept(100, 0, 20, clear=True) == 20  # training's draws: the margin alone
 
 
