@@ -127,6 +127,13 @@ class Optimisation:
             "scaler": self.scaler.state_dict(),
         }
 
+    def captured_graphs(self) -> int | None:
+        """How many bucket shapes have been captured as CUDA graphs so far (None without graphs):
+        each new one costs a capture, so a slow epoch with new ones is capturing, not training."""
+        if self.spell is None:
+            return None
+        return len(self.spell.passes.passes) + (len(self.listen.passes.passes) if self.listen else 0)
+
     def load_state_dict(self, state: dict[str, dict]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

@@ -541,6 +541,8 @@ class Trainer:
         seconds = progress.train_seconds + time.perf_counter() - started
         learning_rate = self.optimisation.scheduler.get_last_lr()[0]
         record = epoch_record(progress, dev, seconds, learning_rate, self.config.train)
+        if (captured := self.optimisation.captured_graphs()) is not None:
+            record["captured_graphs"] = captured
         self.progress = progress.next_epoch(dev_cer, seconds)
         dropped = []
         if self.distributed.is_main:

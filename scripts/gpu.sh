@@ -11,8 +11,8 @@
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
 #
-# The next lease's plan (2026-11-26): `tests` (1.5 minutes: the whole file after this lease's
-# fixes), then `curve` (8.5 minutes), carry [".whl"].
+# The next lease's plan (2026-11-26): `curve` (9.5 minutes, timeout_s 595, carry [".whl"]), which
+# runs the whole of tests/test_cuda.py beside its first epoch.
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
@@ -242,14 +242,22 @@ curve)
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 14 > /dev/null
     resume=$([ -f runs/scale-curve/last.pt ] && echo --resume || true)
+    # The CUDA tests beside it on a first call (they share its first epoch, which captures anyway).
+    [ -n "$resume" ] || cuda_tests 200 > /dev/null &
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
     sampler=$!
-    timeout -s INT 510 python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
+    timeout -s INT "${CURVE_SECONDS:-480}" python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
         --dev runs/scale/tenth/dev.tsv --out runs/scale-curve --device cuda --precision bf16 --set data.workers=12 \
         --set data.batch_frames=128000 --set train.warmup_steps=200 --set train.cuda_graphs=true $resume 2>&1 \
         | grep -v Warn | tail -n 5 > "$out/curve.txt" || true
     kill "$sampler"
     cat runs/scale-curve/metrics.jsonl >> "$out/curve.txt" 2>/dev/null || true
+    # The best epoch's weights in half precision (8.2M parameters: 16 MB, what a file back may
+    # hold), for the long-form holdout decoded on the CPU.
+    python3 -c "import sys, torch; from las.checkpoint import load_checkpoint, save_checkpoint; \
+c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model().half(), {})" \
+        runs/scale-curve/best.pt "$out/scale-model.pt" || true
+    wait
     ;;
 scale)
     [ -f runs/scale/tenth/train.tsv ] || python3 scripts/scale.py build --out runs/scale/tenth --train 2854 \
