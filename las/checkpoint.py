@@ -33,9 +33,13 @@ class Checkpoint:
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
-        settings belong to each decoding, not to the run (whose dev pass used its own defaults). A model
-        without a CTC head gets no joint CTC score by default; asked for explicitly, it is an error."""
-        defaults = DecodeConfig() if self.config.model.ctc_weight > 0 else DecodeConfig(ctc_weight=0.0)
+        settings belong to each decoding, not to the run (whose dev pass used its own defaults). Two
+        follow the model: `segment_seconds`, the longest stretch it was trained to read (a recipe of
+        25 s utterances decodes them whole, not cut at their pauses as AN4's 10 s would), and a
+        model without a CTC head gets no joint CTC score by default (asked for, it is an error)."""
+        defaults = DecodeConfig(segment_seconds=self.config.decode.segment_seconds)
+        if self.config.model.ctc_weight == 0:
+            defaults = dataclasses.replace(defaults, ctc_weight=0.0)
         return dataclasses.replace(self.config, decode=defaults).replace(assignments or [])
 
     def check_features(self, features: list[torch.Tensor], source: str | Path) -> None:

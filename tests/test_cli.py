@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from las.checkpoint import load_checkpoint
+from las.config import DecodeConfig
 
 from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, transcript_words, write_manifest
 
@@ -127,6 +128,19 @@ def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -
     assert load_checkpoint(trained["run"] / "best.pt").decoding_config().decode.ctc_weight > 0
     code, stdout, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam")
     assert code == 0 and stdout.startswith("id,label\n"), stderr
+
+
+def test_a_model_decodes_whole_the_lengths_its_recipe_trained_on(trained: dict[str, Path], tmp_path: Path) -> None:
+    import torch
+
+    payload = torch.load(trained["run"] / "best.pt", weights_only=True)
+    payload["config"]["decode"]["segment_seconds"] = 30.0  # as data/recipes/hw4p2.toml sets
+    payload["config"]["decode"]["beam_size"] = 3  # a run's other decoding settings give way to today's
+    long_recipe = tmp_path / "long.pt"
+    torch.save(payload, long_recipe)
+    decoding = load_checkpoint(long_recipe).decoding_config().decode
+    assert decoding.segment_seconds == 30.0 and decoding.beam_size == DecodeConfig().beam_size
+    assert load_checkpoint(long_recipe).decoding_config(["decode.segment_seconds=12"]).decode.segment_seconds == 12
 
 
 def test_decode_with_a_lexicon_spells_only_its_words(trained: dict[str, Path], tmp_path: Path) -> None:
