@@ -189,6 +189,10 @@ class DataConfig(Section):
     # keeps the result, so a resumed run batches as it began. Leave room for what the probe does
     # not see: the allocator's slack, train.cuda_graphs' memory per bucket. On a CPU: no change.
     batch_memory: Annotated[float, Range(0, 0.95)] = 0.0
+    # A curriculum (SortaGrad, Amodei et al. 2016; ESPnet's sortagrad): the first this many epochs
+    # take their batches shortest first rather than shuffled, so that attention meets short
+    # utterances, which it aligns sooner, before long ones. 0: every epoch shuffled.
+    shortest_first_epochs: NonNegative = 0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
     # A training corpus of up to this many utterances (counted at each speed of

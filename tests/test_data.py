@@ -243,6 +243,27 @@ def test_batches_by_frames_stay_near_their_budget_whatever_the_lengths() -> None
     assert {len(batch) for batch in by_count} <= {16, 3000 % 16}
 
 
+def test_a_curriculum_takes_its_first_epochs_shortest_first_then_shuffles() -> None:
+    lengths = torch.randint(100, 2500, (600,), generator=torch.Generator().manual_seed(0)).tolist()
+    data = DataConfig(batch_frames=20_000, shortest_first_epochs=2)
+    sampler = BucketBatchSampler.for_training(lengths, data, seed=1)
+    for epoch in (0, 1, 2):
+        sampler.set_epoch(epoch)
+        longest = [max(lengths[i] for i in batch) for batch in sampler.batches()]
+        assert sorted(index for batch in sampler.batches() for index in batch) == list(range(600))
+        # Sorted up to the lengths' jitter (5% either way) while the curriculum lasts, then shuffled.
+        in_order = all(later >= 0.9 * earlier for earlier, later in zip(longest, longest[1:], strict=False))
+        assert in_order == (epoch < 2)
+    # The same batches as a run without the curriculum once it is over; each epoch replays (resume).
+    plain = BucketBatchSampler.for_training(lengths, DataConfig(batch_frames=20_000), seed=1)
+    plain.set_epoch(2)
+    assert sampler.batches() == plain.batches()
+    sampler.set_epoch(1)
+    resumed = BucketBatchSampler.for_training(lengths, data, seed=1)
+    resumed.set_epoch(1)
+    assert sampler.batches() == resumed.batches()
+
+
 def test_collate_pads_features_and_targets() -> None:
     vocabulary = Vocabulary.from_texts(["AB"])
     dataset = SpeechDataset(["x", "y"], [torch.ones(3, 2), torch.ones(5, 2)], ["AB", "B"], vocabulary)

@@ -329,8 +329,9 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Batches of utterances of similar length, so that little of each batch is padding.
 
     Lengths are jittered by a few percent before sorting so that batches differ between epochs;
-    the batch order is shuffled. Both are seeded by (seed, epoch), so an epoch can be replayed
-    exactly when training resumes in its middle.
+    the batch order is shuffled, but for the first `shortest_first_epochs` (a curriculum: shortest
+    first). Both are seeded by (seed, epoch), so an epoch can be replayed exactly when training
+    resumes in its middle.
     """
 
     def __init__(
@@ -340,21 +341,24 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
         max_batch_frames: int,
         shuffle: bool = True,
         seed: int = 0,
+        shortest_first_epochs: int = 0,
     ) -> None:
         self.lengths = torch.tensor(lengths, dtype=torch.float64)
         self.batch_size = batch_size
         self.max_batch_frames = max_batch_frames
         self.shuffle = shuffle
         self.seed = seed
+        self.shortest_first_epochs = shortest_first_epochs  # data.shortest_first_epochs
         self.epoch = 0
         self.composed: tuple[int, list[list[int]]] | None = None  # (epoch, its batches)
 
     @classmethod
     def for_training(cls, lengths: Sequence[int], data: DataConfig, seed: int) -> BucketBatchSampler:
         """By `data.batch_frames` where it is set, else by `data.batch_size` (within `max_batch_frames`)."""
+        first = data.shortest_first_epochs
         if data.batch_frames:
-            return cls(lengths, max(1, len(lengths)), data.batch_frames, seed=seed)
-        return cls(lengths, data.batch_size, data.max_batch_frames, seed=seed)
+            return cls(lengths, max(1, len(lengths)), data.batch_frames, seed=seed, shortest_first_epochs=first)
+        return cls(lengths, data.batch_size, data.max_batch_frames, seed=seed, shortest_first_epochs=first)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -384,7 +388,7 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
             longest = max(longest, length)
         if current:
             batches.append(current)
-        if self.shuffle:
+        if self.shuffle and self.epoch >= self.shortest_first_epochs:
             batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
         return batches
 
