@@ -11,8 +11,10 @@
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
 #
-# The next lease's plan (2026-11-26): `curve` (9.5 minutes, timeout_s 595, carry [".whl"]), which
-# runs the whole of tests/test_cuda.py beside its first epoch.
+# The next lease's plan (2026-11-26, after an H200 ran `curve` and `tests`): `warmstart` (9 minutes,
+# timeout_s 590, carry [".whl"]): whether the 100-hour recipe aligns long utterances when its
+# model has first learnt short ones; then, with what is left, `benchmark.py throughput --device
+# cuda --graphs --batch-frames 8500 --workers 6` (#28: the 1.76 s pass waited a fifth on 2 workers).
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
@@ -43,7 +45,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings, curve or scale}
+phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings, curve, warmstart or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
     # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
@@ -237,18 +239,17 @@ seeds)
     ;;
 curve)
     # The dev CER curve of the 100-hour recipe on a tenth of the scale corpus, with graphs and
-    # 128,000-frame batches (about 15 s an epoch on an H100 after the first): as many epochs as
-    # 8.5 minutes hold; a next call on the same warm machine resumes it.
+    # 128,000-frame batches (about 14 s an epoch on an H200 after the first): as many epochs as
+    # CURVE_SECONDS hold; a next call on the same warm machine resumes it. CURVE_SET: more
+    # settings ("--set data.shortest_first_epochs=3").
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 14 > /dev/null
     resume=$([ -f runs/scale-curve/last.pt ] && echo --resume || true)
-    # The CUDA tests beside it on a first call (they share its first epoch, which captures anyway).
-    [ -n "$resume" ] || cuda_tests 200 > /dev/null &
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
     sampler=$!
     timeout -s INT "${CURVE_SECONDS:-480}" python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
         --dev runs/scale/tenth/dev.tsv --out runs/scale-curve --device cuda --precision bf16 --set data.workers=12 \
-        --set data.batch_frames=128000 --set train.warmup_steps=200 --set train.cuda_graphs=true $resume 2>&1 \
+        --set data.batch_frames=128000 --set train.warmup_steps=200 --set train.cuda_graphs=true ${CURVE_SET:-} $resume 2>&1 \
         | grep -v Warn | tail -n 5 > "$out/curve.txt" || true
     kill "$sampler"
     cat runs/scale-curve/metrics.jsonl >> "$out/curve.txt" 2>/dev/null || true
@@ -258,6 +259,21 @@ curve)
 c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model().half(), {})" \
         runs/scale-curve/best.pt "$out/scale-model.pt" || true
     wait
+    ;;
+warmstart)
+    # The 100-hour recipe's model warm-started on short utterances (on the CPU, a model begun on
+    # AN4 read 13 s utterances at once, where one begun from scratch had not aligned in 1,035
+    # steps; docs/BENCHMARKS.md): its widths trained on AN4 first (`an4-gpu.toml`, graphs, 40
+    # epochs, about 2.5 minutes), then `curve` from those weights (`--init`), about 5 minutes.
+    [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
+        --train 2854 --dev 100 --workers 4 > /dev/null &
+    building=$!
+    timeout -s INT 210 python3 -m las train --config data/recipes/an4-gpu.toml --out runs/an4-wide --device cuda \
+        --epochs 40 --set model.listener_hidden=256 --set model.speller_hidden=512 --set model.embedding_dim=256 \
+        --set data.workers=6 2>&1 | grep -v Warn | tail -n 3 > "$out/an4-wide.txt" || true
+    cat runs/an4-wide/metrics.jsonl >> "$out/an4-wide.txt" 2>/dev/null || true
+    wait "$building" || true
+    CURVE_SET="--init runs/an4-wide/best.pt" CURVE_SECONDS=${CURVE_SECONDS:-270} bash "$0" curve "$out"
     ;;
 scale)
     [ -f runs/scale/tenth/train.tsv ] || python3 scripts/scale.py build --out runs/scale/tenth --train 2854 \
