@@ -132,7 +132,7 @@ class Optimisation:
         each new one costs a capture, so a slow epoch with new ones is capturing, not training."""
         if self.spell is None:
             return None
-        return len(self.spell.passes.passes) + (len(self.listen.passes.passes) if self.listen else 0)
+        return len(self.spell.passes) + (len(self.listen.passes) if self.listen else 0)
 
     def load_state_dict(self, state: dict[str, dict]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])

@@ -106,6 +106,9 @@ def assert_bucketed_pass_is_the_plain_one(
         assert bucketed_gradients.keys() == gradients.keys()
         for name, gradient in gradients.items():
             torch.testing.assert_close(bucketed_gradients[name], gradient, rtol=1e-4, atol=1e-6, msg=name)
+    # One pass per bucket shape, made the first time it came and replayed after (captured_graphs).
+    for passes in (spell, listen):
+        assert passes is None or len(passes.passes) == len(set(rows))
 
 
 @pytest.mark.parametrize(

@@ -355,10 +355,11 @@ class BucketBatchSampler(torch.utils.data.Sampler[list[int]]):
     @classmethod
     def for_training(cls, lengths: Sequence[int], data: DataConfig, seed: int) -> BucketBatchSampler:
         """By `data.batch_frames` where it is set, else by `data.batch_size` (within `max_batch_frames`)."""
-        first = data.shortest_first_epochs
         if data.batch_frames:
-            return cls(lengths, max(1, len(lengths)), data.batch_frames, seed=seed, shortest_first_epochs=first)
-        return cls(lengths, data.batch_size, data.max_batch_frames, seed=seed, shortest_first_epochs=first)
+            rows, frames = max(1, len(lengths)), data.batch_frames
+        else:
+            rows, frames = data.batch_size, data.max_batch_frames
+        return cls(lengths, rows, frames, seed=seed, shortest_first_epochs=data.shortest_first_epochs)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

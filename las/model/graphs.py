@@ -59,6 +59,10 @@ class BucketedPasses:
         # within a step, so each module has its own pool.
         self.pool: tuple[int, int] | None = None
 
+    def __len__(self) -> int:
+        """How many bucket shapes have their pass (captured, on CUDA) so far."""
+        return len(self.passes)
+
     def __call__(self, shape: Hashable, inputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if shape not in self.passes:
             self.passes[shape] = self.captured(inputs) if self.capture else self.make_pass()
