@@ -241,24 +241,24 @@ curve)
     # The dev CER curve of the 100-hour recipe on a tenth of the scale corpus, with graphs and
     # 128,000-frame batches (about 14 s an epoch on an H200 after the first): as many epochs as
     # CURVE_SECONDS hold; a next call on the same warm machine resumes it. CURVE_SET: more
-    # settings ("--set data.shortest_first_epochs=3").
+    # settings ("--set data.shortest_first_epochs=3"); CURVE_RUN: the run's name under runs/.
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 14 > /dev/null
-    resume=$([ -f runs/scale-curve/last.pt ] && echo --resume || true)
+    run=runs/${CURVE_RUN:-scale-curve}  # its own run per starting point: a resume never crosses them
+    resume=$([ -f "$run/last.pt" ] && echo --resume || true)
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
     sampler=$!
     timeout -s INT "${CURVE_SECONDS:-480}" python3 -m las train --config data/recipes/hw4p2.toml --train runs/scale/tenth/train.tsv \
-        --dev runs/scale/tenth/dev.tsv --out runs/scale-curve --device cuda --precision bf16 --set data.workers=12 \
+        --dev runs/scale/tenth/dev.tsv --out "$run" --device cuda --precision bf16 --set data.workers=12 \
         --set data.batch_frames=128000 --set train.warmup_steps=200 --set train.cuda_graphs=true ${CURVE_SET:-} $resume 2>&1 \
         | grep -v Warn | tail -n 5 > "$out/curve.txt" || true
     kill "$sampler"
-    cat runs/scale-curve/metrics.jsonl >> "$out/curve.txt" 2>/dev/null || true
+    cat "$run/metrics.jsonl" >> "$out/curve.txt" 2>/dev/null || true
     # The best epoch's weights in half precision (8.2M parameters: 16 MB, what a file back may
     # hold), for the long-form holdout decoded on the CPU.
     python3 -c "import sys, torch; from las.checkpoint import load_checkpoint, save_checkpoint; \
 c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model().half(), {})" \
-        runs/scale-curve/best.pt "$out/scale-model.pt" || true
-    wait
+        "$run/best.pt" "$out/scale-model.pt" || true
     ;;
 warmstart)
     # The 100-hour recipe's model warm-started on short utterances (on the CPU, a model begun on
@@ -268,12 +268,14 @@ warmstart)
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 4 > /dev/null &
     building=$!
-    timeout -s INT 210 python3 -m las train --config data/recipes/an4-gpu.toml --out runs/an4-wide --device cuda \
-        --epochs 40 --set model.listener_hidden=256 --set model.speller_hidden=512 --set model.embedding_dim=256 \
-        --set data.workers=6 2>&1 | grep -v Warn | tail -n 3 > "$out/an4-wide.txt" || true
+    # Once a lease: a second call goes on to the curve from the weights the first one left.
+    [ -f runs/an4-wide/best.pt ] || timeout -s INT 210 python3 -m las train --config data/recipes/an4-gpu.toml \
+        --out runs/an4-wide --device cuda --epochs 40 --set model.listener_hidden=256 --set model.speller_hidden=512 \
+        --set model.embedding_dim=256 --set data.workers=6 2>&1 | grep -v Warn | tail -n 3 > "$out/an4-wide.txt" || true
     cat runs/an4-wide/metrics.jsonl >> "$out/an4-wide.txt" 2>/dev/null || true
     wait "$building" || true
-    CURVE_SET="--init runs/an4-wide/best.pt" CURVE_SECONDS=${CURVE_SECONDS:-270} bash "$0" curve "$out"
+    CURVE_RUN=scale-warm CURVE_SET="--init runs/an4-wide/best.pt" CURVE_SECONDS=${CURVE_SECONDS:-270} \
+        bash "$0" curve "$out"
     ;;
 scale)
     [ -f runs/scale/tenth/train.tsv ] || python3 scripts/scale.py build --out runs/scale/tenth --train 2854 \
