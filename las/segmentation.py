@@ -28,6 +28,11 @@ SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch thi
 # of the no-speech rule).
 SPEECH_CONTRAST = 1.0  # nats of frame energy
 BAND_CONTRAST = 0.5  # nats of band activity
+# Band activity this far rises as only speech's does (AN4: 4.7 and more; 40 s of mains hum alone
+# 1.5): mains hum under a quiet recording holds its frame energy flat, a narrow low mel band
+# taking all of a tone's power (a short command with 1 s of a -43 dBFS hum at each end: 0.3-0.6
+# nats, and no text).
+SPEECH_BANDS = 3.0
 BAND_BACKGROUND = 0.1  # a mel band's background level: its 10th percentile over the recording
 ACTIVITY_FRAMES = 5  # band activity is averaged over 50 ms
 # A pause is also quieter than the background's own swings reach: noise as loud as the speech
@@ -66,9 +71,13 @@ def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
     sample = features[heard] if heard.any() else features
     rank = max(1, math.ceil(BAND_BACKGROUND * len(sample)))
     background = sample.kthvalue(rank, dim=0).values  # (mel_bins,); kthvalue has no size limit
-    activity = (features - background).clamp(min=0).mean(dim=1)  # (frames,)
-    window = min(ACTIVITY_FRAMES, len(activity) // 2 * 2 + 1)  # odd, at most the frames
-    smooth = torch.nn.functional.avg_pool1d(activity[None, None], window, 1, window // 2, count_include_pad=False)
+    return over_activity_frames((features - background).clamp(min=0).mean(dim=1))
+
+
+def over_activity_frames(values: torch.Tensor) -> torch.Tensor:
+    """`(frames,)` averaged over ACTIVITY_FRAMES around each frame (fewer at the ends)."""
+    window = min(ACTIVITY_FRAMES, len(values) // 2 * 2 + 1)  # odd, at most the frames
+    smooth = torch.nn.functional.avg_pool1d(values[None, None], window, 1, window // 2, count_include_pad=False)
     return smooth[0, 0]
 
 
@@ -121,9 +130,10 @@ class Levels(NamedTuple):
     @property
     def speech(self) -> bool:
         """Whether they rise and fall as speech does, overall and band by band: silence, tones and
-        steady noise of any colour do not."""
+        steady noise of any colour do not; or, where a hum under the speech holds the energy flat,
+        band by band alone by SPEECH_BANDS."""
         energy, bands = self.contrasts
-        return energy >= SPEECH_CONTRAST and bands >= BAND_CONTRAST
+        return bands >= BAND_CONTRAST and (energy >= SPEECH_CONTRAST or bands >= SPEECH_BANDS)
 
     def soft_words(self, part: slice, speech_activity: float) -> bool:
         """Whether the frames `part` are words spoken softer than the rest, not what surrounds
@@ -138,6 +148,20 @@ class Levels(NamedTuple):
             return False
         (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
         return peak - floor >= SPEECH_CONTRAST and activity_peak - activity_floor >= BAND_CONTRAST
+
+    def steady(self, part: slice) -> bool:
+        """Whether the heard frames `part`, a pause's length at least, neither rise nor fall,
+        overall or band by band (by less than SPEECH_CONTRAST and BAND_CONTRAST over
+        ACTIVITY_FRAMES, which a hum's harmonics beating against the frames do not outlast): a
+        steady sound, however loud. Mains hum around a quiet recording outweighs its speech in
+        frame energy (1 s of it at -45 dBFS around a short command was kept and decoded as
+        words)."""
+        heard = self.heard[part]
+        if heard.sum() < PAUSE_FRAMES:
+            return False
+        energy, activity = over_activity_frames(self.energy[part][heard]), self.activity[part][heard]
+        (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
+        return peak - floor < SPEECH_CONTRAST and activity_peak - activity_floor < BAND_CONTRAST
 
     @property
     def pauses(self) -> torch.Tensor:
@@ -197,10 +221,11 @@ class Levels(NamedTuple):
         loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
         first = int(loud[loud >= regions[0][0]][0])
         last = int(loud[loud < regions[-1][1]][-1]) + 1
-        # And only what is clearly quieter than the speech and does not rise and fall as speech
-        # does: where nothing around it is, band activity is read against the speech itself, and
-        # whole words can pass for a pause; and a speaker who trails off says the last words
-        # more than SURROUNDINGS_CONTRAST under the first (tight crops lost them).
+        # And only what is clearly quieter than the speech, or `steady`, and does not
+        # rise and fall as speech does (`soft_words`): where nothing around it is, band activity
+        # is read against the speech itself, and whole words can pass for a pause; and a speaker
+        # who trails off says the last words more than SURROUNDINGS_CONTRAST under the first
+        # (tight crops lost them).
         speech, speech_activity = self.energy[first:last], self.activity[first:last]
         heard_speech = self.heard[first:last]
         level = float(speech[heard_speech].median()) - SURROUNDINGS_CONTRAST if heard_speech.any() else math.inf
@@ -209,7 +234,9 @@ class Levels(NamedTuple):
         def surroundings(part: slice, beyond: slice) -> bool:
             """Whether `part` is surroundings; `beyond`: the part without the rise or fall next to the speech."""
             sound = self.energy[part][self.heard[part]]
-            return not len(sound) or (float(sound.median()) < level and not self.soft_words(beyond, activity))
+            if not len(sound):
+                return True
+            return (float(sound.median()) < level or self.steady(beyond)) and not self.soft_words(beyond, activity)
 
         start = first if surroundings(slice(0, first), slice(0, max(0, first - EDGE_FRAMES))) else int(heard[0])
         end = last if surroundings(slice(last, frames), slice(last + EDGE_FRAMES, frames)) else int(heard[-1]) + 1

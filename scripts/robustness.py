@@ -21,6 +21,9 @@ each start moved back to where its sound rises and each end on to where it falls
 
     {silence,background}-{0.5,1,3}-{start,end,both}   digital zeros, or the recording's own
                    background (overlapped random pieces of its quietest 0.2 s), added around it
+    dither-1-both  1 s of an export's dither (+-1 step of 16 bits) at each end instead of zeros
+    hum-1-both     1 s of digital silence at each end, mains hum (50 Hz, -45 dBFS) under all of it
+    beep-start/end a voicemail's beep (0.5 s of 1 kHz) in 0.3 s of background before or after it
     tight          cut from the first word's start to the last word's end
     words          every word cut out alone, one clip each; words-telephone: those, through the line
 
@@ -40,6 +43,7 @@ import fnmatch
 import hashlib
 import itertools
 import json
+import math
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator
@@ -50,6 +54,7 @@ import soundfile
 import torch
 import typer
 
+import las
 from las.config import FeatureConfig
 from las.data.audio import load_audio
 from las.data.channels import (
@@ -59,6 +64,7 @@ from las.data.channels import (
     hum,
     own_background,
     pink_noise,
+    power,
     reverberate,
     room_response,
     telephone,
@@ -69,7 +75,7 @@ from las.decode import decode
 from las.files import write_text_atomically
 from las.forced_alignment import align
 from las.recognizer import Recognizer
-from las.segmentation import BAND_CONTRAST, SPEECH_CONTRAST, Levels
+from las.segmentation import BAND_CONTRAST, SPEECH_BANDS, SPEECH_CONTRAST, Levels
 from las.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,7 +184,7 @@ def summary(values: list[float]) -> str:
 def code_digest() -> str:
     """A digest of las's source: results kept from other code (features, decoding) are not reused."""
     digest = hashlib.sha256()
-    for path in sorted((ROOT / "las").rglob("*.py")):
+    for path in sorted(Path(las.__file__).parent.rglob("*.py")):  # the las imported, wherever it is
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -244,8 +250,12 @@ PADDING = [
     for seconds in (0.5, 1, 3)
     for side in ("start", "end", "both")
 ]
+# What recorders and lines put around the speech besides silence and the room's background.
+SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end"]
 WORDS_PADDED = ["silence-0.5-both", "background-0.5-both"]  # single words as a padded clip or a phone app has them
 CROPS = ["tight", "words", "words-telephone", *[f"words-{condition}" for condition in WORDS_PADDED]]
+HUM_DBFS = -45.0  # RMS of `hum-1-both`'s mains hum: 50 Hz and 3 harmonics
+BEEP_DBFS = -23.0  # RMS of the beeps' 1 kHz tone (0.5 s), with 0.3 s of background either side
 
 
 def padded(
@@ -265,6 +275,24 @@ def padded(
     return torch.cat([before, waveform, after])
 
 
+def sounded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
+    """`waveform` with the `condition` of SOUNDS: 1 s at each end of an export's dither (16-bit
+    triangular, +-1 step) instead of exact zeros; 1 s of digital silence at each end, mains hum
+    under all of it; or a voicemail's beep before or after it, in its own background."""
+    second = torch.zeros(RATE)
+    if condition == "dither-1-both":
+        steps = [torch.rand(RATE, generator=generator) - torch.rand(RATE, generator=generator) for _ in range(2)]
+        return torch.cat([steps[0] / 32768, waveform, steps[1] / 32768])
+    if condition == "hum-1-both":
+        whole = torch.cat([second, waveform, second])
+        mains = hum(len(whole), RATE, frequency=50.0, harmonics=4)
+        return whole + mains * (10 ** (HUM_DBFS / 20) / power(mains).sqrt())
+    tone = torch.sin(2 * math.pi * 1000 * torch.arange(RATE // 2) / RATE) * 10 ** (BEEP_DBFS / 20) * math.sqrt(2)
+    gap, lead = (own_background(waveform, round(0.3 * RATE), RATE, generator) for _ in range(2))
+    beep = torch.cat([lead, tone, gap])
+    return torch.cat([beep, waveform] if condition == "beep-start" else [waveform, beep.flip(0)])
+
+
 def reference_words(recognizer: Recognizer, waveform: torch.Tensor, text: str) -> list[tuple[int, int, str]]:
     """`(start, end, word)` in samples of each word of the reference `text` in `waveform` (`las align`)."""
     words = align(recognizer, recognizer.array_features(waveform, RATE), text)
@@ -272,16 +300,28 @@ def reference_words(recognizer: Recognizer, waveform: torch.Tensor, text: str) -
 
 
 @app.command("build-surroundings")
-def build_surroundings(checkpoint: Path, out: Path = SURROUNDINGS, seed: int = 0) -> None:
-    """Write the surroundings sets; word edges from `checkpoint`'s CTC head."""
+def build_surroundings(
+    checkpoint: Path,
+    out: Path = SURROUNDINGS,
+    seed: int = 0,
+    only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns (e.g. 'hum*')."),
+) -> None:
+    """Write the surroundings sets; word edges from `checkpoint`'s CTC head. Every set draws as
+    in a whole build, whichever are written."""
     recognizer = Recognizer.load(checkpoint, device="cpu")
     generator = torch.Generator().manual_seed(seed)
     words_generator = torch.Generator().manual_seed(seed + 1)  # apart: the utterances' sets draw as before
-    sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + CROPS}
+    sounds_generator = torch.Generator().manual_seed(seed + 2)
+    names = [name for name in PADDING + SOUNDS + CROPS if matches(name, only)]
+    sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + SOUNDS + CROPS}
     for identifier, audio, _, text in dev_rows():
         waveform = load_audio(DEV.parent / audio, RATE)
         for condition in PADDING:
             sets[condition].append((identifier, padded(waveform, condition, generator), text))
+        for condition in SOUNDS:
+            sets[condition].append((identifier, sounded(waveform, condition, sounds_generator), text))
+        if not set(names) & set(CROPS):
+            continue  # no alignment needed
         words = reference_words(recognizer, waveform, text)
         sets["tight"].append((identifier, waveform[words[0][0] : words[-1][1]], text))
         for index, (start, end, word) in enumerate(words):
@@ -292,8 +332,13 @@ def build_surroundings(checkpoint: Path, out: Path = SURROUNDINGS, seed: int = 0
                 sets[f"words-{condition}"].append(
                     (f"{identifier}-{index}", padded(clip, condition, words_generator, waveform), word)
                 )
-    for name, items in sets.items():
-        write_set(out, name, items)
+    for name in names:
+        write_set(out, name, sets[name])
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    """Whether a set is one of `patterns` (fnmatch); every set where there are none."""
+    return not patterns or any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
 
 
 def kept(checkpoint: Path, kind: str, settings: list[str], compute: Callable[[], dict]) -> dict:
@@ -364,9 +409,7 @@ def measure_surroundings(
     only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns (e.g. 'words*')."),
 ) -> None:
     """CER per surroundings condition with the default decoding, over the checkpoints (seeds)."""
-    names = ["unpadded"] + [
-        name for name in PADDING + CROPS if not only or any(fnmatch.fnmatch(name, pattern) for pattern in only)
-    ]
+    names = ["unpadded"] + [name for name in PADDING + SOUNDS + CROPS if matches(name, only)]
     results = [surroundings_rates(checkpoint, sets, settings, device, names) for checkpoint in checkpoints]
     unpadded = statistics.mean(result["rates"]["unpadded"] for result in results)
     print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x unpadded: ratio of means\n")
@@ -425,12 +468,12 @@ def alone(noise: Callable[[int, torch.Generator], torch.Tensor], lengths: list[i
 def contrast(sets: Path = SETS) -> None:
     """Per condition, how far frame energy and band activity rise from their floor (95th - 5th
     percentile, in nats), by which `las.segmentation.has_speech` tells speech from silence, tones
-    and steady noise: recordings under SPEECH_CONTRAST or BAND_CONTRAST are not decoded at all,
-    so no speech should fall there and nothing else above both."""
+    and steady noise: recordings under BAND_CONTRAST, or under SPEECH_CONTRAST and SPEECH_BANDS,
+    are not decoded at all, so no speech should fall there and nothing else above them."""
     extractor = FilterbankExtractor(FeatureConfig())
     print(
         f"| condition | recordings | energy: min | median | max | bands: min | median | max "
-        f"| not decoded (energy < {SPEECH_CONTRAST} or bands < {BAND_CONTRAST}) |"
+        f"| not decoded (bands < {BAND_CONTRAST}, or energy < {SPEECH_CONTRAST} and bands < {SPEECH_BANDS}) |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, waveforms in contrast_sources(sets).items():

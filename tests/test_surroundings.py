@@ -8,7 +8,7 @@ import torch
 
 from las.config import FeatureConfig, load_config
 from las.data.audio import load_audio
-from las.data.channels import add_noise, own_background, white_noise
+from las.data.channels import add_noise, hum, own_background, power, white_noise
 from las.data.features import FilterbankExtractor
 from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
 from las.segmentation import Levels, sound_regions
@@ -58,6 +58,22 @@ def test_a_word_alone_in_digital_silence_is_heard_without_it(dereverberation: st
         padded = torch.cat([torch.zeros(RATE // 2), word, torch.zeros(RATE // 2)])
         first, last = Surroundings(margin=30).span(Levels.of(extractor(padded)))
         assert 49 <= first <= 50 and frames <= last - first <= frames + 1
+
+
+@pytest.mark.parametrize("frequency", [50.0, 60.0])
+def test_a_short_command_over_mains_hum_is_speech_and_the_hum_around_it_is_not(frequency: float) -> None:
+    """ "HELP" (0.7 s) with 1 s of digital silence at each end and mains hum at -45 dBFS under all
+    of it. In every band together the hum outweighs the quiet speech: it was taken for no speech,
+    and around longer ones the hum was kept and decoded. Read above the lowest bands, the speech
+    stands out and the seconds of hum around the recording are cut to the margin."""
+    speech = load_audio(AN4 / "audio" / "an121-fjdn-b.flac", RATE)
+    frames, (first, last) = len(features_of(speech)), Levels.of(features_of(speech)).speech_extent()
+    whole = torch.cat([torch.zeros(RATE), speech, torch.zeros(RATE)])
+    mains = hum(len(whole), RATE, frequency, harmonics=4)
+    levels = Levels.of(features_of(whole + mains * (10 ** (-45 / 20) / power(mains).sqrt())))
+    assert levels.speech
+    start, end = Surroundings(margin=20).span(levels)
+    assert 100 - 20 - 2 <= start <= 100 + first and 100 + last <= end <= 100 + frames + 20 + 2
 
 
 def test_training_draws_tight_crops_reproducibly_and_never_cut_into_the_speech() -> None:
