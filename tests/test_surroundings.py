@@ -135,7 +135,7 @@ def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_feat
     assert "trim_surroundings" not in config.features.extraction()  # the cached features stay valid
 
 
-@pytest.mark.parametrize("kind", ["silence", "background"])
+@pytest.mark.parametrize("kind", ["silence", "background", "hum"])
 def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_around_it(kind: str) -> None:
     """On a small trained model (tests/data/search: 55% greedy dev CER, trained on whole AN4
     utterances), so its choices are not rehearsed answers. Digital silence is never heard, so
@@ -143,7 +143,9 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
     edges move by a few frames, and a padded recording ends in the whole decoding margin of
     background where the recording alone ended sooner; this weak model's guesses there come and
     go (a trailing "EIGHT"), so of what it decodes right alone, three quarters must come out the
-    same padded (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER)."""
+    same padded (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER). So too
+    with mains hum (-45 dBFS) under the whole of both, padded with digital silence: a steady sound
+    however loud, cut to the margin (2 of the 9 come out otherwise here; 3 before)."""
     from las.recognizer import Recognizer
 
     from .test_search_regression import DATA
@@ -152,19 +154,28 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
     rows = [line.split("\t") for line in (AN4 / "dev.tsv").read_text().splitlines()[1:41]]
     compared = differing = 0
     for index, (_, audio, _, text) in enumerate(rows):
-        speech = load_audio(AN4 / audio, RATE)
+        # Not whole frames: 1.37 s before and 2.21 s after, or the frames would simply line up.
+        before, after = round(1.37 * RATE), round(2.21 * RATE)
+        speech, mains = load_audio(AN4 / audio, RATE), torch.zeros(before + after)
+        if kind == "hum":
+            mains = hum(before + len(speech) + after, RATE, 50.0, harmonics=4)
+            mains = mains * (10 ** (-45 / 20) / power(mains).sqrt())
+            speech = speech + mains[before : before + len(speech)]
         alone = recognizer.transcribe(speech, sample_rate=RATE)
         if alone.text != text:
             continue
-        # Not whole frames: 1.37 s before and 2.21 s after, or the frames would simply line up.
-        before, after = round(1.37 * RATE), round(2.21 * RATE)
-        if kind == "silence":
-            pads = torch.zeros(before), torch.zeros(after)
-        else:
+        if kind == "background":
             pads = background_like(speech, before, index), background_like(speech, after, index + 100)
+        else:
+            pads = mains[:before], mains[len(mains) - after :]
         padded = recognizer.transcribe(torch.cat([pads[0], speech, pads[1]]), sample_rate=RATE)
-        assert alone.text and padded.words[0].word == alone.words[0].word
-        assert padded.words[0].start == pytest.approx(alone.words[0].start + 1.37, abs=0.05)
+        assert alone.text
+        # Over a hum, the first word's start walks back to where the energy rises: where the
+        # recording began (0.3 s early); and where the recording's own lead-in lies between the
+        # hum and the speech, the hum can be kept ("NO" here; docs/BENCHMARKS.md).
+        if kind != "hum":
+            assert padded.words[0].word == alone.words[0].word
+            assert padded.words[0].start == pytest.approx(alone.words[0].start + 1.37, abs=0.05)
         compared += 1
         differing += padded.text != alone.text
     assert compared >= 3 and differing <= (0 if kind == "silence" else compared // 4)
