@@ -92,6 +92,13 @@ def energy_range(energy: torch.Tensor) -> tuple[float, float]:
     return floor, max(peak, float(loudest))
 
 
+def rises(energy: torch.Tensor, activity: torch.Tensor) -> tuple[float, float]:
+    """How far frame energies and band activities `(frames,)` rise from their floor
+    (`energy_range`), in nats."""
+    (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
+    return peak - floor, activity_peak - activity_floor
+
+
 def quiet_frames(energy: torch.Tensor, floor: float, peak: float) -> torch.Tensor:
     """`(frames,)` True where a frame energy `(frames,)` is under QUIET_SHARE of the way from the
     recording's floor to its peak (`energy_range`)."""
@@ -146,8 +153,8 @@ class Levels(NamedTuple):
         energy, activity = self.energy[part][heard], self.activity[part][heard]
         if len(energy) < SHORTEST_FRAMES or float(activity.median()) < SOFT_WORDS_SHARE * speech_activity:
             return False
-        (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
-        return peak - floor >= SPEECH_CONTRAST and activity_peak - activity_floor >= BAND_CONTRAST
+        energy_rise, band_rise = rises(energy, activity)
+        return energy_rise >= SPEECH_CONTRAST and band_rise >= BAND_CONTRAST
 
     def steady(self, part: slice) -> bool:
         """Whether the heard frames `part`, a pause's length at least, neither rise nor fall,
@@ -159,9 +166,8 @@ class Levels(NamedTuple):
         heard = self.heard[part]
         if heard.sum() < PAUSE_FRAMES:
             return False
-        energy, activity = over_activity_frames(self.energy[part][heard]), self.activity[part][heard]
-        (floor, peak), (activity_floor, activity_peak) = energy_range(energy), energy_range(activity)
-        return peak - floor < SPEECH_CONTRAST and activity_peak - activity_floor < BAND_CONTRAST
+        energy_rise, band_rise = rises(over_activity_frames(self.energy[part][heard]), self.activity[part][heard])
+        return energy_rise < SPEECH_CONTRAST and band_rise < BAND_CONTRAST
 
     @property
     def pauses(self) -> torch.Tensor:
