@@ -47,6 +47,13 @@ SURROUNDINGS_CONTRAST = 2.0
 # read beyond the speech's own rise and fall (EDGE_FRAMES next to it).
 EDGE_FRAMES = 30
 SOFT_WORDS_SHARE = 0.5
+# A tone holds its spectrum still: weighted by power, its log-mel bands change by 0.001-0.04 nats
+# from one frame to the next (a voicemail's beep, DTMF, mains hum, with a room's background under
+# them), noise's by half a nat and more (each band's power fluctuates), and speech's reaches
+# 0.09 or more in every 0.1 s of it (AN4, train and dev).
+TONE_CHANGE = 0.05
+TONE_FRAMES = 10
+TONE_EDGE_FRAMES = 2  # a tone's start and end click in the frames whose windows they fall in
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -58,6 +65,22 @@ def digital_silence(energy: torch.Tensor, mel_bins: int) -> torch.Tensor:
     """`(frames,)` True where a frame energy `(frames,)` is at the log floor of exact zeros (the
     gaps of a joined or padded file): it says nothing about the noise speech rises from."""
     return energy < math.log(mel_bins * POWER_FLOOR) + 1.0
+
+
+def tones(features: torch.Tensor, sound: torch.Tensor) -> torch.Tensor:
+    """`(frames,)` True where a frame of `features` `(frames, mel_bins)` is part of a tone: where,
+    for TONE_FRAMES in a row of `sound` `(frames,)`, the frame's spectrum changes by under
+    TONE_CHANGE nats from the last (its bands' mean absolute change, weighted by their share of
+    the power), with TONE_EDGE_FRAMES more at each end. A beep before or after the speech is
+    loud, and it was kept and decoded with the speech (1.8-2.0x the CER of AN4 dev)."""
+    features = features.float()
+    change = (features[1:].softmax(dim=1) * (features[1:] - features[:-1]).abs()).sum(dim=1)  # (frames - 1,)
+    still = (change < TONE_CHANGE) & sound[1:] & sound[:-1]
+    tone = torch.zeros_like(sound)
+    for start, end in runs(still):
+        if end - start + 1 >= TONE_FRAMES:  # transitions start..end-1 join frames start..end
+            tone[max(0, start - TONE_EDGE_FRAMES) : end + 1 + TONE_EDGE_FRAMES] = True
+    return tone
 
 
 def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
@@ -109,7 +132,7 @@ class Levels(NamedTuple):
     """How loud a recording's frames are, overall and band by band, against its own range."""
 
     energy: torch.Tensor  # (frames,) frame_energy
-    heard: torch.Tensor  # (frames,) True where a frame is not digital silence
+    heard: torch.Tensor  # (frames,) True where a frame is neither digital silence nor a tone
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
     activity_range: tuple[float, float]  # of the activity, digital silence left out
@@ -119,7 +142,8 @@ class Levels(NamedTuple):
     def of(cls, features: torch.Tensor) -> Levels:
         """The levels of `features` `(frames, mel_bins)`."""
         energy = frame_energy(features)
-        heard = ~digital_silence(energy, features.shape[1])
+        sound = ~digital_silence(energy, features.shape[1])
+        heard = sound & ~tones(features, sound)
         activity = band_activity(features, heard)
         sample = activity[heard] if heard.any() else activity
         floor, peak = energy_range(sample)
@@ -176,8 +200,8 @@ class Levels(NamedTuple):
         fades as speech does (in a recording of sparse speech, a car's noise at 10 dB SNR was all
         taken for speech, and decoded), while in white noise at 0 dB speech's quiet words fall
         below it (a tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long
-        recordings")."""
-        return self.activity < self.pause_level
+        recordings"). Nor is what is not heard (digital silence, a tone) ever speech."""
+        return (self.activity < self.pause_level) | ~self.heard
 
     def speech_regions(self) -> list[tuple[int, int]]:
         """`sound_regions`, less those at either end that sound like the background rather than
@@ -214,10 +238,9 @@ class Levels(NamedTuple):
         at its words, the quietest tenth of the frames that band activity is read against is
         speech, and shorter quiet stretches there are soft words (a tight crop trimmed at every
         quiet run lost its last words)."""
-        frames = len(self.pauses)
-        heard = self.heard.nonzero().flatten()  # digital silence is never speech
+        heard = self.heard.nonzero().flatten()  # neither digital silence nor a tone is ever speech
         if not len(heard):
-            return 0, frames
+            return 0, len(self.pauses)
         regions = self.speech_regions()
         if not regions:
             # Nothing heard stands out from the rest as speech from a pause: a word alone in digital
@@ -231,7 +254,9 @@ class Levels(NamedTuple):
         # rise and fall as speech does (`soft_words`): where nothing around it is, band activity
         # is read against the speech itself, and whole words can pass for a pause; and a speaker
         # who trails off says the last words more than SURROUNDINGS_CONTRAST under the first
-        # (tight crops lost them).
+        # (tight crops lost them). What is read, and kept where it is not surroundings, is the
+        # sound that goes on from the speech up to digital silence or a tone (`heard_around`):
+        # past a beep is not the speech's soft end (a beep 0.3 s after a quiet command was kept).
         speech, speech_activity = self.energy[first:last], self.activity[first:last]
         heard_speech = self.heard[first:last]
         level = float(speech[heard_speech].median()) - SURROUNDINGS_CONTRAST if heard_speech.any() else math.inf
@@ -244,9 +269,23 @@ class Levels(NamedTuple):
                 return True
             return (float(sound.median()) < level or self.steady(beyond)) and not self.soft_words(beyond, activity)
 
-        start = first if surroundings(slice(0, first), slice(0, max(0, first - EDGE_FRAMES))) else int(heard[0])
-        end = last if surroundings(slice(last, frames), slice(last + EDGE_FRAMES, frames)) else int(heard[-1]) + 1
+        lead, trail = self.heard_around(first, last)
+        before, beyond_before = slice(first - lead, first), slice(first - lead, max(0, first - EDGE_FRAMES))
+        after, beyond_after = slice(last, last + trail), slice(last + EDGE_FRAMES, last + trail)
+        start = first if surroundings(before, beyond_before) else first - lead
+        end = last if surroundings(after, beyond_after) else last + trail
         return start, end
+
+    def heard_around(self, first: int, last: int) -> tuple[int, int]:
+        """How many frames before and after the speech at `[first, last)` are heard up to the
+        first that is not (digital silence, a tone)."""
+        return heard_run(self.heard[:first].flip(0)), heard_run(self.heard[last:])
+
+
+def heard_run(heard: torch.Tensor) -> int:
+    """How many of the flags `(frames,)` are True before the first False."""
+    silent = (~heard).nonzero()
+    return int(silent[0]) if len(silent) else len(heard)
 
 
 def median_energy(levels: Levels, frames: torch.Tensor) -> float:

@@ -102,6 +102,53 @@ def test_an_exports_dither_is_digital_silence_and_a_quiet_recording_as_loud_is_n
     assert recorded(quiet, silent_run=400).all()
 
 
+def tone(frequencies: tuple[float, ...], seconds: float, dbfs: float) -> torch.Tensor:
+    """Sine waves of `frequencies` together, `seconds` long, of `dbfs` RMS."""
+    time = torch.arange(round(seconds * RATE)) / RATE
+    signal = sum(torch.sin(2 * torch.pi * frequency * time) for frequency in frequencies)
+    return signal * (10 ** (dbfs / 20) / power(signal).sqrt())
+
+
+@pytest.mark.parametrize("side", ["start", "end"])
+@pytest.mark.parametrize(
+    ("signal", "frequencies", "dbfs"),
+    [("beep", (1000.0,), -23.0), ("dtmf", (697.0, 1209.0), -20.0), ("dial tone", (350.0, 440.0), -45.0)],
+)
+def test_a_tone_before_or_after_the_speech_is_not_kept(
+    side: str, signal: str, frequencies: tuple[float, ...], dbfs: float
+) -> None:
+    """A voicemail's beep (put into the recording in place of its sound), a DTMF key and a quiet
+    dial tone (heard over the room's background), 0.5 s of each, 0.3 s of the recording's own
+    background from the speech. A beep is louder than the speech, and it was kept and decoded with
+    it (1.8-2.0x the CER of AN4 dev); "HELP", a quiet recording, kept its whole trail and the beep
+    past it. A tone holds its spectrum still, speech and noise do not: no frame of it is heard."""
+    speech = load_audio(AN4 / "audio" / "an121-fjdn-b.flac", RATE)
+    alone = Surroundings(margin=20).span(Levels.of(features_of(speech)))
+    pieces = [background_like(speech, round(0.3 * RATE), seed) for seed in range(3)]
+    sound = tone(frequencies, 0.5, dbfs)
+    sound = sound if signal == "beep" else sound + background_like(speech, len(sound), seed=3)
+    around = torch.cat([pieces[0], sound, pieces[1]])
+    offset = len(features_of(around)) - 1 if side == "start" else 0  # the speech's first frame in the whole
+    whole = torch.cat([around, speech] if side == "start" else [speech, around])
+    levels = Levels.of(features_of(whole))
+    start, end = Surroundings(margin=20).span(levels)
+    hop = RATE // 100
+    if side == "start":  # none of the tone: at most the background between
+        assert start >= (len(pieces[0]) + len(sound)) // hop
+    else:
+        assert end <= (len(speech) + len(pieces[0])) // hop
+    assert start - offset <= alone[0] + 3 and end - offset >= alone[1] - 3  # and all of the speech
+
+
+def test_no_frame_of_speech_is_taken_for_a_tone() -> None:
+    """Speech never holds its spectrum still for 0.1 s (in AN4, train and dev, no frame of it does)."""
+    from las.segmentation import tones
+
+    for name in ("an10-fjmd-b", "an121-fjdn-b", "an251-fash-b", "cen3-fjdn-b"):
+        features = features_of(load_audio(AN4 / "audio" / f"{name}.flac", RATE))
+        assert not tones(features, torch.ones(len(features), dtype=torch.bool)).any()
+
+
 def test_training_draws_tight_crops_reproducibly_and_never_cut_into_the_speech() -> None:
     silence = torch.zeros(RATE)
     levels = Levels.of(features_of(torch.cat([silence, load_audio(SPEECH, RATE), silence])))

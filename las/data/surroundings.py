@@ -90,10 +90,7 @@ class Surroundings:
         """`span`'s `start, end`, and how many frames of background a draw adds before and after."""
         first, last = levels.speech_extent()
         clear = self.share is not None and surroundings_contrast(levels, first, last) >= CLEAR_NATS
-        lead, trail = (
-            self.kept(heard_run(levels.heard[:first].flip(0)), first, last, clear),
-            self.kept(heard_run(levels.heard[last:]), first, last, clear),
-        )
+        lead, trail = (self.kept(run, first, last, clear) for run in levels.heard_around(first, last))
         before = after = 0
         # One draw decides: cropped, extended or as it is (none without either, as before them).
         if generator is not None and (self.crop > 0 or self.extend > 0):
@@ -121,12 +118,6 @@ def surroundings_contrast(levels: Levels, first: int, last: int) -> float:
     around[first:last] = False
     contrast = median_energy(levels, speech) - median_energy(levels, around)
     return -math.inf if math.isnan(contrast) else contrast
-
-
-def heard_run(heard: torch.Tensor) -> int:
-    """How many of the flags `(frames,)` are True before the first False."""
-    silent = (~heard).nonzero()
-    return int(silent[0]) if len(silent) else len(heard)
 
 
 def background_frames(features: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
