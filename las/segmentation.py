@@ -47,13 +47,17 @@ SURROUNDINGS_CONTRAST = 2.0
 # read beyond the speech's own rise and fall (EDGE_FRAMES next to it).
 EDGE_FRAMES = 30
 SOFT_WORDS_SHARE = 0.5
-# A tone holds its spectrum still: weighted by power, its log-mel bands change by 0.001-0.04 nats
-# from one frame to the next (a voicemail's beep, DTMF, mains hum, with a room's background under
-# them), noise's by half a nat and more (each band's power fluctuates), and speech's reaches
-# 0.09 or more in every 0.1 s of it (AN4, train and dev).
-TONE_CHANGE = 0.05
+# A tone holds its spectrum still: weighted by power, its log-mel bands change by 0.002-0.014 nats
+# from one frame to the next (a voicemail's beep, a DTMF key, at or above the speech's level with
+# a room's background under them); speech stays under 0.02 for 2 frames in a row at most (all of
+# AN4; a held "V" stays under 0.05 for 11), noise swings by half a nat. Two tones that beat in one
+# band (a dial tone) swing too: only the quieter-surroundings rule trims them.
+TONE_CHANGE = 0.02
 TONE_FRAMES = 10
 TONE_EDGE_FRAMES = 2  # a tone's start and end click in the frames whose windows they fall in
+# A frame's median band this close to the log floor: a hum or a beep over exact zeros lies
+# 0.00-0.02 nats over it, dither 0.1; AN4's quietest recorded frame 0.6, its 1st percentile 1.1.
+EMPTY_BANDS = 0.3
 
 
 def frame_energy(features: torch.Tensor) -> torch.Tensor:
@@ -81,6 +85,15 @@ def tones(features: torch.Tensor, sound: torch.Tensor) -> torch.Tensor:
         if end - start + 1 >= TONE_FRAMES:  # transitions start..end-1 join frames start..end
             tone[max(0, start - TONE_EDGE_FRAMES) : end + 1 + TONE_EDGE_FRAMES] = True
     return tone
+
+
+def empty(features: torch.Tensor) -> torch.Tensor:
+    """`(frames,)` True where most bands of a frame of `features` `(frames, mel_bins)` (its median
+    band) lie within EMPTY_BANDS of the log floor of exact zeros: digital silence with a few bands
+    of sound in it, a hum or a beep put into padding. Mains hum around a recording's seconds of
+    padding passed for its background, which the recording's own rose above as speech, and
+    0.5 s of hum alone was decoded with it (1.33x the CER of AN4 dev)."""
+    return features.float().median(dim=1).values < math.log(POWER_FLOOR) + EMPTY_BANDS
 
 
 def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
@@ -132,7 +145,7 @@ class Levels(NamedTuple):
     """How loud a recording's frames are, overall and band by band, against its own range."""
 
     energy: torch.Tensor  # (frames,) frame_energy
-    heard: torch.Tensor  # (frames,) True where a frame is neither digital silence nor a tone
+    heard: torch.Tensor  # (frames,) True where a frame is neither digital silence (`empty` too) nor a tone
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
     activity_range: tuple[float, float]  # of the activity, digital silence left out
@@ -143,7 +156,7 @@ class Levels(NamedTuple):
         """The levels of `features` `(frames, mel_bins)`."""
         energy = frame_energy(features)
         sound = ~digital_silence(energy, features.shape[1])
-        heard = sound & ~tones(features, sound)
+        heard = sound & ~empty(features) & ~tones(features, sound)
         activity = band_activity(features, heard)
         sample = activity[heard] if heard.any() else activity
         floor, peak = energy_range(sample)

@@ -121,7 +121,8 @@ def test_a_tone_before_or_after_the_speech_is_not_kept(
     dial tone (heard over the room's background), 0.5 s of each, 0.3 s of the recording's own
     background from the speech. A beep is louder than the speech, and it was kept and decoded with
     it (1.8-2.0x the CER of AN4 dev); "HELP", a quiet recording, kept its whole trail and the beep
-    past it. A tone holds its spectrum still, speech and noise do not: no frame of it is heard."""
+    past it. A tone holds its spectrum still, speech and noise do not: no frame of it is heard. A
+    dial tone's two tones beat, and it is trimmed as quieter than the speech."""
     speech = load_audio(AN4 / "audio" / "an121-fjdn-b.flac", RATE)
     alone = Surroundings(margin=20).span(Levels.of(features_of(speech)))
     pieces = [background_like(speech, round(0.3 * RATE), seed) for seed in range(3)]
@@ -141,10 +142,11 @@ def test_a_tone_before_or_after_the_speech_is_not_kept(
 
 
 def test_no_frame_of_speech_is_taken_for_a_tone() -> None:
-    """Speech never holds its spectrum still for 0.1 s (in AN4, train and dev, no frame of it does)."""
+    """Speech never holds its spectrum still for 0.1 s: in all of AN4, for 2 frames at most; the
+    longest hold, a "V" of an212, for 11 frames under 0.05 nats a frame, and it is no tone."""
     from las.segmentation import tones
 
-    for name in ("an10-fjmd-b", "an121-fjdn-b", "an251-fash-b", "cen3-fjdn-b"):
+    for name in ("an212-ftmj-b", "an10-fjmd-b", "an121-fjdn-b", "cen8-flmm2-b"):
         features = features_of(load_audio(AN4 / "audio" / f"{name}.flac", RATE))
         assert not tones(features, torch.ones(len(features), dtype=torch.bool)).any()
 
@@ -212,14 +214,14 @@ def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_feat
 def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_around_it(kind: str) -> None:
     """On a small trained model (tests/data/search: 55% greedy dev CER, trained on whole AN4
     utterances), so its choices are not rehearsed answers. Digital silence is never heard, so
-    what it decodes right alone it decodes right padded, and an export's dither is digital
-    silence too. Against its own background the speech's edges move by a few frames, and a padded
-    recording ends in the whole decoding margin of background where the recording alone ended
-    sooner; this weak model's guesses there come and
-    go (a trailing "EIGHT"), so of what it decodes right alone, three quarters must come out the
-    same padded (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER). So too
-    with mains hum (-45 dBFS) under the whole of both, padded with digital silence: a steady sound
-    however loud, cut to the margin (2 of the 9 come out otherwise here; 3 before)."""
+    what it decodes right alone it decodes right padded; nor is an export's dither, nor mains hum
+    (-45 dBFS, under the whole of both) over the padding, digital silence in all but the hum's
+    bands (1 of the 9 may differ: dereverberation hears the hum-only seconds too; none does
+    here, 2 did when they were kept). Against its own background the speech's edges move by a
+    few frames, and a padded recording ends in the whole decoding margin of background where the
+    recording alone ended sooner; this weak model's guesses there come and go (a trailing
+    "EIGHT"), so of what it decodes right alone, three quarters must come out the same padded
+    (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER)."""
     from las.recognizer import Recognizer
 
     from .test_search_regression import DATA
@@ -246,15 +248,15 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
             pads = mains[:before], mains[len(mains) - after :]
         padded = recognizer.transcribe(torch.cat([pads[0], speech, pads[1]]), sample_rate=RATE)
         assert alone.text
-        # Over a hum, the first word's start walks back to where the energy rises: where the
-        # recording began (0.3 s early); and where the recording's own lead-in lies between the
-        # hum and the speech, the hum can be kept ("NO" here; docs/BENCHMARKS.md).
-        if kind != "hum":
-            assert padded.words[0].word == alone.words[0].word
-            assert padded.words[0].start == pytest.approx(alone.words[0].start + 1.37, abs=0.05)
+        # Over a hum, dereverberation hears the hum-only seconds too, and the features move a
+        # little: word edges by up to 0.2 s.
+        assert padded.words[0].word == alone.words[0].word
+        late = padded.words[0].start - alone.words[0].start - 1.37
+        assert abs(late) <= (0.25 if kind == "hum" else 0.05)
         compared += 1
         differing += padded.text != alone.text
-    assert compared >= 3 and differing <= (0 if kind in ("silence", "dither") else compared // 4)
+    allowed = {"silence": 0, "dither": 0, "hum": 1, "background": compared // 4}
+    assert compared >= 3 and differing <= allowed[kind]
 
 
 def test_digital_silence_stays_silent_under_a_recording_with_a_dc_offset() -> None:
