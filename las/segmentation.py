@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import torch
 
-from las.data.features import POWER_FLOOR
+from las.data.features import POWER_FLOOR, leading, long_runs
 
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
@@ -55,8 +55,10 @@ SOFT_WORDS_SHARE = 0.5
 TONE_CHANGE = 0.02
 TONE_FRAMES = 10
 TONE_EDGE_FRAMES = 2  # a tone's start and end click in the frames whose windows they fall in
-# A frame's median band this close to the log floor: a hum or a beep over exact zeros lies
-# 0.00-0.02 nats over it, dither 0.1; AN4's quietest recorded frame 0.6, its 1st percentile 1.1.
+# A frame's median band this close to the log floor, for a pause's length: mains hum put into
+# padding lies 0.0-0.1 nats over it (the 16-bit quantiser's noise under it); a recording 40 dB
+# under AN4's, in 16 bits, reaches down to 0.05 too, but in stray frames (its 0.1st percentile
+# 0.4; 30 dB under, 0.16 and 0.25); AN4's own, 0.6.
 EMPTY_BANDS = 0.3
 
 
@@ -75,10 +77,13 @@ def tones(features: torch.Tensor, sound: torch.Tensor) -> torch.Tensor:
     """`(frames,)` True where a frame of `features` `(frames, mel_bins)` is part of a tone: where,
     for TONE_FRAMES in a row of `sound` `(frames,)`, the frame's spectrum changes by under
     TONE_CHANGE nats from the last (its bands' mean absolute change, weighted by their share of
-    the power), with TONE_EDGE_FRAMES more at each end. A beep before or after the speech is
+    the power above the log floor: a frame next to digital silence holds nearly all of its bands
+    at the floor, and still), with TONE_EDGE_FRAMES more at each end. A beep before or after the speech is
     loud, and it was kept and decoded with the speech (1.8-2.0x the CER of AN4 dev)."""
     features = features.float()
-    change = (features[1:].softmax(dim=1) * (features[1:] - features[:-1]).abs()).sum(dim=1)  # (frames - 1,)
+    power = (features[1:].exp() - POWER_FLOOR).clamp(min=0)  # (frames - 1, mel_bins) above the floor
+    share = power / power.sum(dim=1, keepdim=True).clamp(min=POWER_FLOOR)
+    change = (share * (features[1:] - features[:-1]).abs()).sum(dim=1)  # (frames - 1,)
     still = (change < TONE_CHANGE) & sound[1:] & sound[:-1]
     tone = torch.zeros_like(sound)
     for start, end in runs(still):
@@ -88,12 +93,14 @@ def tones(features: torch.Tensor, sound: torch.Tensor) -> torch.Tensor:
 
 
 def empty(features: torch.Tensor) -> torch.Tensor:
-    """`(frames,)` True where most bands of a frame of `features` `(frames, mel_bins)` (its median
-    band) lie within EMPTY_BANDS of the log floor of exact zeros: digital silence with a few bands
-    of sound in it, a hum or a beep put into padding. Mains hum around a recording's seconds of
-    padding passed for its background, which the recording's own rose above as speech, and
-    0.5 s of hum alone was decoded with it (1.33x the CER of AN4 dev)."""
-    return features.float().median(dim=1).values < math.log(POWER_FLOOR) + EMPTY_BANDS
+    """`(frames,)` True where most bands of the frames of `features` `(frames, mel_bins)` (their
+    median band) lie within EMPTY_BANDS of the log floor of exact zeros for PAUSE_FRAMES or more
+    in a row: digital silence with a few bands of sound in it, a hum or a beep put into padding.
+    Mains hum around a recording's seconds of padding passed for its background, which the
+    recording's own rose above as speech, and 0.5 s of hum alone was decoded with it (1.33x the
+    CER of AN4 dev)."""
+    near_floor = features.float().median(dim=1).values < math.log(POWER_FLOOR) + EMPTY_BANDS
+    return long_runs(near_floor, PAUSE_FRAMES)
 
 
 def band_activity(features: torch.Tensor, heard: torch.Tensor) -> torch.Tensor:
@@ -146,6 +153,7 @@ class Levels(NamedTuple):
 
     energy: torch.Tensor  # (frames,) frame_energy
     heard: torch.Tensor  # (frames,) True where a frame is neither digital silence (`empty` too) nor a tone
+    inserted: torch.Tensor  # (frames,) True where a sound was put into the recording: a tone, `empty`
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
     activity_range: tuple[float, float]  # of the activity, digital silence left out
@@ -156,14 +164,15 @@ class Levels(NamedTuple):
         """The levels of `features` `(frames, mel_bins)`."""
         energy = frame_energy(features)
         sound = ~digital_silence(energy, features.shape[1])
-        heard = sound & ~empty(features) & ~tones(features, sound)
+        inserted = sound & (tones(features, sound) | empty(features))
+        heard = sound & ~inserted
         activity = band_activity(features, heard)
         sample = activity[heard] if heard.any() else activity
         floor, peak = energy_range(sample)
         lowest, low = torch.quantile(sample, torch.tensor([0.01, 0.05])).tolist()
         swings = low + (1.64 + NOISE_DEVIATIONS) * (low - lowest) / 0.69  # the background's highest
         pause_level = max(floor + QUIET_SHARE * (peak - floor), swings)
-        return cls(energy, heard, activity, energy_range(energy), (floor, peak), pause_level)
+        return cls(energy, heard, inserted, activity, energy_range(energy), (floor, peak), pause_level)
 
     @property
     def contrasts(self) -> tuple[float, float]:
@@ -267,9 +276,10 @@ class Levels(NamedTuple):
         # rise and fall as speech does (`soft_words`): where nothing around it is, band activity
         # is read against the speech itself, and whole words can pass for a pause; and a speaker
         # who trails off says the last words more than SURROUNDINGS_CONTRAST under the first
-        # (tight crops lost them). What is read, and kept where it is not surroundings, is the
-        # sound that goes on from the speech up to digital silence or a tone (`heard_around`):
-        # past a beep is not the speech's soft end (a beep 0.3 s after a quiet command was kept).
+        # (tight crops lost them). What is read, and kept where it is not surroundings, ends where a
+        # sound was put into the recording (`reach`): past a beep is not the speech's soft end (a
+        # beep 0.3 s after a quiet command was kept). Not at digital silence: a recording 40 dB
+        # under AN4's, in 16 bits, has runs of exact zeros inside its soft sounds.
         speech, speech_activity = self.energy[first:last], self.activity[first:last]
         heard_speech = self.heard[first:last]
         level = float(speech[heard_speech].median()) - SURROUNDINGS_CONTRAST if heard_speech.any() else math.inf
@@ -282,23 +292,24 @@ class Levels(NamedTuple):
                 return True
             return (float(sound.median()) < level or self.steady(beyond)) and not self.soft_words(beyond, activity)
 
-        lead, trail = self.heard_around(first, last)
-        before, beyond_before = slice(first - lead, first), slice(first - lead, max(0, first - EDGE_FRAMES))
-        after, beyond_after = slice(last, last + trail), slice(last + EDGE_FRAMES, last + trail)
-        start = first if surroundings(before, beyond_before) else first - lead
-        end = last if surroundings(after, beyond_after) else last + trail
-        return start, end
+        reach_before, reach_after = self.reach(first, last)
+        start, end = first - reach_before, last + reach_after
+        heard = heard[(heard >= start) & (heard < end)]  # the speech's own frames among them
+        if not surroundings(slice(start, first), slice(start, max(start, first - EDGE_FRAMES))):
+            first = int(heard[0])
+        if not surroundings(slice(last, end), slice(last + EDGE_FRAMES, end)):
+            last = int(heard[-1]) + 1
+        return first, last
+
+    def reach(self, first: int, last: int) -> tuple[int, int]:
+        """How many frames before and after the speech at `[first, last)` lie between it and the
+        nearest sound `inserted` into the recording (or the recording's end)."""
+        return leading(~self.inserted[:first].flip(0)), leading(~self.inserted[last:])
 
     def heard_around(self, first: int, last: int) -> tuple[int, int]:
         """How many frames before and after the speech at `[first, last)` are heard up to the
         first that is not (digital silence, a tone)."""
-        return heard_run(self.heard[:first].flip(0)), heard_run(self.heard[last:])
-
-
-def heard_run(heard: torch.Tensor) -> int:
-    """How many of the flags `(frames,)` are True before the first False."""
-    silent = (~heard).nonzero()
-    return int(silent[0]) if len(silent) else len(heard)
+        return leading(self.heard[:first].flip(0)), leading(self.heard[last:])
 
 
 def median_energy(levels: Levels, frames: torch.Tensor) -> float:

@@ -24,6 +24,8 @@ each start moved back to where its sound rises and each end on to where it falls
     dither-1-both  1 s of an export's dither (+-1 step of 16 bits) at each end instead of zeros
     hum-1-both     1 s of digital silence at each end, mains hum (50 Hz, -45 dBFS) under all of it
     beep-start/end a voicemail's beep (0.5 s of 1 kHz) in 0.3 s of background before or after it
+    quiet-30/40    the recording 30 or 40 dB quieter, in 16 bits: a quiet microphone, whose
+                   background is at an export's dither
     tight          cut from the first word's start to the last word's end
     words          every word cut out alone, one clip each; words-telephone: those, through the line
 
@@ -251,7 +253,7 @@ PADDING = [
     for side in ("start", "end", "both")
 ]
 # What recorders and lines put around the speech besides silence and the room's background.
-SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end"]
+SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end", "quiet-30", "quiet-40"]
 WORDS_PADDED = ["silence-0.5-both", "background-0.5-both"]  # single words as a padded clip or a phone app has them
 CROPS = ["tight", "words", "words-telephone", *[f"words-{condition}" for condition in WORDS_PADDED]]
 HUM_DBFS = -45.0  # RMS of `hum-1-both`'s mains hum: 50 Hz and 3 harmonics
@@ -278,7 +280,10 @@ def padded(
 def sounded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
     """`waveform` with the `condition` of SOUNDS: 1 s at each end of an export's dither (16-bit
     triangular, +-1 step) instead of exact zeros; 1 s of digital silence at each end, mains hum
-    under all of it; or a voicemail's beep before or after it, in its own background."""
+    under all of it; a voicemail's beep before or after it, in its own background; or quieter
+    (written in 16 bits, as every set is)."""
+    if condition.startswith("quiet-"):
+        return waveform * 10 ** (-float(condition.split("-")[1]) / 20)
     second = torch.zeros(RATE)
     if condition == "dither-1-both":
         steps = [torch.rand(RATE, generator=generator) - torch.rand(RATE, generator=generator) for _ in range(2)]

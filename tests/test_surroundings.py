@@ -63,17 +63,18 @@ def test_a_word_alone_in_digital_silence_is_heard_without_it(dereverberation: st
 @pytest.mark.parametrize("frequency", [50.0, 60.0])
 def test_a_short_command_over_mains_hum_is_speech_and_the_hum_around_it_is_not(frequency: float) -> None:
     """ "HELP" (0.7 s) with 1 s of digital silence at each end and mains hum at -45 dBFS under all
-    of it. In every band together the hum outweighs the quiet speech: it was taken for no speech,
-    and around longer ones the hum was kept and decoded. Read above the lowest bands, the speech
-    stands out and the seconds of hum around the recording are cut to the margin."""
+    of it, in 16 bits. In every band together the hum outweighs the quiet speech: it was taken for
+    no speech, and around longer ones the hum was kept and decoded. Read above the lowest bands,
+    the speech stands out; and the seconds of hum alone, digital silence in all but the hum's
+    bands (`empty`), are never heard: none of them is kept (0.2 s of them was, 1.33x dev's CER)."""
     speech = load_audio(AN4 / "audio" / "an121-fjdn-b.flac", RATE)
     frames, (first, last) = len(features_of(speech)), Levels.of(features_of(speech)).speech_extent()
     whole = torch.cat([torch.zeros(RATE), speech, torch.zeros(RATE)])
     mains = hum(len(whole), RATE, frequency, harmonics=4)
-    levels = Levels.of(features_of(whole + mains * (10 ** (-45 / 20) / power(mains).sqrt())))
+    levels = Levels.of(features_of(in_16_bits(whole + mains * (10 ** (-45 / 20) / power(mains).sqrt()))))
     assert levels.speech
     start, end = Surroundings(margin=20).span(levels)
-    assert 100 - 20 - 2 <= start <= 100 + first and 100 + last <= end <= 100 + frames + 20 + 2
+    assert 100 - 2 <= start <= 100 + first and 100 + last <= end <= 100 + frames + 2
 
 
 def exported_dither(samples: int, seed: int = 0) -> torch.Tensor:
@@ -84,12 +85,17 @@ def exported_dither(samples: int, seed: int = 0) -> torch.Tensor:
     return steps.round() / 2**15
 
 
-def test_an_exports_dither_is_digital_silence_and_a_quiet_recording_as_loud_is_not() -> None:
+def in_16_bits(waveform: torch.Tensor) -> torch.Tensor:
+    return (waveform * 2**15).round() / 2**15
+
+
+def test_an_exports_dither_is_digital_silence_and_a_quiet_recordings_background_is_not() -> None:
     """SPEECH peaks under -30 dBFS and is raised to it before analysis, and its 16-bit dither
     with it: 1 s of dither at each end was kept around the speech as a background quieter than
-    any room (1.20x the CER of AN4 dev, zeros 1.00x). It is cut as zeros are; the same level of
-    noise off the 16-bit grid (a quiet recording in floating point) is sound."""
-    from las.data.features import recorded
+    any room (1.20x the CER of AN4 dev, zeros 1.00x). It is cut as zeros are. But a recording 40
+    dB quieter, in 16 bits, has a background at the quantiser's steps too: at its ends, and
+    inside its soft sounds, it is the recording's (taken for silence, it read 1.1-2.4x worse)."""
+    from las.data.features import long_runs, recorded
 
     speech = load_audio(SPEECH, RATE)
     zeros = torch.zeros(RATE)
@@ -98,8 +104,10 @@ def test_an_exports_dither_is_digital_silence_and_a_quiet_recording_as_loud_is_n
     surroundings = Surroundings(margin=20)
     assert surroundings.span(Levels.of(features_of(dithered))) == surroundings.span(Levels.of(features_of(silent)))
     assert not recorded(dithered, silent_run=400)[:RATE].any() and recorded(dithered, 400)[RATE:-RATE].all()
-    quiet = exported_dither(RATE) + 1e-6 * torch.randn(RATE, generator=torch.Generator().manual_seed(2))
-    assert recorded(quiet, silent_run=400).all()
+    for quiet in (in_16_bits(speech * 0.01), torch.cat([exported_dither(RATE), in_16_bits(speech * 0.01)])):
+        assert torch.equal(recorded(quiet, silent_run=400), ~long_runs(quiet == 0, 400))  # exact zeros only
+        levels = Levels.of(features_of(quiet))
+        assert not levels.inserted.any()  # no frame of it taken for a tone or for padding
 
 
 def tone(frequencies: tuple[float, ...], seconds: float, dbfs: float) -> torch.Tensor:
