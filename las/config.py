@@ -297,6 +297,9 @@ class AugmentConfig(Section):
     snr_high: Annotated[float, Range(-10, 60)] = 30.0
     telephone: Fraction = 0.3  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
     gain_db: Annotated[float, Range(0, 40)] = 6.0  # a gain drawn from +-gain_db
+    # A quiet microphone: the recording 20-40 dB quieter, in 16 bits, which the front end raises
+    # back with the quantiser's noise and steps in its soft sounds (AN4 dev so: 1.23x and 1.35x).
+    quiet: Fraction = 0.0
     # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
     # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).
     crop: Fraction = 0.25
@@ -329,7 +332,16 @@ class AugmentConfig(Section):
     @property
     def enabled(self) -> bool:
         return any(
-            (self.reverberation, self.noise, self.telephone, self.gain_db, self.crop, self.surroundings, self.nonspeech)
+            (
+                self.reverberation,
+                self.noise,
+                self.telephone,
+                self.gain_db,
+                self.quiet,
+                self.crop,
+                self.surroundings,
+                self.nonspeech,
+            )
         )
 
 

@@ -87,6 +87,22 @@ def test_augmented_features_are_reproducible_per_seed_and_none_when_nothing_is_d
     assert 0.2 < sum(drawn) / len(drawn) < 0.4  # each effect with its probability
 
 
+def test_a_quiet_microphone_is_drawn_last_in_16_bits_and_leaves_the_other_draws_as_they_were() -> None:
+    """A recording 20-40 dB quieter, on the 16-bit grid (the front end raises it back); drawn after
+    every other effect, so that with it off, every draw is what it was."""
+    waveform = speech()
+    (quiet,) = augmentation(quiet=1.0).effects(draw(3))
+    heard = quiet(waveform)
+    assert torch.equal(heard * 2**15, (heard * 2**15).round())
+    drop = 20 * math.log10(waveform.abs().max().item() / heard.abs().max().item())
+    assert 20 - 0.1 <= drop <= 40 + 0.1
+    others = {"reverberation": 1.0, "noise": 1.0, "telephone": 1.0, "gain_db": 6.0}
+    without, with_it = augmentation(**others).effects(draw(4)), augmentation(**others, quiet=1.0).effects(draw(4))
+    assert len(with_it) == len(without) + 1
+    for before, after in zip(without, with_it, strict=False):
+        assert torch.equal(before(waveform), after(waveform))
+
+
 def test_augmentation_settings_are_checked() -> None:
     from las.config import load_config
     from las.errors import LasError

@@ -8,7 +8,7 @@ import torch
 
 from las.config import FeatureConfig, load_config
 from las.data.audio import load_audio
-from las.data.channels import add_noise, hum, own_background, power, white_noise
+from las.data.channels import add_noise, hum, in_16_bits, own_background, power, white_noise
 from las.data.features import FilterbankExtractor
 from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
 from las.segmentation import Levels, sound_regions
@@ -83,10 +83,6 @@ def exported_dither(samples: int, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     steps = torch.rand(samples, generator=generator) - torch.rand(samples, generator=generator)
     return steps.round() / 2**15
-
-
-def in_16_bits(waveform: torch.Tensor) -> torch.Tensor:
-    return (waveform * 2**15).round() / 2**15
 
 
 def test_an_exports_dither_is_digital_silence_and_a_quiet_recordings_background_is_not() -> None:

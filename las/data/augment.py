@@ -12,11 +12,21 @@ import torch
 
 from las.config import AugmentConfig, FeatureConfig
 from las.data.audio import Segment, load_audio
-from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+from las.data.channels import (
+    add_noise,
+    babble,
+    in_16_bits,
+    pink_noise,
+    reverberate,
+    room_response,
+    telephone,
+    white_noise,
+)
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
 
 BABBLE_TALKERS = (3, 7)  # how many other utterances make one babble, drawn from this range
 BABBLE_POOL = 200  # training utterances kept in memory to make babble from
+QUIET_DB = (20.0, 40.0)  # a quiet microphone's drop, drawn from this range
 
 
 class Source(NamedTuple):
@@ -72,7 +82,8 @@ def spec_augment(
 class WaveformAugmentation:
     """Per utterance and epoch, with the probabilities of an `AugmentConfig`: a reverberant room,
     then noise (babble of other training utterances, white or pink) at a random SNR, then a
-    telephone line, then a gain — the order in which they happen to a real recording — and the
+    telephone line, then a gain, then a quiet microphone's 16 bits — the order in which they
+    happen to a real recording — and the
     log-mel features of the result. Every draw comes from the seed it is given, so an utterance
     in an epoch is augmented the same way in every process and after every resume."""
 
@@ -120,6 +131,9 @@ class WaveformAugmentation:
         if effects and config.gain_db > 0:  # only with another effect: alone, the cached features serve
             gain = 10 ** (uniform(-config.gain_db, config.gain_db) / 20)
             effects.append(lambda waveform: (waveform * gain).clamp(-1, 1))
+        if chance(config.quiet):  # last: a draw without it draws all the above as before
+            drop = 10 ** (-uniform(*QUIET_DB) / 20)
+            effects.append(lambda waveform: in_16_bits(waveform * drop))
         return effects
 
     def noise(self, kind: str, samples: int, talkers: int, seed: int) -> torch.Tensor:

@@ -29,6 +29,11 @@ def telephone(waveform: torch.Tensor, rate: int, low: float = 300.0, high: float
     return audio.resample(narrow, TELEPHONE_RATE, rate)[: len(waveform)]
 
 
+def in_16_bits(waveform: torch.Tensor) -> torch.Tensor:
+    """`waveform` `(samples,)` as a 16-bit file holds it: rounded to its grid."""
+    return (waveform * 2**15).round().clamp(-(2**15), 2**15 - 1) / 2**15
+
+
 def power(waveform: torch.Tensor) -> torch.Tensor:
     return waveform.pow(2).mean().clamp_min(1e-10)
 
