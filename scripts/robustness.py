@@ -26,6 +26,7 @@ each start moved back to where its sound rises and each end on to where it falls
     beep-start/end a voicemail's beep (0.5 s of 1 kHz) in 0.3 s of background before or after it
     quiet-30/40    the recording 30 or 40 dB quieter, in 16 bits: a quiet microphone, whose
                    background is at an export's dither
+    click-start/end a record button's click (5 ms, -20 dBFS) 0.3 s from the recording, in its background
     tight          cut from the first word's start to the last word's end
     words          every word cut out alone, one clip each; words-telephone: those, through the line
 
@@ -253,11 +254,12 @@ PADDING = [
     for side in ("start", "end", "both")
 ]
 # What recorders and lines put around the speech besides silence and the room's background.
-SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end", "quiet-30", "quiet-40"]
+SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end", "quiet-30", "quiet-40", "click-start", "click-end"]
 WORDS_PADDED = ["silence-0.5-both", "background-0.5-both"]  # single words as a padded clip or a phone app has them
 CROPS = ["tight", "words", "words-telephone", *[f"words-{condition}" for condition in WORDS_PADDED]]
 HUM_DBFS = -45.0  # RMS of `hum-1-both`'s mains hum: 50 Hz and 3 harmonics
 BEEP_DBFS = -23.0  # RMS of the beeps' 1 kHz tone (0.5 s), with 0.3 s of background either side
+CLICK_DBFS = -20.0  # RMS of a record button's click (5 ms of decaying noise)
 
 
 def padded(
@@ -284,6 +286,12 @@ def sounded(waveform: torch.Tensor, condition: str, generator: torch.Generator) 
     (written in 16 bits, as every set is)."""
     if condition.startswith("quiet-"):
         return waveform * 10 ** (-float(condition.split("-")[1]) / 20)
+    if condition.startswith("click-"):
+        burst = torch.randn(RATE // 200, generator=generator) * torch.linspace(1, 0, RATE // 200) ** 2
+        click = burst * (10 ** (CLICK_DBFS / 20) / power(burst).sqrt())
+        near, far = (own_background(waveform, round(seconds * RATE), RATE, generator) for seconds in (0.3, 0.1))
+        around = torch.cat([far, click + own_background(waveform, len(click), RATE, generator), near])
+        return torch.cat([around, waveform] if condition == "click-start" else [waveform, around.flip(0)])
     second = torch.zeros(RATE)
     if condition == "dither-1-both":
         steps = [torch.rand(RATE, generator=generator) - torch.rand(RATE, generator=generator) for _ in range(2)]
@@ -317,6 +325,7 @@ def build_surroundings(
     generator = torch.Generator().manual_seed(seed)
     words_generator = torch.Generator().manual_seed(seed + 1)  # apart: the utterances' sets draw as before
     sounds_generator = torch.Generator().manual_seed(seed + 2)
+    clicks_generator = torch.Generator().manual_seed(seed + 3)  # apart: the sounds before them draw as before
     names = [name for name in PADDING + SOUNDS + CROPS if matches(name, only)]
     sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + SOUNDS + CROPS}
     for identifier, audio, _, text in dev_rows():
@@ -324,7 +333,8 @@ def build_surroundings(
         for condition in PADDING:
             sets[condition].append((identifier, padded(waveform, condition, generator), text))
         for condition in SOUNDS:
-            sets[condition].append((identifier, sounded(waveform, condition, sounds_generator), text))
+            drawing = clicks_generator if condition.startswith("click-") else sounds_generator
+            sets[condition].append((identifier, sounded(waveform, condition, drawing), text))
         if not set(names) & set(CROPS):
             continue  # no alignment needed
         words = reference_words(recognizer, waveform, text)
