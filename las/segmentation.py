@@ -152,7 +152,7 @@ class Levels(NamedTuple):
     """How loud a recording's frames are, overall and band by band, against its own range."""
 
     energy: torch.Tensor  # (frames,) frame_energy
-    heard: torch.Tensor  # (frames,) True where a frame is neither digital silence (`empty` too) nor a tone
+    heard: torch.Tensor  # (frames,) True where a frame is neither digital silence nor `inserted`
     inserted: torch.Tensor  # (frames,) True where a sound was put into the recording: a tone, `empty`
     activity: torch.Tensor  # (frames,) band_activity
     energy_range: tuple[float, float]  # (floor, peak) of the energy
@@ -222,7 +222,7 @@ class Levels(NamedTuple):
         fades as speech does (in a recording of sparse speech, a car's noise at 10 dB SNR was all
         taken for speech, and decoded), while in white noise at 0 dB speech's quiet words fall
         below it (a tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long
-        recordings"). Nor is what is not heard (digital silence, a tone) ever speech."""
+        recordings"). Nor is what is not heard (digital silence, a sound inserted) ever speech."""
         return (self.activity < self.pause_level) | ~self.heard
 
     def speech_regions(self) -> list[tuple[int, int]]:
@@ -260,7 +260,7 @@ class Levels(NamedTuple):
         at its words, the quietest tenth of the frames that band activity is read against is
         speech, and shorter quiet stretches there are soft words (a tight crop trimmed at every
         quiet run lost its last words)."""
-        heard = self.heard.nonzero().flatten()  # neither digital silence nor a tone is ever speech
+        heard = self.heard.nonzero().flatten()  # neither digital silence nor an inserted sound is speech
         if not len(heard):
             return 0, len(self.pauses)
         regions = self.speech_regions()
@@ -308,7 +308,7 @@ class Levels(NamedTuple):
 
     def heard_around(self, first: int, last: int) -> tuple[int, int]:
         """How many frames before and after the speech at `[first, last)` are heard up to the
-        first that is not (digital silence, a tone)."""
+        first that is not (digital silence, a sound inserted)."""
         return leading(self.heard[:first].flip(0)), leading(self.heard[last:])
 
 

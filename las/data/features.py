@@ -153,7 +153,7 @@ def louder_than_dither(waveform: torch.Tensor, window: int) -> bool:
     """Whether every stretch of `window` samples of `waveform` `(samples,)` that is not digital
     silence is louder than DITHER_STEPS of 16 bits (RMS): a background a quantiser's steps cannot
     be mistaken for. In a recording 40 dB under AN4's, in 16 bits, the background is at them, and
-    taken for padding at its ends it read 1.1x worse."""
+    taken for padding at its ends, its lead-in and trail were lost."""
     if len(waveform) < window:
         return False
     stretches = waveform.double().unfold(0, window, window // 2)  # (stretches, window)
