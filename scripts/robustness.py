@@ -282,8 +282,8 @@ def padded(
 def sounded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
     """`waveform` with the `condition` of SOUNDS: 1 s at each end of an export's dither (16-bit
     triangular, +-1 step) instead of exact zeros; 1 s of digital silence at each end, mains hum
-    under all of it; a voicemail's beep before or after it, in its own background; or quieter
-    (written in 16 bits, as every set is)."""
+    under all of it; a voicemail's beep or a record button's click before or after it, in its own
+    background; or quieter (written in 16 bits, as every set is)."""
     if condition.startswith("quiet-"):
         return waveform * 10 ** (-float(condition.split("-")[1]) / 20)
     if condition.startswith("click-"):
