@@ -269,9 +269,8 @@ class Levels(NamedTuple):
             # silence, its pause level read against itself (a padded word was heard with all of
             # its padding and decoded as another word), or no speech at all.
             return int(heard[0]), int(heard[-1]) + 1
-        loud = (~self.pauses).nonzero().flatten()  # each region holds SHORTEST_FRAMES of them
-        first = int(loud[loud >= regions[0][0]][0])
-        last = int(loud[loud < regions[-1][1]][-1]) + 1
+        first, last = without_clicks(runs(~self.pauses[regions[0][0] : regions[-1][1]]))
+        first, last = first + regions[0][0], last + regions[0][0]
         # And only what is clearly quieter than the speech, or `steady`, and does not
         # rise and fall as speech does (`soft_words`): where nothing around it is, band activity
         # is read against the speech itself, and whole words can pass for a pause; and a speaker
@@ -310,6 +309,18 @@ class Levels(NamedTuple):
         """How many frames before and after the speech at `[first, last)` are heard up to the
         first that is not (digital silence, a sound inserted)."""
         return leading(self.heard[:first].flip(0)), leading(self.heard[last:])
+
+
+def without_clicks(loud: list[tuple[int, int]]) -> tuple[int, int]:
+    """`[start, end)` from the first of the `loud` runs `[start, end)` to the last, less those at
+    either end shorter than SHORTEST_FRAMES that quiet of EDGE_FRAMES or more sets apart from the
+    rest: a click (a record button's, 0.3 s after the speech, was kept and decoded with it), not
+    the release of a last stop after its closure."""
+    while len(loud) > 1 and loud[-1][1] - loud[-1][0] < SHORTEST_FRAMES and loud[-1][0] - loud[-2][1] >= EDGE_FRAMES:
+        loud = loud[:-1]
+    while len(loud) > 1 and loud[0][1] - loud[0][0] < SHORTEST_FRAMES and loud[1][0] - loud[0][1] >= EDGE_FRAMES:
+        loud = loud[1:]
+    return loud[0][0], loud[-1][1]
 
 
 def median_energy(levels: Levels, frames: torch.Tensor) -> float:

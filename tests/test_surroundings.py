@@ -145,6 +145,37 @@ def test_a_tone_before_or_after_the_speech_is_not_kept(
     assert start - offset <= alone[0] + 3 and end - offset >= alone[1] - 3  # and all of the speech
 
 
+@pytest.mark.parametrize("side", ["start", "end"])
+def test_a_click_a_pause_away_from_the_speech_is_not_kept(side: str) -> None:
+    """A record button's click (5 ms of decaying noise, -20 dBFS) 0.3 s from the recording, in its
+    background: after it, within a pause of the speech's last loud frame, its loud frames joined
+    the speech's and it was kept (1.09x the CER of AN4 dev). A stop's release after its closure
+    is nearer than EDGE_FRAMES, and stays."""
+    speech = load_audio(SPEECH, RATE)
+    alone = Surroundings(margin=20).span(Levels.of(features_of(speech)))
+    burst = torch.randn(80, generator=torch.Generator().manual_seed(0)) * torch.linspace(1, 0, 80) ** 2
+    click = burst * (10 ** (-20 / 20) / power(burst).sqrt()) + background_like(speech, 80, seed=1)
+    gap, far = background_like(speech, round(0.3 * RATE), seed=2), background_like(speech, RATE // 10, seed=3)
+    around = torch.cat([far, click, gap] if side == "start" else [gap, click, far])
+    whole = torch.cat([around, speech] if side == "start" else [speech, around])
+    offset = len(around) // (RATE // 100) if side == "start" else 0
+    start, end = Surroundings(margin=20).span(Levels.of(features_of(whole)))
+    if side == "start":
+        assert start >= (len(far) + len(click)) // (RATE // 100)  # after the click
+    else:
+        assert end <= (len(speech) + len(gap)) // (RATE // 100)  # before it
+    assert abs(start - offset - alone[0]) <= 3 and abs(end - offset - alone[1]) <= 12
+
+
+def test_the_loud_runs_kept_leave_out_a_click_a_pause_away_but_not_a_release_after_its_closure() -> None:
+    from las.segmentation import without_clicks
+
+    assert without_clicks([(10, 80), (110, 115)]) == (10, 80)  # 0.3 s away, 50 ms long: a click
+    assert without_clicks([(3, 8), (40, 100), (120, 124)]) == (40, 124)  # a release 0.2 s on stays
+    assert without_clicks([(10, 80), (110, 125)]) == (10, 125)  # 0.15 s long: a word
+    assert without_clicks([(10, 15)]) == (10, 15)  # alone, it is what there is
+
+
 def test_no_frame_of_speech_is_taken_for_a_tone() -> None:
     """Speech never holds its spectrum still for 0.1 s: in all of AN4, for 2 frames at most; the
     longest hold, a "V" of an212, for 11 frames under 0.05 nats a frame, and it is no tone."""
