@@ -303,12 +303,17 @@ class Levels(NamedTuple):
     def reach(self, first: int, last: int) -> tuple[int, int]:
         """How many frames before and after the speech at `[first, last)` lie between it and the
         nearest sound `inserted` into the recording (or the recording's end)."""
-        return leading(~self.inserted[:first].flip(0)), leading(~self.inserted[last:])
+        return runs_around(~self.inserted, first, last)
 
     def heard_around(self, first: int, last: int) -> tuple[int, int]:
         """How many frames before and after the speech at `[first, last)` are heard up to the
         first that is not (digital silence, a sound inserted)."""
-        return leading(self.heard[:first].flip(0)), leading(self.heard[last:])
+        return runs_around(self.heard, first, last)
+
+
+def runs_around(flags: torch.Tensor, first: int, last: int) -> tuple[int, int]:
+    """How many of the flags `(frames,)` are True in a row just before `first` and from `last` on."""
+    return leading(flags[:first].flip(0)), leading(flags[last:])
 
 
 def without_clicks(loud: list[tuple[int, int]]) -> tuple[int, int]:
