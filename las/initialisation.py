@@ -50,7 +50,8 @@ def initialise(
             if name not in theirs:
                 part["initialised (not in the checkpoint)"] += 1
             elif name in CHARACTER_ROWS and weight.shape[1:] == theirs[name].shape[1:]:
-                weight[rows[0]] = theirs[name][rows[1]].to(weight.dtype)
+                # The model may be on a GPU already; the checkpoint is on the CPU.
+                weight[rows[0].to(weight.device)] = theirs[name][rows[1]].to(weight)
                 part["loaded by character"] += 1
             elif weight.shape == theirs[name].shape:
                 weight.copy_(theirs[name])

@@ -113,6 +113,24 @@ def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool) -> 
     assert load_checkpoint(run / "last.pt").training_state["progress"]["epoch"] == 3
 
 
+def test_a_model_on_cuda_starts_from_a_checkpoints_weights(trained_run: dict[str, Path]) -> None:
+    """`las train --init` on a GPU: the model is there before the checkpoint's weights (on the
+    CPU) are copied in, rows of shared characters included."""
+    from las.initialisation import initialise
+    from las.model.las import LAS
+
+    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    vocabulary = trained.vocabulary.extended(["QZ9"])
+    models = [LAS.build(trained.config.model, trained.input_size, len(vocabulary)) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())  # the same rows for the new characters
+    models[1].cuda()
+    for model in models:
+        initialise(model, trained.config.model, vocabulary, trained, "best.pt")
+    on_gpu = models[1].state_dict()
+    for name, weight in models[0].state_dict().items():
+        assert torch.equal(on_gpu[name].cpu(), weight)
+
+
 @pytest.mark.parametrize("case", ["location", "location_sampled", "monotonic_chunk"])
 def test_the_speller_and_listener_captured_as_cuda_graphs_give_the_eager_loss_and_gradients(case: str) -> None:
     from .test_graphs import assert_bucketed_pass_is_the_plain_one
