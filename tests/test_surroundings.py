@@ -86,7 +86,7 @@ def exported_dither(samples: int, seed: int = 0) -> torch.Tensor:
 
 
 def test_an_exports_dither_is_digital_silence_and_a_quiet_recordings_background_is_not() -> None:
-    """SPEECH peaks under -30 dBFS and is raised to it before analysis, and its 16-bit dither
+    """SPEECH peaks under -20 dBFS and is raised to it before analysis, and its 16-bit dither
     with it: 1 s of dither at each end was kept around the speech as a background quieter than
     any room (1.20x the CER of AN4 dev, zeros 1.00x). It is cut as zeros are. But a recording 40
     dB quieter, in 16 bits, has a background at the quantiser's steps too: at its ends, and
