@@ -13,7 +13,7 @@ from las.config import FeatureConfig
 from las.data.dereverberation import Dereverberation
 from las.errors import LasError
 
-FEATURE_VERSION = 16  # bump when the extraction code or the cache's index changes what it holds
+FEATURE_VERSION = 17  # bump when the extraction code or the cache's index changes what it holds
 
 
 class FeatureSet(Sequence[torch.Tensor]):
