@@ -12,6 +12,7 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
     white-N        white noise at N dB SNR
     speed-0.9/1.1  Kaldi-style speed change (tempo and pitch)
     room-0.6       a synthetic room of RT60 0.6 s (the family training draws from: optimistic)
+    clipped-10/20  a microphone set too hot: the peak driven 10 or 20 dB over full scale, cut flat
 
 and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
 
@@ -64,6 +65,7 @@ from las.data.channels import (
     add_noise,
     babble,
     brown_noise,
+    clipped,
     hum,
     own_background,
     pink_noise,
@@ -87,7 +89,7 @@ RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6"]
+CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20"]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -116,6 +118,8 @@ def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tenso
     made["room-0.6"] = lambda i, w, g: reverberate(w, room_response(RATE, 0.6, g))
     for speed in (0.9, 1.1):
         made[f"speed-{speed}"] = lambda i, w, g, speed=speed: change_speed(w, speed, RATE)
+    for over in (10, 20):  # a microphone set too hot: 4% and 22% of AN4 dev's samples cut flat
+        made[f"clipped-{over}"] = lambda i, w, g, over=over: clipped(w, over)
     return made
 
 

@@ -103,6 +103,25 @@ def test_a_quiet_microphone_is_drawn_last_in_16_bits_and_leaves_the_other_draws_
         assert torch.equal(before(waveform), after(waveform))
 
 
+def test_a_microphone_set_too_hot_is_drawn_last_clipped_flat_and_leaves_the_other_draws_as_they_were() -> None:
+    """The peak driven 3-20 dB over full scale and cut flat there, on the 16-bit grid; drawn after
+    every other effect (the quiet microphone too), so that with it off, every draw is what it was."""
+    waveform = speech()
+    (hot,) = augmentation(clipping=1.0).effects(draw(3))
+    heard = hot(waveform)
+    assert torch.equal(heard * 2**15, (heard * 2**15).round())
+    cut = heard.abs() >= 32767 / 32768
+    assert 0 < cut.float().mean() < 0.5  # the loudest samples, not all of them
+    gain = heard[~cut].abs().sum() / waveform[~cut].abs().sum()  # where it is not cut: the same waveform, louder
+    over = 20 * math.log10(float(gain) * waveform.abs().max().item())  # the peak's level, had it not been cut
+    assert 3 - 0.1 <= over <= 20 + 0.1
+    others = {"reverberation": 1.0, "noise": 1.0, "telephone": 1.0, "gain_db": 6.0, "quiet": 1.0}
+    without, with_it = augmentation(**others).effects(draw(4)), augmentation(**others, clipping=1.0).effects(draw(4))
+    assert len(with_it) == len(without) + 1
+    for before, after in zip(without, with_it, strict=False):
+        assert torch.equal(before(waveform), after(waveform))
+
+
 def test_augmentation_settings_are_checked() -> None:
     from las.config import load_config
     from las.errors import LasError

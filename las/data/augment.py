@@ -15,6 +15,7 @@ from las.data.audio import Segment, load_audio
 from las.data.channels import (
     add_noise,
     babble,
+    clipped,
     in_16_bits,
     pink_noise,
     reverberate,
@@ -27,6 +28,7 @@ from las.data.features import FilterbankExtractor, change_speed, log_mel_feature
 BABBLE_TALKERS = (3, 7)  # how many other utterances make one babble, drawn from this range
 BABBLE_POOL = 200  # training utterances kept in memory to make babble from
 QUIET_DB = (20.0, 40.0)  # a quiet microphone's drop, drawn from this range
+CLIPPING_DB = (3.0, 20.0)  # how far a microphone set too hot drives the peak over full scale
 
 
 class Source(NamedTuple):
@@ -82,7 +84,7 @@ def spec_augment(
 class WaveformAugmentation:
     """Per utterance and epoch, with the probabilities of an `AugmentConfig`: a reverberant room,
     then noise (babble of other training utterances, white or pink) at a random SNR, then a
-    telephone line, then a gain, then a quiet microphone's 16 bits — the order in which they
+    telephone line, then a gain, then a quiet or a clipping microphone's 16 bits — the order in which they
     happen to a real recording — and the
     log-mel features of the result. Every draw comes from the seed it is given, so an utterance
     in an epoch is augmented the same way in every process and after every resume."""
@@ -134,6 +136,9 @@ class WaveformAugmentation:
         if chance(config.quiet):  # last: a draw without it draws all the above as before
             drop = 10 ** (-uniform(*QUIET_DB) / 20)
             effects.append(lambda waveform: in_16_bits(waveform * drop))
+        if chance(config.clipping):  # after it: draws without it are what they were
+            over = uniform(*CLIPPING_DB)
+            effects.append(lambda waveform: clipped(waveform, over))
         return effects
 
     def noise(self, kind: str, samples: int, talkers: int, seed: int) -> torch.Tensor:

@@ -34,6 +34,15 @@ def in_16_bits(waveform: torch.Tensor) -> torch.Tensor:
     return (waveform * 2**15).round().clamp(-(2**15), 2**15 - 1) / 2**15
 
 
+def clipped(waveform: torch.Tensor, over_db: float) -> torch.Tensor:
+    """`waveform` `(samples,)` through a microphone or preamplifier set too hot: its peak driven
+    `over_db` over full scale, and everything beyond full scale cut flat, in 16 bits."""
+    peak = float(waveform.abs().max()) if len(waveform) else 0.0
+    if peak == 0.0:
+        return waveform
+    return in_16_bits(waveform * (10 ** (over_db / 20) / peak))
+
+
 def power(waveform: torch.Tensor) -> torch.Tensor:
     return waveform.pow(2).mean().clamp_min(1e-10)
 
