@@ -11,10 +11,13 @@
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
 #
-# The next lease's plan (2026-11-26, after an H200 ran `curve` and `tests`): `warmstart` (9 minutes,
-# timeout_s 590, carry [".whl"]): whether the 100-hour recipe aligns long utterances when its
-# model has first learnt short ones; then, with what is left, `benchmark.py throughput --device
-# cuda --graphs --batch-frames 8500 --workers 6` (#28: the 1.76 s pass waited a fifth on 2 workers).
+# The next lease's plan (2026-11-27, after an H200 ran `warmstart` and AN4's throughput with 6
+# workers): `tests` (tests/test_cuda.py whole, with the new `--init` on a GPU test; about 2 minutes),
+# then in the same call `seeds "$OUT" quiet-clipping --config data/recipes/an4-gpu.toml --set
+# train.augment.quiet=0.1 --set train.augment.clipping=0.1` (#31: the two microphone effects in a
+# whole training, 3 seeds side by side; poll runs/quiet-clipping-s*/metrics.jsonl from a second
+# call, then `robustness` and `surroundings` on them). Where the lease has minutes left: a profile of
+# the graphed AN4 pass's wait for batches (#28: 0.62 s of its 2.0 s with 6 workers, not the workers' start).
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
