@@ -33,7 +33,7 @@ from las.inference import transcribe
 from las.progress import warn
 from las.runtime import run_on
 from las.search import Hypothesis, build_strategy
-from las.segmentation import Levels, frame_energy, split_at_pauses
+from las.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
 from las.timing import word_edges
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
@@ -162,6 +162,7 @@ class Recognizer:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
         audio to its speech and the decoding margin around it (`decode.surroundings_seconds`),
+        cut at the pauses inside it too,
         and every piece of every recording is decoded in the same length-bucketed batches. A recording whose log-mel
         features come `from_audio` (all, by default) and hold no speech — silence, steady noise —
         gives no text, rather than what the decoder makes of noise; precomputed features of
@@ -217,12 +218,14 @@ class Recognizer:
         ]
 
     def speech_span(self, levels: Levels) -> list[tuple[int, int]]:
-        """The `[start, end)` frames to decode of a recording short enough to decode whole, with
-        these `levels`: its speech with the model's margin of what surrounds it (the whole
-        recording where the model heard everything around its speech); none without speech."""
+        """The `[start, end)` frames to decode of a recording shorter than a segment, with these
+        `levels`: its speech with the model's margin of what surrounds it (the whole recording
+        where the model heard everything around its speech), cut at the pauses inside it as a
+        long recording is; none without speech."""
         if not levels.speech:
             return []
-        return [self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))]
+        start, end = self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))
+        return cut_at_inner_pauses(levels.pauses, start, end)
 
     def dataset(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> SpeechDataset:
         """Utterances with these features `(frames, mel_bins)`, normalised as the model was
