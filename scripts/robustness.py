@@ -30,6 +30,8 @@ each start moved back to where its sound rises and each end on to where it falls
     click-start/end a record button's click (5 ms, -20 dBFS) 0.3 s from the recording, in its background
     tight          cut from the first word's start to the last word's end
     words          every word cut out alone, one clip each; words-telephone: those, through the line
+    gap-silence-0/1/3, gap-background-1/3   two consecutive dev recordings in one, with 0, 1 or 3 s
+                   of digital silence, or 1 or 3 s of the first one's background, between them
 
 `surroundings CHECKPOINT...` decodes them (the default decoding) and prints CER against the
 unpadded dev set, and for single words the share decoded exactly right.
@@ -261,6 +263,8 @@ PADDING = [
 SOUNDS = ["dither-1-both", "hum-1-both", "beep-start", "beep-end", "quiet-30", "quiet-40", "click-start", "click-end"]
 WORDS_PADDED = ["silence-0.5-both", "background-0.5-both"]  # single words as a padded clip or a phone app has them
 CROPS = ["tight", "words", "words-telephone", *[f"words-{condition}" for condition in WORDS_PADDED]]
+# Two consecutive dev recordings in one, with a pause between them (`joined`).
+GAPS = ["gap-silence-0", "gap-silence-1", "gap-silence-3", "gap-background-1", "gap-background-3"]
 HUM_DBFS = -45.0  # RMS of `hum-1-both`'s mains hum: 50 Hz and 3 harmonics
 BEEP_DBFS = -23.0  # RMS of the beeps' 1 kHz tone (0.5 s), with 0.3 s of background either side
 CLICK_DBFS = -20.0  # RMS of a record button's click (5 ms of decaying noise)
@@ -281,6 +285,16 @@ def padded(
     before = around() if side in ("start", "both") else torch.zeros(0)
     after = around() if side in ("end", "both") else torch.zeros(0)
     return torch.cat([before, waveform, after])
+
+
+def joined(first: torch.Tensor, second: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
+    """Two recordings `(samples,)` in one, with the pause of `condition` (of GAPS) between them:
+    digital silence, or the first one's own background, as a speaker pausing between two
+    sentences of one recording."""
+    _, kind, seconds = condition.split("-")
+    samples = round(float(seconds) * RATE)
+    gap = torch.zeros(samples) if kind == "silence" else own_background(first, samples, RATE, generator)
+    return torch.cat([first, gap, second])
 
 
 def sounded(waveform: torch.Tensor, condition: str, generator: torch.Generator) -> torch.Tensor:
@@ -330,15 +344,23 @@ def build_surroundings(
     words_generator = torch.Generator().manual_seed(seed + 1)  # apart: the utterances' sets draw as before
     sounds_generator = torch.Generator().manual_seed(seed + 2)
     clicks_generator = torch.Generator().manual_seed(seed + 3)  # apart: the sounds before them draw as before
-    names = [name for name in PADDING + SOUNDS + CROPS if matches(name, only)]
-    sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + SOUNDS + CROPS}
-    for identifier, audio, _, text in dev_rows():
+    gaps_generator = torch.Generator().manual_seed(seed + 4)
+    names = [name for name in PADDING + SOUNDS + CROPS + GAPS if matches(name, only)]
+    sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + SOUNDS + CROPS + GAPS}
+    previous = ("", torch.zeros(0), "")
+    for position, (identifier, audio, _, text) in enumerate(dev_rows()):
         waveform = load_audio(DEV.parent / audio, RATE)
         for condition in PADDING:
             sets[condition].append((identifier, padded(waveform, condition, generator), text))
         for condition in SOUNDS:
             drawing = clicks_generator if condition.startswith("click-") else sounds_generator
             sets[condition].append((identifier, sounded(waveform, condition, drawing), text))
+        if position % 2:  # with the recording before it
+            first_identifier, first, first_text = previous
+            for condition in GAPS:
+                pair = joined(first, waveform, condition, gaps_generator)
+                sets[condition].append((f"{first_identifier}+{identifier}", pair, f"{first_text} {text}"))
+        previous = identifier, waveform, text
         if not set(names) & set(CROPS):
             continue  # no alignment needed
         words = reference_words(recognizer, waveform, text)
@@ -428,7 +450,7 @@ def measure_surroundings(
     only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns (e.g. 'words*')."),
 ) -> None:
     """CER per surroundings condition with the default decoding, over the checkpoints (seeds)."""
-    names = ["unpadded"] + [name for name in PADDING + SOUNDS + CROPS if matches(name, only)]
+    names = ["unpadded"] + [name for name in PADDING + SOUNDS + CROPS + GAPS if matches(name, only)]
     results = [surroundings_rates(checkpoint, sets, settings, device, names) for checkpoint in checkpoints]
     unpadded = statistics.mean(result["rates"]["unpadded"] for result in results)
     print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x unpadded: ratio of means\n")
