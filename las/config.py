@@ -298,10 +298,10 @@ class AugmentConfig(Section):
     telephone: Fraction = 0.3  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
     gain_db: Annotated[float, Range(0, 40)] = 6.0  # a gain drawn from +-gain_db
     # A quiet microphone: the recording 20-40 dB quieter, in 16 bits, which the front end raises
-    # back with the quantiser's noise and steps in its soft sounds (AN4 dev so: 1.23x and 1.35x).
+    # back with the quantiser's noise and steps in its soft sounds (AN4 dev 40 dB down: 1.12x).
     quiet: Fraction = 0.0
     # A microphone set too hot: the peak driven 3-20 dB over full scale and cut flat there, in 16
-    # bits (AN4 dev so, +10 dB: 4% of samples cut, 2.0x the CER; +20 dB: 22%, 3.8x; seed 1).
+    # bits (AN4 dev so, +10 dB: 4% of samples cut, 1.87x the CER; +20 dB: 22%, 3.48x; 3 seeds).
     clipping: Fraction = 0.0
     # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
     # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).

@@ -162,11 +162,10 @@ class Recognizer:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
         audio to its speech and the decoding margin around it (`decode.surroundings_seconds`),
-        cut at the pauses inside it too,
-        and every piece of every recording is decoded in the same length-bucketed batches. A recording whose log-mel
-        features come `from_audio` (all, by default) and hold no speech — silence, steady noise —
-        gives no text, rather than what the decoder makes of noise; precomputed features of
-        unknown scale are always decoded."""
+        cut at its pauses of a second or more, and every piece of every recording is decoded in
+        the same length-bucketed batches. A recording whose log-mel features come `from_audio`
+        (all, by default) and hold no speech — silence, steady noise — gives no text, rather than
+        what the decoder makes of noise; precomputed features of unknown scale are always decoded."""
         hop = self.config.features.hop_ms / 1000
         longest = max(1, round(self.config.decode.segment_seconds / hop))
         pieces, silent = [], []
@@ -220,8 +219,8 @@ class Recognizer:
     def speech_span(self, levels: Levels) -> list[tuple[int, int]]:
         """The `[start, end)` frames to decode of a recording shorter than a segment, with these
         `levels`: its speech with the model's margin of what surrounds it (the whole recording
-        where the model heard everything around its speech), cut at the pauses inside it as a
-        long recording is; none without speech."""
+        where the model heard everything around its speech), cut at the pauses of a second or
+        more inside it (`cut_at_inner_pauses`); none without speech."""
         if not levels.speech:
             return []
         start, end = self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))
