@@ -1092,5 +1092,41 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
         print(f"| {name} | {median / hours:.1f} | {hours * 3600 / median:,.0f} |")
 
 
+@app.command()
+def draws(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 848, rounds: int = 3) -> None:
+    """A training epoch's draws as `las train`'s loader workers make them (`SpeechDataset`: the
+    epoch's speed of each utterance, what surrounds its speech, and from
+    `train.augment.start_epoch` on its waveform effects; the default recipe), on one thread: the
+    first epoch, which finds where each utterance's speech is (`SharedEdges`), and a later one,
+    which reads it. Before that cache, every epoch was a first one. Median of `rounds` rounds,
+    the variants interleaved on the same draws."""
+    from las.data.dataset import Draw
+    from las.train import load_corpus
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as folder:
+        head = subset_manifest(manifest, utterances, Path(folder) / manifest.name)
+        config = Config().replace([f"data.train={head}", f"data.dev={head}", f"train.out={folder}/run"])
+        dataset = load_corpus(config, None, None).train
+    assert dataset.edges is not None, "the default recipe trims what surrounds the speech"
+    variants = dataset.variants(config.train.augment.start_epoch, config.train.seed)
+    seconds: dict[str, list[float]] = collections.defaultdict(list)
+    for round_, augmented in itertools.product(range(rounds), (False, True)):
+        dataset.edges.values.fill_(-1)
+        for epoch in ("first epoch (edges found)", "later epoch (edges read)"):
+            started = time.perf_counter()
+            for index, variant in enumerate(variants):
+                dataset[Draw(index, variant, round_ * 1_000_003 + index if augmented else None)]
+            name = f"{'augmented' if augmented else 'before the augmentation starts'}, {epoch}"
+            seconds[name].append(time.perf_counter() - started)
+    hours = sum(dataset.frame_counts()) / config.features.frames(3600)
+    print(f"{len(dataset)} utterances of {manifest}, one thread, median of {rounds} rounds:\n")
+    print("| an epoch's draws, one thread | seconds | ms per draw | CPU seconds per hour of audio |")
+    print("| --- | --- | --- | --- |")
+    for name, measured in seconds.items():
+        median = statistics.median(measured)
+        print(f"| {name} | {median:.2f} | {1000 * median / len(dataset):.1f} | {median / hours:.1f} |")
+
+
 if __name__ == "__main__":
     app()

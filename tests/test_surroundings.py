@@ -9,9 +9,11 @@ import torch
 from las.config import FeatureConfig, load_config
 from las.data.audio import load_audio
 from las.data.channels import add_noise, hum, in_16_bits, own_background, power, white_noise
+from las.data.dataset import Draw, SpeechDataset
 from las.data.features import FilterbankExtractor
 from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
 from las.segmentation import Levels, sound_regions
+from las.text import Vocabulary
 
 from .conftest import AN4
 
@@ -365,8 +367,9 @@ def test_training_draws_more_background_reproducibly_from_the_quietest_part_of_t
     levels = Levels.of(features)
     start, end = Surroundings(margin=30).span(levels)
     surroundings = Surroundings(margin=30, crop=0.25, extend=0.5)
-    draws = [surroundings.heard(features, levels, torch.Generator().manual_seed(seed)) for seed in range(200)]
-    again = [surroundings.heard(features, levels, torch.Generator().manual_seed(seed)) for seed in range(200)]
+    edges = surroundings.edges(levels)
+    draws = [surroundings.heard(features, edges, torch.Generator().manual_seed(seed)) for seed in range(200)]
+    again = [surroundings.heard(features, edges, torch.Generator().manual_seed(seed)) for seed in range(200)]
     assert all(torch.equal(one, other) for one, other in zip(draws, again, strict=True))
     longer = [draw for draw in draws if len(draw) > end - start]
     assert 0.35 < len(longer) / len(draws) < 0.65  # a share `extend` of the draws: the rest as they were
@@ -379,4 +382,27 @@ def test_training_draws_more_background_reproducibly_from_the_quietest_part_of_t
     energy = heard.logsumexp(dim=1)
     assert rows.logsumexp(dim=1).max() < energy.median()
     assert all((heard == row).all(dim=1).any() for row in rows)
-    assert torch.equal(surroundings.heard(features, levels), heard)  # outside training: the span
+    assert torch.equal(surroundings.heard(features, edges), heard)  # outside training: the span
+
+
+def test_each_utterances_edges_are_computed_once_by_whichever_worker_reads_it_and_draws_stay_the_same() -> None:
+    names = ["an10-fjmd-b", "an6-fjmd-b", "cen1-fjmd-b", "cen2-fjmd-b"]
+    silence = torch.zeros(RATE // 2)
+    features = [features_of(torch.cat([silence, load_audio(AN4 / "audio" / f"{name}.flac", RATE)])) for name in names]
+    surroundings = Surroundings(margin=30, crop=0.5, extend=0.3)
+    dataset = SpeechDataset(names, features, ["A"] * 4, Vocabulary.from_texts(["A"]), surroundings=surroundings)
+    draws = [Draw(index, 0, seed=index + 7) for index in range(4)]
+    expected = [
+        surroundings.heard(features[index], surroundings.edges(Levels.of(features[index])), generator(index + 7))
+        for index in range(4)
+    ]
+    assert dataset.edges is not None and (dataset.edges.values == -1).all()  # nothing known yet
+    for _ in range(2):  # read by two worker processes, then, from what they left, by two new ones
+        loader = torch.utils.data.DataLoader(draws, batch_size=None, num_workers=2, collate_fn=dataset.__getitem__)
+        assert all(torch.equal(example.features, heard) for example, heard in zip(loader, expected, strict=True))
+        assert (dataset.edges.values[0] >= 0).all()  # the workers' analysis is the main process's too
+    assert dataset.subset([2, 0]).edges.values.tolist() == dataset.edges.values[:, [2, 0]].tolist()
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -18,7 +18,7 @@ from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
 from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
 from las.data.sounds import NonSpeech
-from las.data.surroundings import Surroundings
+from las.data.surroundings import SharedEdges, Surroundings
 from las.data.utterances import Utterance, Utterances
 from las.segmentation import Levels
 from las.text import Vocabulary
@@ -202,6 +202,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         self.texts = texts
         self.vocabulary = vocabulary
         self.perturbed = [as_feature_set(variant) for variant in perturbed]
+        self.edges = SharedEdges(surroundings, 1 + len(self.perturbed), len(self.ids)) if surroundings else None
         self.normalizer = normalizer
         # Encoded once here, not in every batch.
         self.tokens = PackedTokens(vocabulary.encode(text) if with_targets else [] for text in self.texts)
@@ -251,8 +252,8 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         if features is None:
             features = recorded
         whole, tokens, text = features, self.tokens[index], self.texts[index]
-        if self.surroundings is not None:
-            features = self.surroundings.heard(features, Levels.of(recorded), generator)
+        if self.edges is not None:
+            features = self.edges.heard(variant, index, recorded, features, generator)
         # Drawn last, so that the draws before it are the same with or without it.
         if self.excerpts is not None and generator is not None:
             excerpt = self.excerpts.draw(index, self.speeds[variant], len(whole), generator)
@@ -276,6 +277,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         part.texts = [self.texts[index] for index in indices]
         part.tokens = self.tokens.subset(indices)
         part.perturbed = [InMemoryFeatures([variant[index] for index in indices]) for variant in self.perturbed]
+        part.edges = self.edges.subset(indices) if self.edges else None
         return part
 
     def frame_counts(self) -> list[int]:

@@ -14,7 +14,9 @@ noise, is more than the margin.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -28,6 +30,55 @@ PIECE_FRAMES = 5  # ... in pieces of 50 ms
 # from it surely: AN4 dev's lies 5.4-8.2 nats under its speech (10th to 90th percentile), and so
 # do its telephone and room versions'; white noise and babble at 20 dB 3.9-5.7, at 10 dB 2.4-4.8.
 CLEAR_NATS = 5.0
+
+
+class Edges(NamedTuple):
+    """All that `Surroundings` reads of a recording's `Levels`: where its speech is and how much
+    is heard around it. A few numbers, where the levels are a pass over every frame."""
+
+    first: int  # the speech's first frame
+    last: int  # and one past its last
+    lead: int  # heard frames just before `first` (up to digital silence or an inserted sound)
+    trail: int  # and just from `last` on
+    clear: bool  # whether the background stands CLEAR_NATS under the speech (read only with a `share`)
+
+
+class SharedEdges:
+    """A `Surroundings` policy over a training or dev set, with the `Edges` of each utterance at
+    each speed computed by whichever process first reads it and kept in shared memory, where the
+    DataLoader's workers, started afresh every epoch, find them: the levels were a fifth of a
+    training draw's time (1.7 of 8.5 s of an AN4 epoch's draws in one thread, most of the rest
+    the waveform effects)."""
+
+    def __init__(self, surroundings: Surroundings, variants: int, count: int) -> None:
+        self.surroundings = surroundings
+        # -1: not yet computed (a speech's first frame is never negative).
+        self.values = torch.full((variants, count, len(Edges._fields)), -1, dtype=torch.int32).share_memory_()
+
+    def heard(
+        self,
+        variant: int,
+        index: int,
+        recorded: torch.Tensor,
+        features: torch.Tensor,
+        generator: torch.Generator | None,
+    ) -> torch.Tensor:
+        """`features` `(frames, mel_bins)` of utterance `index` at speed `variant` as the model
+        hears them (`Surroundings.heard`), its edges read from its features as `recorded`."""
+        row = self.values[variant, index]
+        if row[0] >= 0:
+            first, last, lead, trail, clear = row.tolist()
+            edges = Edges(first, last, lead, trail, bool(clear))
+        else:
+            edges = self.surroundings.edges(Levels.of(recorded))
+            row.copy_(torch.tensor(edges, dtype=torch.int32))
+        return self.surroundings.heard(features, edges, generator)
+
+    def subset(self, indices: Sequence[int]) -> SharedEdges:
+        """The utterances at `indices`, in that order, with what is known of them."""
+        part = SharedEdges(self.surroundings, len(self.values), len(indices))
+        part.values.copy_(self.values[:, list(indices)])
+        return part
 
 
 @dataclass(frozen=True)
@@ -63,21 +114,27 @@ class Surroundings:
             return min(run, self.margin)
         return min(self.margin, round(self.share * (last - first)))
 
+    def edges(self, levels: Levels) -> Edges:
+        """What `drawn` reads of a recording with these `levels`."""
+        first, last = levels.speech_extent()
+        clear = self.share is not None and surroundings_contrast(levels, first, last) >= CLEAR_NATS
+        return Edges(first, last, *levels.heard_around(first, last), clear)
+
     def span(self, levels: Levels, generator: torch.Generator | None = None) -> tuple[int, int]:
         """`[start, end)` frames of a recording with these `levels` to hear: its speech with at most
         `margin` frames around it, and none of the digital silence beyond (exact zeros sit at the
         log floor, far below any background a model has heard). With a `generator` (a training
         draw), with probability `crop`, the lead-in and the trail are each cut to a uniform share
         of themselves, down to none."""
-        start, end, _, _ = self.drawn(levels, generator)
+        start, end, _, _ = self.drawn(self.edges(levels), generator)
         return start, end
 
-    def heard(self, features: torch.Tensor, levels: Levels, generator: torch.Generator | None = None) -> torch.Tensor:
-        """`features` `(frames, mel_bins)` of a recording with these `levels` (as recorded: noise
+    def heard(self, features: torch.Tensor, edges: Edges, generator: torch.Generator | None = None) -> torch.Tensor:
+        """`features` `(frames, mel_bins)` of a recording with these `edges` (as recorded: noise
         drawn into the features cannot move the speech's edges) as a model hears them: cut to their
         `span`, and in a training draw, with probability `extend` (where it is not cropped), with
         up to EXTEND_FRAMES of its own background (`background_frames`) more before and after it."""
-        start, end, before, after = self.drawn(levels, generator)
+        start, end, before, after = self.drawn(edges, generator)
         features = features[start:end]
         if not before and not after:
             return features
@@ -86,11 +143,10 @@ class Surroundings:
             [background_frames(features, before, generator), features, background_frames(features, after, generator)]
         )
 
-    def drawn(self, levels: Levels, generator: torch.Generator | None) -> tuple[int, int, int, int]:
+    def drawn(self, edges: Edges, generator: torch.Generator | None) -> tuple[int, int, int, int]:
         """`span`'s `start, end`, and how many frames of background a draw adds before and after."""
-        first, last = levels.speech_extent()
-        clear = self.share is not None and surroundings_contrast(levels, first, last) >= CLEAR_NATS
-        lead, trail = (self.kept(run, first, last, clear) for run in levels.heard_around(first, last))
+        first, last = edges.first, edges.last
+        lead, trail = (self.kept(run, first, last, edges.clear) for run in (edges.lead, edges.trail))
         before = after = 0
         # One draw decides: cropped, extended or as it is (none without either, as before them).
         if generator is not None and (self.crop > 0 or self.extend > 0):
