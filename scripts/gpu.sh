@@ -16,8 +16,10 @@
 # then in the same call `seeds "$OUT" quiet-clipping --config data/recipes/an4-gpu.toml --set
 # train.augment.quiet=0.1 --set train.augment.clipping=0.1` (#31: the two microphone effects in a
 # whole training, 3 seeds side by side; poll runs/quiet-clipping-s*/metrics.jsonl from a second
-# call, then `robustness` and `surroundings` on them). Where the lease has minutes left: a profile of
-# the graphed AN4 pass's wait for batches (#28: 0.62 s of its 2.0 s with 6 workers, not the workers' start).
+# call, then `robustness` and `surroundings` on them). Where the lease has minutes left:
+# `python scripts/benchmark.py throughput --graphs --batch-frames 8500 --workers 6` again (#28: 0.62 s
+# of its 2.0 s waited for batches with 6 workers; each utterance's edges are now kept across epochs,
+# SharedEdges), and the seeds' epoch times past the augmentation's start against their step times.
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
