@@ -16,6 +16,7 @@ from las.data import extraction
 from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.cache_index import line_checksum, write_rows
+from las.data.dereverberation import Dereverberation
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.errors import LasError
@@ -77,6 +78,23 @@ def test_a_second_run_extracts_nothing_and_rehashes_nothing(
     forbid(monkeypatch, "extract_chunk", "read_bytes")  # unchanged files are known without reading them
     again = FeatureCache(tmp_path / "cache", FeatureConfig(), workers=2).load(utterances)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_features_computed_by_other_feature_code_are_never_served(
+    tmp_path: Path, utterances: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An earlier release or an experiment's edit of the front end computed other features: the
+    cache keys its folder by the code of the modules that compute and store them, not by a
+    version number that an edit can leave as it was."""
+    keyed = {module.__name__ for module in cache_module.FEATURE_MODULES}
+    computing = (load_audio, FilterbankExtractor, Dereverberation, extraction.extract_chunk, line_checksum)
+    assert {function.__module__ for function in computing} <= keyed  # what reads, computes and indexes them
+    ours = FeatureCache(tmp_path / "cache", FeatureConfig())
+    ours.load(utterances)
+    monkeypatch.setattr(cache_module, "FEATURE_CODE", cache_module.code_digest([__file__]))  # other code
+    other = FeatureCache(tmp_path / "cache", FeatureConfig())
+    assert other.directory.parent == ours.directory.parent and other.directory != ours.directory
+    assert not other.directory.exists() or not any(other.directory.glob("shard-*"))  # nothing to serve
 
 
 def test_a_cache_used_before_opens_without_reading_its_features(

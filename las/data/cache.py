@@ -1,6 +1,6 @@
 """The on-disk feature cache: shards of features, memory-mapped for reading, and an index.
 
-Layout under `<cache_dir>/<digest of the feature settings>/`:
+Layout under `<cache_dir>/<digest of the feature settings and the code that computes them>/`:
 
     shard-<id>.npy  `(frames, dim)`: the features of a chunk of utterances, end to end; float16
                     log-mels computed from audio, or precomputed features (HW4P2's per-utterance
@@ -42,6 +42,7 @@ import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
+from las.data import audio, cache_index, dereverberation, extraction, features
 from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
@@ -59,7 +60,7 @@ from las.data.extraction import (
     planned_frames,
     source_of,
 )
-from las.data.features import FEATURE_VERSION, FeatureSet, InMemoryFeatures
+from las.data.features import FeatureSet, InMemoryFeatures
 from las.data.manifest import report_skipped
 from las.data.on_demand import OnDemand
 from las.data.utterances import Utterance, Utterances
@@ -71,6 +72,24 @@ SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
 LOOKUP_ROWS = 50_000  # utterances whose features are looked up (and computed if missing) at a time
 IN_MEMORY, PLANNED = -1, -2  # StoredFeatures rows that lie in no shard
+
+
+def code_digest(paths: Iterable[str | Path]) -> str:
+    """The sha256 of the files at `paths`, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+# What an entry holds is decided by the feature settings and by the code of the modules that read
+# the audio, compute the features and store them: a cache folder per digest of both, so that
+# features computed by other code (an earlier release, an experiment's edit) are never read as
+# this code's. A version number bumped by hand let an experiment's features be read as a later
+# change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
+# minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels).
+FEATURE_MODULES = (audio, cache_index, dereverberation, extraction, features)
+FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)])
 
 
 class Planned(NamedTuple):
@@ -160,7 +179,7 @@ class FeatureCache:
         """The cache in `directory` (see `cache_directory`); `workers` processes compute misses (0:
         in this process) before they are needed, for corpora of up to `ahead_limit` utterances
         x speeds; larger ones are computed as they are first read."""
-        settings = json.dumps([FEATURE_VERSION, config.extraction()], sort_keys=True)
+        settings = json.dumps([FEATURE_CODE, config.extraction()], sort_keys=True)
         self.directory = cache_directory(directory) / hashlib.sha256(settings.encode()).hexdigest()[:16]
         self.config = config
         self.workers = workers

@@ -13,8 +13,6 @@ from las.config import FeatureConfig
 from las.data.dereverberation import Dereverberation
 from las.errors import LasError
 
-FEATURE_VERSION = 17  # bump when the extraction code or the cache's index changes what it holds
-
 
 class FeatureSet(Sequence[torch.Tensor]):
     """A corpus' features, `(frames, dim)` float32 per utterance, whose sizes are known without
