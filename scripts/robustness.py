@@ -13,6 +13,8 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
     speed-0.9/1.1  Kaldi-style speed change (tempo and pitch)
     room-0.6       a synthetic room of RT60 0.6 s (the family training draws from: optimistic)
     clipped-10/20  a microphone set too hot: the peak driven 10 or 20 dB over full scale, cut flat
+    compressed     a compressor (4:1 above -40 dBFS, 10 ms frames) and gain to a -1 dBFS peak, as a
+                   phone's automatic gain or a broadcast chain leaves speech: loud, nothing cut
 
 and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
 
@@ -91,7 +93,7 @@ RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20"]
+CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20", "compressed"]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -122,7 +124,22 @@ def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tenso
         made[f"speed-{speed}"] = lambda i, w, g, speed=speed: change_speed(w, speed, RATE)
     for over in (10, 20):  # a microphone set too hot: 4% and 22% of AN4 dev's samples cut flat
         made[f"clipped-{over}"] = lambda i, w, g, over=over: clipped(w, over)
+    made["compressed"] = lambda i, w, g: compressed(w)
     return made
+
+
+def compressed(waveform: torch.Tensor, threshold_db: float = -40.0, ratio: float = 4.0) -> torch.Tensor:
+    """`waveform` `(samples,)` through a compressor: each 10 ms frame's level above `threshold_db`
+    (RMS, dBFS) reduced `ratio` to 1 (the gain between frames' centres interpolated), then the
+    whole raised to a peak of -1 dBFS."""
+    frame = RATE // 100
+    frames = torch.nn.functional.pad(waveform, (0, -len(waveform) % frame)).reshape(-1, frame)
+    level = 10 * torch.log10(frames.pow(2).mean(dim=1).clamp_min(1e-12))  # (frames,) dBFS
+    reduction = (level - threshold_db).clamp_min(0) * (1 - 1 / ratio)  # dB
+    # (samples,): frame values at frame centres, linear between them
+    reduction = torch.nn.functional.interpolate(reduction[None, None], size=frames.numel(), mode="linear")[0, 0]
+    louder = waveform * 10 ** (-reduction[: len(waveform)] / 20)
+    return louder * (10 ** (-1 / 20) / louder.abs().max())
 
 
 def write_audio(path: Path, waveform: torch.Tensor) -> None:
@@ -145,11 +162,15 @@ def write_set(out: Path, name: str, items: list[tuple[str, torch.Tensor, str]]) 
 
 
 @app.command()
-def build(out: Path = SETS, seed: int = 0) -> None:
+def build(
+    out: Path = SETS,
+    seed: int = 0,
+    only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns."),
+) -> None:
     """Write the evaluation sets."""
     rows = dev_rows()
     pool = [torch.from_numpy(soundfile.read(DEV.parent / audio, dtype="float32")[0]) for _, audio, _, _ in rows]
-    for name, transform in conditions(pool).items():
+    for name, transform in [(name, made) for name, made in conditions(pool).items() if matches(name, only)]:
         generator = torch.Generator().manual_seed(seed)
         items = [
             (identifier, transform(index, pool[index], generator), text)
@@ -202,15 +223,17 @@ def code_digest() -> str:
 CODE = code_digest()
 
 
-def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device: str) -> dict[str, dict]:
-    """One checkpoint's CER per decoding and condition, and its greedy overruns (and the longest
-    text decoded from each recording without speech), kept beside it (`kept`)."""
+def measure_checkpoint(
+    checkpoint: Path, sets: Path, settings: list[str], device: str, names: list[str]
+) -> dict[str, dict]:
+    """One checkpoint's CER per decoding and condition of `names`, and its greedy overruns (and the
+    longest text decoded from each recording without speech), kept beside it (`kept`)."""
 
     def compute() -> dict[str, dict]:
         rates: dict[str, dict[str, float]] = {}
         overruns: dict[str, int] = {}
         for decoding, decoding_settings in DECODINGS.items():
-            for name in CONDITIONS:
+            for name in names:
                 source = DEV if name == "clean" else sets / f"{name}.tsv"
                 hypotheses = transcribe(checkpoint, source, decoding_settings + settings, device)
                 rates.setdefault(decoding, {})[name] = character_error_rate(hypotheses, DEV)
@@ -220,7 +243,7 @@ def measure_checkpoint(checkpoint: Path, sets: Path, settings: list[str], device
         overruns.update({identifier: len(text) for identifier, text in nonspeech.items()})
         return {"rates": rates, "overruns": overruns}
 
-    return kept(checkpoint, "robustness", settings, compute)
+    return kept(checkpoint, "robustness", settings + ([] if names == CONDITIONS else names), compute)
 
 
 @app.command()
@@ -229,20 +252,22 @@ def measure(
     sets: Path = SETS,
     settings: list[str] = typer.Option([], "--set", help="decode.* settings for every decoding."),
     device: str = typer.Option("cpu", help="cpu, cuda or auto."),
+    only: list[str] = typer.Option([], "--only", help="Only the conditions matching these patterns, and clean."),
 ) -> None:
     """CER per condition and decoding, over the checkpoints (seeds)."""
-    results = [measure_checkpoint(checkpoint, sets, settings, device) for checkpoint in checkpoints]
+    names = ["clean", *[name for name in CONDITIONS[1:] if matches(name, only)]]
+    results = [measure_checkpoint(checkpoint, sets, settings, device, names) for checkpoint in checkpoints]
     rates = {
         (decoding, name): [result["rates"][decoding][name] for result in results]
         for decoding in DECODINGS
-        for name in CONDITIONS
+        for name in names
     }
     overruns = {name: max(result["overruns"][name] for result in results) for name in results[0]["overruns"]}
     print(f"{len(checkpoints)} checkpoint(s); CER % as mean (min-max); x clean: ratio of means\n")
     print("| condition | greedy CER | x clean | beam CER | x clean | greedy: longest vs 1.5 ref + 5 |")
     print("| --- | --- | --- | --- | --- | --- |")
     clean = {decoding: statistics.mean(rates[(decoding, "clean")]) for decoding in DECODINGS}
-    for name in CONDITIONS:
+    for name in names:
         greedy, beam = rates[("greedy", name)], rates[("beam", name)]
         print(
             f"| {name} | {summary(greedy)} | {statistics.mean(greedy) / clean['greedy']:.2f} | {summary(beam)} | "

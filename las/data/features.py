@@ -10,7 +10,9 @@ import torch
 import torchaudio
 
 from las.config import FeatureConfig
+from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
+from las.data.loudness import within_training_levels
 from las.errors import LasError
 
 
@@ -42,10 +44,6 @@ class InMemoryFeatures(FeatureSet):
         return {item.shape[1] for item in self.items}
 
 
-# The quietest AN4 training recording peaks at -23 dBFS (the median at -11): recordings that peak
-# lower than -20 dBFS are brought up to it before analysis, into the levels training has heard.
-# Brought only to -30 dBFS, speech 30-40 dB down read 1.3x worse: its soft sounds near the floor.
-QUIET_PEAK = 10 ** (-20 / 20)
 POWER_FLOOR = 1e-6  # added to mel power before the log: digital silence sits exactly there
 DITHER_STEPS = 2  # an export's dither: +-1 step of 16 bits (triangular), a step more where shaped
 BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
@@ -53,7 +51,8 @@ BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: m
 
 class FilterbankExtractor:
     """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`, frames centred on every hop,
-    after removing the waveform's DC offset and raising a very quiet one (QUIET_PEAK)."""
+    after giving a clipped waveform its peaks back (`declipped`), removing its DC offset and bringing
+    it inside the levels training has heard (`within_training_levels`)."""
 
     def __init__(self, config: FeatureConfig) -> None:
         self.config = config
@@ -72,12 +71,7 @@ class FilterbankExtractor:
         self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberates else None
 
     def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
-        waveform = without_offset(waveform, self.window)
-        # Log power has an absolute floor (POWER_FLOOR), under which a quiet recording's speech vanishes:
-        # one quieter than any training audio is raised to that level first.
-        peak = float(waveform.abs().max()) if len(waveform) else 0.0
-        if 0 < peak < QUIET_PEAK:
-            waveform = waveform * (QUIET_PEAK / peak)
+        waveform = within_training_levels(without_offset(declipped(waveform), self.window), self.hop)
         features = self.log_mel(waveform)
         # A recording without speech keeps its features: a tone, a hum or brown noise is all
         # predictable from its past, and what WPE leaves of it can pass for speech.
@@ -175,7 +169,7 @@ def long_runs(flags: torch.Tensor, length: int) -> torch.Tensor:
 def dither(waveform: torch.Tensor) -> torch.Tensor:
     """`(samples,)` True where a sample of `waveform` `(samples,)` is zero or a 16-bit quantiser's
     last steps around it (exactly on its grid, within DITHER_STEPS): what an export that dithers
-    puts where the file holds nothing. Raised with a quiet recording (QUIET_PEAK), it passed for a
+    puts where the file holds nothing. Raised with a quiet recording (`within_training_levels`), it passed for a
     background quieter than any room and was kept around the speech (1 s of it at each end of
     AN4 dev: 1.20x the CER, where zeros are 1.00x). Only at the ends: inside a recording 40 dB
     under AN4's, in 16 bits, the soft sounds of its speech are as quiet, and taken for silence
