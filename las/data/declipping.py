@@ -4,8 +4,10 @@ A microphone or preamplifier driven past its range records every sample beyond f
 full scale: runs of identical samples at the recording's extremes, where speech peaks are
 rounded. The flat tops spread energy over every band, and AN4 dev so recorded read 1.87x its
 CER 10 dB over full scale and 3.48x 20 dB over. Nothing a model could learn from AN4 has them.
-Each run is filled in from the waveform around it: a cubic fitted to the samples on its both
-sides, which continues their slopes past the rail, as the peak went on.
+Each run is filled in from the waveform around it: a cubic fitted to the samples on both its
+sides, which continues their slopes past the rail, as the peak went on. With the loudness
+ceiling (`las.data.loudness`): 1.51x and 2.54x (3 seeds; docs/BENCHMARKS.md, "A microphone set
+too hot, heard as if it had not been").
 """
 
 from __future__ import annotations
