@@ -302,7 +302,7 @@ class AugmentConfig(Section):
     quiet: Fraction = 0.0
     # A microphone set too hot: the peak driven 3-20 dB over full scale and cut flat there, in 16
     # bits, then filled in by the front end as decoding fills it (las/data/declipping.py; AN4 dev
-    # so, +10 dB: 4% of samples cut, 1.51x the CER; +20 dB: 22%, 2.54x; 3 seeds, no training).
+    # so, +10 dB: 4% of samples cut, 1.49x the CER; +20 dB: 22%, 2.48x; 3 seeds, no training).
     clipping: Fraction = 0.0
     # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
     # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).

@@ -1,4 +1,3 @@
-import math
 import random
 import statistics
 from dataclasses import replace
@@ -15,7 +14,7 @@ from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
-from las.data.loudness import LOUD_POWER, QUIET_PEAK, loud_power
+from las.data.loudness import LOUD_LEVEL_DB, QUIET_PEAK, mean_level_db
 from las.data.manifest import read_utterances
 from las.errors import LasError
 from las.text import Vocabulary
@@ -136,8 +135,9 @@ def test_long_recordings_are_analysed_in_blocks_giving_the_same_frames_bit_for_b
     centred = torchaudio.transforms.MelSpectrogram(
         sample_rate=16000, n_fft=400, win_length=400, hop_length=160, n_mels=config.mel_bins
     )
-    # At -20 dB, a level training has heard (`within_training_levels` leaves it as it is).
-    waveform = 0.1 * torch.randn(160 * (2 * BLOCK_FRAMES + 123), generator=torch.Generator().manual_seed(0))
+    # Noise at -40 dB with a peak of 0.5: levels training has heard (`within_training_levels` leaves it).
+    waveform = 0.01 * torch.randn(160 * (2 * BLOCK_FRAMES + 123), generator=torch.Generator().manual_seed(0))
+    waveform[1000] = 0.5
     features = FilterbankExtractor(config)(waveform)  # three blocks
     without_offset = waveform - waveform.mean(dtype=torch.float64).float()
     assert torch.equal(features, torch.log(centred(without_offset) + 1e-6).T)
@@ -168,18 +168,21 @@ def test_recordings_quieter_than_any_training_audio_are_analysed_at_its_level() 
 
 
 def test_recordings_louder_than_any_training_audio_are_analysed_at_its_level() -> None:
-    """The mirror of the quiet side: the loud frames of AN4's loudest training recording stay
-    under LOUD_POWER, and a recording whose loud frames are louder (AN4 dev 20 dB up, in floating
-    point: 1.24x its CER) is analysed at that level, whatever more it had."""
+    """The mirror of the quiet side: AN4's loudest training recording stays under LOUD_LEVEL_DB
+    (its frames' mean power in dB), and a recording louder than that (AN4 dev 20 dB up, in floating
+    point: 1.24x its CER) is analysed at that level, whatever more it had; padding does not hide it."""
     rows = [line.split("\t") for line in (AN4 / "train.tsv").read_text().splitlines()[1:]]
     hop = analysis_sizes(FeatureConfig())[1]
-    loudest = max(loud_power(torch.from_numpy(soundfile.read(AN4 / row[1], dtype="float32")[0]), hop) for row in rows)
-    assert loudest <= LOUD_POWER <= 2 * loudest  # within 3 dB of what training heard
+    levels = [mean_level_db(torch.from_numpy(soundfile.read(AN4 / row[1], dtype="float32")[0]), hop) for row in rows]
+    assert max(levels) <= LOUD_LEVEL_DB <= max(levels) + 3  # within 3 dB of what training heard
     speech = torch.from_numpy(soundfile.read(AN4 / "audio" / "an10-fjmd-b.flac", dtype="float32")[0])
     extractor = FilterbankExtractor(FeatureConfig())
-    loud = speech * math.sqrt(LOUD_POWER / loud_power(speech, hop))
+    loud = speech * 10 ** ((LOUD_LEVEL_DB - mean_level_db(speech, hop)) / 20)
     assert torch.allclose(extractor(loud * 10), extractor(loud), atol=1e-3)
     assert torch.allclose(extractor(loud * 100), extractor(loud), atol=1e-3)
+    silence = torch.zeros(16000)
+    padded = extractor(torch.cat([silence, loud * 10, silence]))
+    assert torch.allclose(padded, extractor(torch.cat([silence, loud, silence])), atol=1e-3)
     assert torch.equal(extractor(speech), extractor.log_mel(without_offset(speech, extractor.window)))  # as it is
 
 
