@@ -71,7 +71,9 @@ class SharedEdges:
             edges = Edges(first, last, lead, trail, bool(clear))
         else:
             edges = self.surroundings.edges(Levels.of(recorded))
-            row.copy_(torch.tensor(edges, dtype=torch.int32))
+            values = torch.tensor(edges, dtype=torch.int32)
+            row[1:] = values[1:]
+            row[0] = values[0]  # last: a row is read as known only once the rest of it is there
         return self.surroundings.heard(features, edges, generator)
 
     def subset(self, indices: Sequence[int]) -> SharedEdges:
