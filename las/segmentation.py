@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from las.data.features import POWER_FLOOR, leading, long_runs
+from las.data.runs import run_bounds
 
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 # Inside a recording shorter than a segment, only a pause this long is cut at (1 s): at 0.5 s the
@@ -396,9 +397,8 @@ def loud_regions(quiet: torch.Tensor, pause_frames: int = PAUSE_FRAMES) -> list[
 
 def runs(flags: torch.Tensor) -> list[tuple[int, int]]:
     """`[start, end)` of each run of True in `flags` `(frames,)`."""
-    padded = torch.nn.functional.pad(flags.int(), (1, 1))
-    changes = torch.diff(padded).nonzero().flatten().tolist()  # alternately run starts and run ends
-    return list(zip(changes[0::2], changes[1::2], strict=True))
+    starts, ends = run_bounds(flags)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
 def cut_to_length(energy: torch.Tensor, start: int, end: int, max_frames: int) -> list[tuple[int, int]]:

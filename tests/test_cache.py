@@ -20,6 +20,7 @@ from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
+from las.data.runs import run_bounds
 from las.errors import LasError
 
 from .conftest import an4_rows, write_manifest
@@ -88,7 +89,8 @@ def test_features_computed_by_other_feature_code_are_never_served(
     cache keys its folder by the code of the modules that compute and store them, not by a
     version number that an edit can leave as it was."""
     keyed = {module.__name__ for module in cache_module.FEATURE_MODULES}
-    computing = (load_audio, declipped, FilterbankExtractor, Dereverberation, extraction.extract_chunk, line_checksum)
+    computing = [load_audio, declipped, run_bounds, FilterbankExtractor, Dereverberation]
+    computing += [extraction.extract_chunk, line_checksum]
     assert {function.__module__ for function in computing} <= keyed  # what reads, computes and indexes them
     ours = FeatureCache(tmp_path / "cache", FeatureConfig())
     ours.load(utterances)

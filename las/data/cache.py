@@ -42,7 +42,7 @@ import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
-from las.data import audio, cache_index, declipping, dereverberation, extraction, features, loudness
+from las.data import audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs
 from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
@@ -88,7 +88,7 @@ def code_digest(paths: Iterable[str | Path]) -> str:
 # this code's. A version number bumped by hand let an experiment's features be read as a later
 # change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
 # minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels).
-FEATURE_MODULES = (audio, cache_index, declipping, dereverberation, extraction, features, loudness)
+FEATURE_MODULES = (audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs)
 FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)])
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from las.data.runs import run_bounds
+
 MIN_RUNS = 10  # runs of 2 or more samples at an extreme that mark a recording as clipped
 # ... an extreme this far from zero at least (-36 dBFS): a quiet recording's few quantiser steps
 # repeat at its peaks, and digital silence is a run of zeros.
@@ -36,9 +38,7 @@ def clipped_runs(waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     for extreme in (waveform.max(), waveform.min()):
         if extreme.abs() < MIN_RAIL:
             continue
-        rail = waveform == extreme
-        changes = torch.diff(torch.nn.functional.pad(rail.to(torch.int8), (1, 1))).nonzero().flatten()
-        first, last = changes[0::2], changes[1::2]  # alternately starts and ends of runs
+        first, last = run_bounds(waveform == extreme)
         long = last - first >= 2
         starts.append(first[long])
         ends.append(last[long])

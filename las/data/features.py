@@ -13,6 +13,7 @@ from las.config import FeatureConfig
 from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
 from las.data.loudness import within_training_levels
+from las.data.runs import run_bounds
 from las.errors import LasError
 
 
@@ -156,9 +157,7 @@ def louder_than_dither(waveform: torch.Tensor, window: int) -> bool:
 
 def long_runs(flags: torch.Tensor, length: int) -> torch.Tensor:
     """`(samples,)` True inside the runs of True in `flags` `(samples,)` `length` or longer."""
-    padded = torch.nn.functional.pad(flags.to(torch.int8), (1, 1))
-    changes = torch.diff(padded).nonzero().flatten()  # alternately starts and ends of runs
-    starts, ends = changes[0::2], changes[1::2]
+    starts, ends = run_bounds(flags)
     long = ends - starts >= length
     edges = torch.zeros(len(flags) + 1, dtype=torch.int32)
     edges.index_add_(0, starts[long], torch.ones(int(long.sum()), dtype=torch.int32))
