@@ -70,6 +70,7 @@ from las.data.channels import (
     babble,
     brown_noise,
     clipped,
+    compressed,
     hum,
     own_background,
     pink_noise,
@@ -124,22 +125,8 @@ def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tenso
         made[f"speed-{speed}"] = lambda i, w, g, speed=speed: change_speed(w, speed, RATE)
     for over in (10, 20):  # a microphone set too hot: 4% and 22% of AN4 dev's samples cut flat
         made[f"clipped-{over}"] = lambda i, w, g, over=over: clipped(w, over)
-    made["compressed"] = lambda i, w, g: compressed(w)
+    made["compressed"] = lambda i, w, g: compressed(w, RATE // 100, threshold_db=-40.0, ratio=4.0)
     return made
-
-
-def compressed(waveform: torch.Tensor, threshold_db: float = -40.0, ratio: float = 4.0) -> torch.Tensor:
-    """`waveform` `(samples,)` through a compressor: each 10 ms frame's level above `threshold_db`
-    (RMS, dBFS) reduced `ratio` to 1 (the gain between frames' centres interpolated), then the
-    whole raised to a peak of -1 dBFS."""
-    frame = RATE // 100
-    frames = torch.nn.functional.pad(waveform, (0, -len(waveform) % frame)).reshape(-1, frame)
-    level = 10 * torch.log10(frames.pow(2).mean(dim=1).clamp_min(1e-12))  # (frames,) dBFS
-    reduction = (level - threshold_db).clamp_min(0) * (1 - 1 / ratio)  # dB
-    # (samples,): frame values at frame centres, linear between them
-    reduction = torch.nn.functional.interpolate(reduction[None, None], size=frames.numel(), mode="linear")[0, 0]
-    louder = waveform * 10 ** (-reduction[: len(waveform)] / 20)
-    return louder * (10 ** (-1 / 20) / louder.abs().max())
 
 
 def write_audio(path: Path, waveform: torch.Tensor) -> None:

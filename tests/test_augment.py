@@ -10,7 +10,17 @@ import torch
 
 from las.config import AugmentConfig, FeatureConfig
 from las.data.augment import Source, WaveformAugmentation
-from las.data.channels import add_noise, babble, pink_noise, reverberate, room_response, telephone, white_noise
+from las.data.channels import (
+    add_noise,
+    babble,
+    compressed,
+    frame_levels_db,
+    pink_noise,
+    reverberate,
+    room_response,
+    telephone,
+    white_noise,
+)
 
 from .conftest import AN4
 
@@ -117,6 +127,44 @@ def test_a_microphone_set_too_hot_is_drawn_last_clipped_flat_and_leaves_the_othe
     assert 3 - 0.1 <= over <= 20 + 0.1
     others = {"reverberation": 1.0, "noise": 1.0, "telephone": 1.0, "gain_db": 6.0, "quiet": 1.0}
     without, with_it = augmentation(**others).effects(draw(4)), augmentation(**others, clipping=1.0).effects(draw(4))
+    assert len(with_it) == len(without) + 1
+    for before, after in zip(without, with_it, strict=False):
+        assert torch.equal(before(waveform), after(waveform))
+
+
+def test_a_compressor_flattens_the_loud_frames_and_leaves_the_quiet_ones_their_shape() -> None:
+    """Frames above the threshold come out `ratio` times closer to it; the whole is raised to
+    the peak asked for, so the quiet frames keep their differences (one gain for all of them)."""
+    waveform, frame = speech(), RATE // 100
+    levels = frame_levels_db(waveform, frame)
+    threshold = float(levels.max()) - 20
+    heard = compressed(waveform, frame, threshold, ratio=4.0, peak_db=-1.0)
+    assert heard.shape == waveform.shape
+    assert abs(20 * math.log10(heard.abs().max().item()) + 1) < 1e-4
+    after = frame_levels_db(heard, frame)
+    loud, quiet = levels > threshold + 6, levels < threshold - 20
+    assert loud.sum() > 10 and quiet.sum() > 10
+    # The loud frames' spread shrinks (a 4:1 ratio, gain interpolated between frames' centres).
+    assert after[loud].std() < 0.5 * levels[loud].std()
+    gain = after[quiet] - levels[quiet]  # the same make-up gain for every quiet frame, nearly
+    assert gain.std() < 1.0
+    assert torch.equal(compressed(torch.zeros(800), frame, -40.0, 4.0), torch.zeros(800))
+
+
+def test_a_compressor_is_drawn_last_in_16_bits_and_leaves_the_other_draws_as_they_were() -> None:
+    """Its threshold 10-30 dB under the loudest frame, raised to a -1 dBFS peak, on the 16-bit
+    grid; drawn after every other effect, so that with it off, every draw is what it was."""
+    waveform = speech()
+    (compressor,) = augmentation(compression=1.0).effects(draw(3))
+    heard = compressor(waveform)
+    assert torch.equal(heard * 2**15, (heard * 2**15).round())
+    assert abs(20 * math.log10(heard.abs().max().item()) + 1) < 0.01
+    frame = RATE // 100
+    spread = frame_levels_db(waveform, frame).quantile(0.9) - frame_levels_db(waveform, frame).quantile(0.5)
+    assert frame_levels_db(heard, frame).quantile(0.9) - frame_levels_db(heard, frame).quantile(0.5) < spread
+    others = {"reverberation": 1.0, "noise": 1.0, "telephone": 1.0, "gain_db": 6.0, "quiet": 1.0, "clipping": 1.0}
+    without = augmentation(**others).effects(draw(4))
+    with_it = augmentation(**others, compression=1.0).effects(draw(4))
     assert len(with_it) == len(without) + 1
     for before, after in zip(without, with_it, strict=False):
         assert torch.equal(before(waveform), after(waveform))

@@ -16,6 +16,8 @@ from las.data.channels import (
     add_noise,
     babble,
     clipped,
+    compressed,
+    frame_levels_db,
     in_16_bits,
     pink_noise,
     reverberate,
@@ -29,6 +31,11 @@ BABBLE_TALKERS = (3, 7)  # how many other utterances make one babble, drawn from
 BABBLE_POOL = 200  # training utterances kept in memory to make babble from
 QUIET_DB = (20.0, 40.0)  # a quiet microphone's drop, drawn from this range
 CLIPPING_DB = (3.0, 20.0)  # how far a microphone set too hot drives the peak over full scale
+# A compressor: its threshold this far under the loudest frame, its ratio, and its frames (the
+# time its level follows), each drawn from its range; the result raised to a -1 dBFS peak.
+COMPRESSION_DEPTH_DB = (10.0, 30.0)
+COMPRESSION_RATIO = (2.0, 10.0)
+COMPRESSION_FRAME_SECONDS = (0.005, 0.03)
 
 
 class Source(NamedTuple):
@@ -84,8 +91,8 @@ def spec_augment(
 class WaveformAugmentation:
     """Per utterance and epoch, with the probabilities of an `AugmentConfig`: a reverberant room,
     then noise (babble of other training utterances, white or pink) at a random SNR, then a
-    telephone line, then a gain, then a quiet or a clipping microphone's 16 bits — the order in
-    which they happen to a real recording — and the log-mel features of the result. Every draw
+    telephone line, then a gain, then a quiet or a clipping microphone's 16 bits, then a
+    compressor — the order in which they happen to a real recording — and the log-mel features of the result. Every draw
     comes from the seed it is given, so an utterance in an epoch is augmented the same way in
     every process and after every resume."""
 
@@ -139,7 +146,19 @@ class WaveformAugmentation:
         if chance(config.clipping):  # after it: draws without it are what they were
             over = uniform(*CLIPPING_DB)
             effects.append(lambda waveform: clipped(waveform, over))
+        if chance(config.compression):  # after it: draws without it are what they were
+            depth, ratio = uniform(*COMPRESSION_DEPTH_DB), uniform(*COMPRESSION_RATIO)
+            frame = round(self.rate * uniform(*COMPRESSION_FRAME_SECONDS))
+            effects.append(lambda waveform: self.compressed(waveform, frame, depth, ratio))
         return effects
+
+    @staticmethod
+    def compressed(waveform: torch.Tensor, frame: int, depth_db: float, ratio: float) -> torch.Tensor:
+        """Through a compressor whose threshold is `depth_db` under the loudest frame, in 16 bits."""
+        if not len(waveform):
+            return waveform
+        threshold = float(frame_levels_db(waveform, frame).max()) - depth_db
+        return in_16_bits(compressed(waveform, frame, threshold, ratio))
 
     def noise(self, kind: str, samples: int, talkers: int, seed: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)

@@ -1,6 +1,6 @@
 """What a recording goes through on its way to a model outside the recording room: a telephone
-channel, a gain, noise at a signal-to-noise ratio (white, pink, brown, mains hum, babble), a
-reverberant room.
+channel, a gain, a compressor, noise at a signal-to-noise ratio (white, pink, brown, mains hum,
+babble), a reverberant room.
 
 Waveforms are `(samples,)` float32 at `rate`. Every random choice draws from the `generator`
 given, so training augmentation is reproducible (and resumes exactly), and the evaluation sets
@@ -41,6 +41,29 @@ def clipped(waveform: torch.Tensor, over_db: float) -> torch.Tensor:
     if peak == 0.0:
         return waveform
     return in_16_bits(waveform * (10 ** (over_db / 20) / peak))
+
+
+def frame_levels_db(waveform: torch.Tensor, frame: int) -> torch.Tensor:
+    """`(frames,)` the power in dBFS of `waveform`'s `(samples,)` frames of `frame` samples, the
+    last one padded with zeros."""
+    frames = torch.nn.functional.pad(waveform, (0, -len(waveform) % frame)).reshape(-1, frame)
+    return 10 * torch.log10(frames.pow(2).mean(dim=1).clamp_min(1e-12))
+
+
+def compressed(
+    waveform: torch.Tensor, frame: int, threshold_db: float, ratio: float, peak_db: float = -1.0
+) -> torch.Tensor:
+    """`waveform` `(samples,)` through a compressor, as a phone's automatic gain or a broadcast
+    chain leaves speech: each frame's level (`frame` samples) above `threshold_db` (dBFS) reduced
+    `ratio` to 1, the gain between frames' centres interpolated, then the whole raised to a peak
+    of `peak_db`. Loud and flat, nothing cut."""
+    level = frame_levels_db(waveform, frame)
+    reduction = (level - threshold_db).clamp_min(0) * (1 - 1 / ratio)  # (frames,) dB
+    # (samples,): frame values at frame centres, linear between them
+    reduction = torch.nn.functional.interpolate(reduction[None, None], size=len(level) * frame, mode="linear")[0, 0]
+    flattened = waveform * 10 ** (-reduction[: len(waveform)] / 20)
+    peak = flattened.abs().max() if len(flattened) else torch.zeros(())
+    return flattened * (10 ** (peak_db / 20) / peak) if peak > 0 else flattened
 
 
 def power(waveform: torch.Tensor) -> torch.Tensor:
