@@ -142,7 +142,8 @@ def throughput(
     CUDA graphs too, then with the listener's pass as graphs as well, each after a first pass over
     them that captures every bucket (timed apart). With `batch_frames`, the same for batches by
     frames of that budget (fewer, larger batches)."""
-    from las.train import Trainer, load_corpus
+    from las.corpus import load_corpus
+    from las.train import Trainer
 
     target = resolve_device(device)
     cuda = target.type == "cuda"
@@ -270,7 +271,8 @@ def profile(
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiled
 
-    from las.train import Trainer, load_corpus
+    from las.corpus import load_corpus
+    from las.train import Trainer
 
     with tempfile.TemporaryDirectory() as folder:
         head = subset_manifest(Path("data/an4/train.tsv"), utterances, Path(folder) / "train.tsv")
@@ -431,7 +433,7 @@ def buckets(
 def save_batch(path: Path, seconds: float, utterances: int) -> Batch:
     """The `utterances` AN4 training utterances closest to `seconds` long, as one batch saved to
     `path` with the vocabulary's symbols."""
-    from las.train import load_corpus
+    from las.corpus import load_corpus
 
     rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
     rows.sort(key=lambda row: abs(float(row[2]) - seconds))
@@ -1100,8 +1102,8 @@ def draws(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 848, ro
     first epoch, which finds where each utterance's speech is (`SharedEdges`), and a later one,
     which reads it. Before that cache, every epoch was a first one. Median of `rounds` rounds,
     the variants interleaved on the same draws."""
+    from las.corpus import load_corpus
     from las.data.dataset import Draw
-    from las.train import load_corpus
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:

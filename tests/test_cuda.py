@@ -172,8 +172,8 @@ def test_a_resumed_cuda_run_continues_where_it_stopped(
 
 def test_batches_sized_from_the_gpus_memory_fit_it_and_a_resumed_run_keeps_them(tiny_config: Config) -> None:
     from las.batch_memory import StepProbe
+    from las.corpus import load_corpus
     from las.model.las import LAS
-    from las.train import load_corpus
 
     from .test_train import with_training
 

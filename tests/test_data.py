@@ -228,7 +228,7 @@ def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_ex
 
 
 def test_training_fits_the_mean_prior_of_its_setting_and_the_datasets_use_it(tiny_config: Config) -> None:
-    from las.train import load_corpus
+    from las.corpus import load_corpus
 
     corpus = load_corpus(tiny_config, None, None)
     assert corpus.normalizer.prior_frames == 30 and corpus.normalizer.prior is not None  # 0.3 s by default

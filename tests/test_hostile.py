@@ -619,7 +619,7 @@ def test_bad_utterances_can_be_skipped_with_a_counted_warning(
 
 
 def test_training_skips_bad_utterances_at_every_speed(tiny_config: Config, tmp_path: Path) -> None:
-    from las.train import load_corpus
+    from las.corpus import load_corpus
 
     samples = waveform()
     samples[5] = np.inf

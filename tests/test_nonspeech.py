@@ -67,10 +67,10 @@ def nonspeech_config(tiny_config: Config, share: float) -> Config:
 
 
 def test_a_drawn_sound_trains_with_an_empty_transcript_and_a_finite_loss(tiny_config: Config) -> None:
+    from las.corpus import load_corpus
     from las.data.dataset import Draw
     from las.losses import joint_loss
     from las.model.las import LAS
-    from las.train import load_corpus
 
     corpus = load_corpus(nonspeech_config(tiny_config, 1.0), None, None)
     example = corpus.train[Draw(0, 0, 5)]

@@ -14,7 +14,7 @@ import pytest
 import soundfile
 import torch
 
-from las import train as train_module
+from las import corpus as corpus_module
 from las.config import Config
 from las.data import cache as cache_module
 from las.data.audio import Segment
@@ -111,7 +111,7 @@ def test_training_as_read_matches_training_ahead_and_a_second_run_computes_nothi
     and the run's losses are those of features computed ahead: the same batches, the same
     features."""
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 8, longest_seconds=2.0))
-    monkeypatch.setattr(train_module, "NORMALIZER_UTTERANCES", 3)  # the rest are read by training
+    monkeypatch.setattr(corpus_module, "NORMALIZER_UTTERANCES", 3)  # the rest are read by training
     losses = {}
     for name, ahead in (("ahead", 1000), ("as-read", 0)):
         code, _, stderr = run(
@@ -144,7 +144,7 @@ def test_audio_that_cannot_be_decoded_stops_training_with_one_line(
     soundfile.write(bad, samples, 16000, subtype="FLOAT")
     manifest = write_manifest(tmp_path / "train.tsv", [*rows, ["bad", str(bad), "1.0", "HELLO"]])
     dev = write_manifest(tmp_path / "dev.tsv", rows)
-    monkeypatch.setattr(train_module, "normalizer_sample", lambda count, seed: [0, 1])
+    monkeypatch.setattr(corpus_module, "normalizer_sample", lambda count, seed: [0, 1])
     code, _, stderr = run(
         "train", "--train", manifest, "--dev", dev, "--out", tmp_path / "run", "--epochs", "1",
         *(f"--set={setting}" for setting in TINY), "--set=data.workers=1",

@@ -9,13 +9,14 @@ from typer.testing import CliRunner
 
 from las.cli import app
 from las.config import Config
+from las.corpus import load_corpus
 from las.errors import LasError
 from las.model.listener import ListenerOutput
 from las.model.pretrained import load_language_model, silent_memory
 from las.pretrain import pretrain_speller
 from las.search import build_strategy
 from las.text import Vocabulary
-from las.train import Trainer, load_corpus
+from las.train import Trainer
 
 from .conftest import TINY
 

@@ -256,7 +256,7 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
 )
 def test_chosen_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
     from las.config import load_config
-    from las.train import load_corpus
+    from las.corpus import load_corpus
 
     split = hw4_features / "train.npy"
     config = load_config(None, [f"data.train={split}", f"data.dev={split}", setting])
@@ -268,7 +268,7 @@ def test_default_waveform_effects_are_off_for_precomputed_features(
     hw4_features: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from las.config import load_config
-    from las.train import load_corpus
+    from las.corpus import load_corpus
 
     split = hw4_features / "train.npy"
     config = load_config(None, [f"data.train={split}", f"data.dev={split}", "data.workers=0"])

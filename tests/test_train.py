@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from las import corpus as corpus_module
 from las import optimisation as optimisation_module
-from las import train as train_module
 from las.checkpoint import load_checkpoint
 from las.config import AugmentConfig, Config
 from las.device import bf16_supported, resolve_precision
@@ -214,8 +214,8 @@ def test_compiled_speller_step_trains_like_the_eager_one(
 
 
 def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: Path, capsys) -> None:
+    from las.corpus import load_corpus
     from las.losses import ctc_frames_needed
-    from las.train import load_corpus
 
     from .conftest import an4_rows, write_manifest
 
@@ -231,9 +231,9 @@ def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: P
 
 
 def test_the_normaliser_reads_a_seeded_sample_of_a_large_corpus_and_all_of_a_small_one() -> None:
-    limit = train_module.NORMALIZER_UTTERANCES
-    assert train_module.normalizer_sample(848, seed=1) == list(range(848))  # AN4: every utterance
-    sample = train_module.normalizer_sample(1_000_000, seed=1)
+    limit = corpus_module.NORMALIZER_UTTERANCES
+    assert corpus_module.normalizer_sample(848, seed=1) == list(range(848))  # AN4: every utterance
+    sample = corpus_module.normalizer_sample(1_000_000, seed=1)
     assert len(set(sample)) == limit and sample == sorted(sample) and 0 <= sample[0] and sample[-1] < 1_000_000
-    assert sample == train_module.normalizer_sample(1_000_000, seed=1)  # the same on resume and on every rank
-    assert sample != train_module.normalizer_sample(1_000_000, seed=2)
+    assert sample == corpus_module.normalizer_sample(1_000_000, seed=1)  # the same on resume and on every rank
+    assert sample != corpus_module.normalizer_sample(1_000_000, seed=2)
