@@ -13,10 +13,12 @@
 #
 # The next lease's plan (2026-11-27, after an H200 ran `warmstart` and AN4's throughput with 6
 # workers): `tests` (tests/test_cuda.py whole, with the new `--init` on a GPU test; about 2 minutes),
-# then in the same call `seeds "$OUT" clipping --config data/recipes/an4-gpu.toml --set
-# train.augment.clipping=0.1` (#31: clipped draws in a whole training, 3 seeds side by side, now
-# filled by the front end as decoding fills them; on top of that filling clipped-10/20 read 1.49x
-# and 2.48x with no training; poll runs/clipping-s*/metrics.jsonl from a second call, then
+# then in the same call `seeds "$OUT" channels --config data/recipes/an4-gpu.toml --set
+# train.augment.clipping=0.1 --set train.augment.compression=0.1` (#31: clipped and compressed
+# draws in a whole training, 3 seeds side by side, the clipped ones filled by the front end as
+# decoding fills them; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
+# six epochs of fine-tuning with either effect cost the room and noise 1-2 points; poll
+# runs/channels-s*/metrics.jsonl from a second call, then
 # `robustness` and `surroundings` on them, against the 2x recipe's CPU seeds). Where the lease has minutes left:
 # `python scripts/benchmark.py throughput --graphs --batch-frames 8500 --workers 6` again (#28: 0.62 s
 # of its 2.0 s waited for batches with 6 workers; each utterance's edges are now kept across epochs,
