@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from las.config import Config
-from las.data.dataset import Draw, SpeechDataset
+from las.data.dataset import Draw, SpeechDataset, in_pairs
 from las.distributed import Distributed
 from las.errors import LasError
 from las.model.las import LAS
@@ -81,7 +81,8 @@ class StepProbe:
     """The peak memory on `device` of a training step of `model` (forward and backward, eager, in
     the run's precision, plus Adam's two moments) on a batch of `dataset`'s longest utterances, as
     many as the sampler puts in a budget of padded frames, each at its slowest speed (the most
-    frames it can have). The model's weights and the run's random state are left as they were."""
+    frames it can have), joined in pairs where some batches are (`train.augment.joined`). The
+    model's weights and the run's random state are left as they were."""
 
     def __init__(self, config: Config, model: LAS, dataset: SpeechDataset, device: torch.device) -> None:
         # Imported here: las.optimisation's graphed passes are not this module's to load.
@@ -91,6 +92,7 @@ class StepProbe:
         self.optimisation = Optimisation(dataclasses.replace(config, train=eager), model, device, Distributed(), 1)
         self.dataset = dataset
         self.device = device
+        self.joined = config.train.augment.joined > 0
         self.slowest = min(range(len(dataset.speeds)), key=lambda variant: dataset.speeds[variant])
         lengths = torch.tensor(dataset.frame_counts())
         self.longest = torch.argsort(lengths, descending=True, stable=True)[:64].tolist()
@@ -101,6 +103,8 @@ class StepProbe:
     def __call__(self, budget: int) -> int | None:
         rows = max(1, budget // self.longest_frames)
         draws = [Draw(self.longest[row % len(self.longest)], self.slowest, None) for row in range(rows)]
+        if self.joined:  # the same frames in half the rows: each row's attention twice as long
+            draws = in_pairs(draws)
         batch = self.dataset.collate(draws)
         optimisation = self.optimisation
         torch.cuda.empty_cache()

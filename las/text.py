@@ -62,6 +62,11 @@ class Vocabulary:
     def index(self) -> dict[str, int]:
         return {symbol: position for position, symbol in enumerate(self.symbols)}
 
+    @property
+    def word_separator(self) -> str:
+        """What joins two transcripts into one: a space, where the vocabulary spells one."""
+        return " " if " " in self.index else ""
+
     def unknown_characters(self, text: str) -> set[str]:
         known = self.index
         return {character for character in text if character not in known}

@@ -372,7 +372,8 @@ class Trainer:
         epoch = self.progress.epoch
         seed = self.config.train.seed * 1_000_003 + epoch * 100_003
         augmenting = epoch >= self.config.train.augment.start_epoch
-        items = BatchDraws(batches, variants, seed if augmenting else None, self.distributed.shard)
+        joined, first = self.config.train.augment.joined, self.progress.batch_in_epoch
+        items = BatchDraws(batches, variants, seed if augmenting else None, self.distributed.shard, joined, first)
         workers = self.config.data.workers
         return torch.utils.data.DataLoader(
             dataset,

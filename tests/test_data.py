@@ -12,7 +12,7 @@ from las.config import Config, DataConfig, FeatureConfig
 from las.data import extraction
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
-from las.data.dataset import BucketBatchSampler, Draw, SpeechDataset
+from las.data.dataset import BatchDraws, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
 from las.data.loudness import LOUD_LEVEL_DB, QUIET_PEAK, mean_level_db
 from las.data.manifest import read_utterances
@@ -336,6 +336,62 @@ def test_variants_pick_perturbed_copies_reproducibly() -> None:
     assert dataset.variants(epoch=1, seed=1) != variants
     batch = dataset.collate([Draw(index, variant, seed=index) for index, variant in enumerate(variants)])
     assert batch.feature_lengths.tolist() == [3 if variant else 4 for variant in variants]
+
+
+def flattened(draws: list[Draw]) -> list[int]:
+    """The utterances of `draws`, each joined one after the one it follows."""
+    return [index for draw in draws for index in (draw.index, *([draw.then.index] if draw.then else []))]
+
+
+def test_a_joined_share_of_batches_pairs_each_utterance_with_its_neighbour_the_same_on_resume() -> None:
+    batches = [list(range(start, start + 5)) for start in range(0, 1000, 5)]
+    variants = [index % 3 for index in range(1000)]
+    every = list
+
+    def draws(joined: float, seed: int | None = 11, first: int = 0, shard=every) -> BatchDraws:
+        return BatchDraws(batches[first:], variants, seed, shard, joined, first)
+
+    epoch = [draws(0.5)[position] for position in range(len(batches))]
+    joined = [batch for batch in epoch if batch[0].then is not None]
+    assert 0.35 < len(joined) / len(batches) < 0.65
+    for batch, indices in zip(epoch, batches, strict=True):
+        assert flattened(batch) == indices  # every utterance once, in its own variant and seed
+        assert all(draw.variant == variants[draw.index] and draw.seed == 11 + draw.index for draw in batch)
+    for batch in joined:  # pairs of neighbours, the odd last one alone
+        assert [(draw.index, draw.then.index if draw.then else None) for draw in batch] == [
+            (batch[0].index, batch[0].index + 1),
+            (batch[0].index + 2, batch[0].index + 3),
+            (batch[0].index + 4, None),
+        ]
+        assert batch[0].then == Draw(batch[0].index + 1, variants[batch[0].index + 1], 11 + batch[0].index + 1)
+    resumed = draws(0.5, first=37)
+    assert [resumed[position] for position in range(len(batches) - 37)] == epoch[37:]
+    assert [draws(0.5, seed=12)[position][0].then is None for position in range(len(batches))] != [
+        batch[0].then is None for batch in epoch
+    ]  # drawn anew each epoch
+    assert all(draws(1.0, seed=None)[position][0].then is None for position in range(len(batches)))  # not augmenting
+    assert all(draws(0.0)[position][0].then is None for position in range(len(batches)))
+    # A rank's shard takes whole pairs: every utterance is in one recording, on one rank.
+    ranks = [draws(1.0, shard=lambda items, rank=rank: items[rank::2])[0] for rank in (0, 1)]
+    assert sorted(flattened(ranks[0]) + flattened(ranks[1])) == batches[0]
+
+
+def test_a_joined_draw_is_one_recording_of_both_normalised_whole() -> None:
+    vocabulary = Vocabulary.from_texts(["A B", "C"])
+    features = [torch.randn(6, 2) + 3, torch.randn(4, 2) - 1, torch.randn(5, 2)]
+    normalizer = Normalizer.fit(features, utterance_mean=True)
+    dataset = SpeechDataset(["a", "c", "silent"], features, ["A B", "C", ""], vocabulary, normalizer=normalizer)
+    example = dataset[Draw(0, 0, then=Draw(1, 0))]
+    assert example.id == "a" and example.text == "A B C"
+    assert example.tokens.tolist() == vocabulary.encode("A B C")
+    torch.testing.assert_close(example.features, normalizer(torch.cat(features[:2])))  # one mean, of both
+    assert dataset[Draw(2, 0, then=Draw(1, 0))].text == "C"  # nothing said, then a word: the word
+    assert dataset[Draw(1, 0, then=Draw(2, 0))].tokens.tolist() == vocabulary.encode("C")
+    batch = dataset.collate([Draw(0, 0, then=Draw(1, 0)), Draw(2, 0)])
+    assert batch.feature_lengths.tolist() == [10, 5] and batch.target_lengths.tolist() == [6, 1]
+    unspaced = Vocabulary.from_texts(["AB", "C"])  # a script written without spaces is joined without one
+    dataset = SpeechDataset(["a", "c"], features[:2], ["AB", "C"], unspaced)
+    assert dataset[Draw(0, 0, then=Draw(1, 0))].text == "ABC"
 
 
 def test_repeated_characters_are_counted_per_utterance_as_ctc_needs_them() -> None:

@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import signal
 from dataclasses import replace
@@ -123,6 +124,30 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
     monkeypatch.setattr(optimisation_module, "clip_gradients", original)
     train(interrupted, resume=True)
     assert_identical_runs(tmp_path / "straight", tmp_path / "interrupted")
+
+
+def test_joined_batches_train_and_resume_exactly(tiny_config: Config, tmp_path: Path) -> None:
+    """Every batch heard as pairs of utterances joined into one recording: the run trains (a finite
+    loss, not the one without joining) and, stopped after an epoch, resumes to the same weights."""
+    augment = AugmentConfig(
+        noise=0.0, telephone=0.0, reverberation=0.0, gain_db=0.0, crop=0.0, words=0.0, tight=0.0, nonspeech=0.0,
+        joined=1.0, start_epoch=0,
+    )  # fmt: skip
+    straight = with_training(
+        tiny_config, epochs=2, out=str(tmp_path / "straight"), augment=augment, warmup_steps=1,
+        final_learning_rate_scale=1.0,
+    )  # fmt: skip
+    straight = replace(straight, data=replace(straight.data, batch_size=2))
+    train(straight)
+    plain = with_training(straight, out=str(tmp_path / "plain"), augment=replace(augment, joined=0.0))
+    train(plain)
+    joined_records, plain_records = metrics(tmp_path / "straight"), metrics(tmp_path / "plain")
+    assert all(math.isfinite(record["train_loss"]) for record in joined_records)
+    assert [record["train_loss"] for record in joined_records] != [record["train_loss"] for record in plain_records]
+    split = with_training(straight, epochs=1, out=str(tmp_path / "split"))
+    train(split)
+    train(split, resume=True, assignments=["train.epochs=2"])
+    assert_identical_runs(tmp_path / "straight", tmp_path / "split")
 
 
 def test_refuses_to_overwrite_a_run_and_to_resume_nothing(tiny_config: Config) -> None:

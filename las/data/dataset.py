@@ -69,37 +69,60 @@ class Example:
 class Draw(NamedTuple):
     """A training item: utterance `index` in `variant` (0: as recorded, k: the k-th perturbed
     speed), augmented as `seed` draws (see `WaveformAugmentation` and `Surroundings`; None: not
-    augmented)."""
+    augmented), and `then` another draw heard right after it, as one recording (joined batches)."""
 
     index: int
     variant: int
     seed: int | None = None
+    then: Draw | None = None
+
+
+# Each batch's joining is drawn from the epoch's seed plus this plus the batch's position: apart
+# from every utterance's own draw (the seed plus its index, below a million million).
+JOINING_SEED = 2**40
 
 
 class BatchDraws(Sequence[list[Draw]]):
     """An epoch's `batches` of utterance indices as the DataLoader reads them: each utterance in
     its `variants[index]`, drawn with `seed + index` (None: not augmented), only this rank's
-    `shard` of each batch. Made as they are read: an epoch's draws made at once are 0.1 GB at a
-    million utterances (a tuple and a large integer each), held for the whole epoch."""
+    `shard` of each batch. With augmentation, a `joined` share of the batches is heard as pairs:
+    each utterance followed by its neighbour in the batch, as one recording (the same frames in
+    half the rows). `first` is the first batch's position in its epoch (a resumed epoch's). Made as
+    they are read: an epoch's draws made at once are 0.1 GB at a million utterances (a tuple and a
+    large integer each), held for the whole epoch."""
 
     def __init__(
         self,
         batches: Sequence[list[int]],
         variants: Sequence[int],
         seed: int | None,
-        shard: Callable[[list[int]], list[int]],
+        shard: Callable[[list[Draw]], list[Draw]],
+        joined: float = 0.0,
+        first: int = 0,
     ) -> None:
         self.batches, self.variants, self.seed, self.shard = batches, variants, seed, shard
+        self.joined, self.first = joined, first
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, position: int) -> list[Draw]:  # type: ignore[override]
         seed = self.seed
-        return [
+        draws = [
             Draw(index, self.variants[index], None if seed is None else seed + index)
-            for index in self.shard(self.batches[position])
+            for index in self.batches[position]
         ]
+        if seed is not None and self.joined > 0:
+            generator = torch.Generator().manual_seed(seed + JOINING_SEED + self.first + position)
+            if torch.rand((), generator=generator).item() < self.joined:
+                draws = in_pairs(draws)
+        return self.shard(draws)
+
+
+def in_pairs(draws: list[Draw]) -> list[Draw]:
+    """Each of `draws` followed by the next as one recording (an odd last one alone)."""
+    pairs = [first._replace(then=second) for first, second in zip(draws[::2], draws[1::2], strict=False)]
+    return pairs + draws[len(pairs) * 2 :]
 
 
 class PackedTokens(Sequence[torch.Tensor]):
@@ -243,7 +266,24 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         return len(self.ids)
 
     def __getitem__(self, item: int | Draw) -> Example:
-        index, variant, seed = item if isinstance(item, Draw) else (item, 0, None)
+        draw = item if isinstance(item, Draw) else Draw(item, 0)
+        features, tokens, text = self.heard(draw)
+        if draw.then is not None:  # one recording: this utterance, then the next, normalised whole
+            later, later_tokens, later_text = self.heard(draw.then)
+            features = torch.cat([features, later])
+            if text and later_text:
+                text = f"{text}{self.vocabulary.word_separator}{later_text}"
+                tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
+            elif later_text:
+                text, tokens = later_text, later_tokens
+        if self.normalizer is not None:
+            features = self.normalizer(features)
+        return Example(self.ids[draw.index], features, tokens, text)
+
+    def heard(self, draw: Draw) -> tuple[torch.Tensor, torch.Tensor, str | None]:
+        """The features `(frames, dim)` of `draw` as training hears them (not yet normalised), its
+        tokens and its text."""
+        index, variant, seed, _ = draw
         recorded = (self.features if variant == 0 else self.perturbed[variant - 1])[index]
         features = None
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -265,9 +305,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             if sound is not None:  # heard as decoding hears it: trimmed to where it rises
                 start, end = self.surroundings.span(Levels.of(sound)) if self.surroundings else (0, len(sound))
                 features, text, tokens = sound[start:end], "", torch.zeros(0, dtype=torch.long)
-        if self.normalizer is not None:
-            features = self.normalizer(features)
-        return Example(self.ids[index], features, tokens, text)
+        return features, tokens, text
 
     def subset(self, indices: Sequence[int]) -> SpeechDataset:
         """The utterances at `indices`, in that order (a rank's share of the dev set)."""
