@@ -332,8 +332,9 @@ class AugmentConfig(Section):
     nonspeech: Fraction = 0.05
     # Of the batches, this share is heard as pairs: each utterance followed by its neighbour in the
     # batch as one recording (each with what the front end keeps around its speech, so a short
-    # pause between them), as recordings of a few sentences arrive; the same frames in half the
-    # rows. AN4 dev's utterances joined in pairs read 1.56x their CER one by one (3 seeds).
+    # pause between them; both at one speed, in one room, noise and line), as recordings of a few
+    # sentences arrive; the same frames in half the rows. AN4 dev's utterances joined in pairs
+    # read 1.56x their CER one by one (3 seeds).
     joined: Fraction = 0.0
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8

@@ -86,8 +86,8 @@ class BatchDraws(Sequence[list[Draw]]):
     """An epoch's `batches` of utterance indices as the DataLoader reads them: each utterance in
     its `variants[index]`, drawn with `seed + index` (None: not augmented), only this rank's
     `shard` of each batch. With augmentation, a `joined` share of the batches is heard as pairs:
-    each utterance followed by its neighbour in the batch, as one recording (the same frames in
-    half the rows). `first` is the first batch's position in its epoch (a resumed epoch's). Made as
+    each utterance followed by its neighbour in the batch, as one recording (`in_pairs`: the same
+    frames in half the rows). `first` is the first batch's position in its epoch (a resumed epoch's). Made as
     they are read: an epoch's draws made at once are 0.1 GB at a million utterances (a tuple and a
     large integer each), held for the whole epoch."""
 
@@ -120,8 +120,12 @@ class BatchDraws(Sequence[list[Draw]]):
 
 
 def in_pairs(draws: list[Draw]) -> list[Draw]:
-    """Each of `draws` followed by the next as one recording (an odd last one alone)."""
-    pairs = [first._replace(then=second) for first, second in zip(draws[::2], draws[1::2], strict=False)]
+    """Each of `draws` followed by the next as one recording (an odd last one alone), heard as the
+    first is: at its speed, with its draws of room, noise, line and surroundings."""
+    pairs = [
+        first._replace(then=second._replace(variant=first.variant, seed=first.seed))
+        for first, second in zip(draws[::2], draws[1::2], strict=False)
+    ]
     return pairs + draws[len(pairs) * 2 :]
 
 
