@@ -395,6 +395,31 @@ def test_a_joined_draw_is_one_recording_of_both_normalised_whole() -> None:
     assert dataset[Draw(0, 0, then=Draw(1, 0))].text == "ABC"
 
 
+def test_a_joined_second_utterance_is_brought_to_the_first_ones_level() -> None:
+    """Log-mel of audio: the second recording 20 dB quieter (a second voice as babble would be)
+    joins at the first's level, its digital silence still silence; precomputed features of
+    unknown scale are joined as they are."""
+    from las.data.features import POWER_FLOOR
+    from las.segmentation import frame_energy
+
+    generator = torch.Generator().manual_seed(0)
+    loud = torch.rand(50, 8, generator=generator) + 0.1
+    quiet = torch.cat([torch.zeros(5, 8), 0.01 * (torch.rand(40, 8, generator=generator) + 0.1)])
+    features = [torch.log(power + POWER_FLOOR) for power in (loud, quiet)]
+    vocabulary = Vocabulary.from_texts(["A", "B"])
+    for log_mel in (True, False):
+        dataset = SpeechDataset(["loud", "quiet"], features, ["A", "B"], vocabulary, log_mel=log_mel)
+        joined = dataset[Draw(0, 0, then=Draw(1, 0))].features
+        torch.testing.assert_close(joined[:50], features[0])
+        if not log_mel:
+            torch.testing.assert_close(joined[50:], features[1])
+            continue
+        levels = [frame_energy(part).quantile(0.9) for part in (joined[:50], joined[50:])]
+        torch.testing.assert_close(levels[0], levels[1], rtol=0, atol=1e-3)
+        torch.testing.assert_close(joined[55:], torch.log(100 * quiet[5:] + POWER_FLOOR), rtol=0, atol=0.05)
+        assert torch.equal(joined[50:55], features[1][:5])  # zeros stay at the floor
+
+
 def test_repeated_characters_are_counted_per_utterance_as_ctc_needs_them() -> None:
     from las.data.dataset import PackedTokens
     from las.losses import ctc_frames_needed

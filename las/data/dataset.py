@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -16,11 +17,11 @@ from torch.nn.utils.rnn import pad_sequence
 from las.config import DataConfig
 from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
-from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
+from las.data.features import POWER_FLOOR, FeatureSet, InMemoryFeatures, Normalizer
 from las.data.sounds import NonSpeech
 from las.data.surroundings import SharedEdges, Surroundings
 from las.data.utterances import Utterance, Utterances
-from las.segmentation import Levels
+from las.segmentation import Levels, frame_energy
 from las.text import Vocabulary
 
 
@@ -119,6 +120,18 @@ class BatchDraws(Sequence[list[Draw]]):
         return self.shard(draws)
 
 
+def at_level_of(features: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Log-mel `features` `(frames, mel_bins)` of audio with the gain that brings their loud frames
+    (the 90th percentile of frame energy) to `reference`'s: one speaker's sentences in one
+    recording are at one level, where two speakers' recordings differ by 10 dB and more, and a
+    quieter second voice is what babble sounds like."""
+    if not len(features) or not len(reference):
+        return features
+    gain = float(frame_energy(reference).quantile(0.9) - frame_energy(features).quantile(0.9))  # of power, in nats
+    power = (features.exp() - POWER_FLOOR).clamp_min(0)
+    return torch.log(power * math.exp(gain) + POWER_FLOOR)
+
+
 def in_pairs(draws: list[Draw]) -> list[Draw]:
     """Each of `draws` followed by the next as one recording (an odd last one alone), heard as the
     first is: at its speed, with its draws of room, noise, line and surroundings."""
@@ -198,7 +211,8 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
     `surroundings` (features from audio), what surrounds the speech is cut to its margin, found in
     the features as recorded, so that noise drawn into a draw cannot move its edges. With
     `excerpts`, a draw may instead be one word of its utterance; with `nonspeech`, a sound that
-    is not speech, with an empty transcript.
+    is not speech, with an empty transcript. A draw may be followed by another (`Draw.then`) as
+    one recording, the second brought to the first's level.
     """
 
     def __init__(
@@ -216,8 +230,11 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         surroundings: Surroundings | None = None,
         excerpts: WordExcerpts | None = None,
         nonspeech: NonSpeech | None = None,
+        log_mel: bool = False,
     ) -> None:
-        """`with_targets=False` for decoding, where transcripts are references at most."""
+        """`with_targets=False` for decoding, where transcripts are references at most. `log_mel`:
+        the features are las's log-mel of audio, where a gain is known (not precomputed ones)."""
+        self.log_mel = log_mel
         self.augmentation = augmentation
         self.surroundings = surroundings
         self.excerpts = excerpts
@@ -264,6 +281,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
             surroundings,
             excerpts,
             nonspeech,
+            log_mel=all(columns.is_audio),
         )
 
     def __len__(self) -> int:
@@ -274,7 +292,7 @@ class SpeechDataset(torch.utils.data.Dataset[Example]):
         features, tokens, text = self.heard(draw)
         if draw.then is not None:  # one recording: this utterance, then the next, normalised whole
             later, later_tokens, later_text = self.heard(draw.then)
-            features = torch.cat([features, later])
+            features = torch.cat([features, at_level_of(later, features) if self.log_mel else later])
             if text and later_text:
                 text = f"{text}{self.vocabulary.word_separator}{later_text}"
                 tokens = torch.tensor(self.vocabulary.encode(text), dtype=torch.long)
