@@ -126,6 +126,28 @@ def test_audio_folder_and_single_file_have_no_transcripts(tmp_path: Path, expect
     assert records(Path(ROWS[0][1]), require_text=False) == [(expected[0][0], expected[0][1], None)]
 
 
+def test_audio_las_cannot_read_is_named_with_what_to_do_never_passed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A phone's voice memo (.m4a, AAC): alone, one clear error; in a folder beside audio that las
+    reads, a warning that names it; in a manifest, the reader's error with the same advice."""
+    from las.data.audio import load_audio
+
+    memo = tmp_path / "memos" / "monday.m4a"
+    memo.parent.mkdir()
+    memo.write_bytes(b"\x00\x00\x00\x20ftypM4A " + bytes(100))
+    advice = r"\(las reads .flac, .wav, .* not .m4a: convert it first, e.g. ffmpeg -i monday.m4a monday.flac\)"
+    with pytest.raises(LasError, match=f"monday.m4a: an audio format las cannot read {advice}"):
+        read_utterances(memo, require_text=False)
+    with pytest.raises(LasError, match=f"memos: no audio files las can read; 1 audio file.* {advice}"):
+        read_utterances(memo.parent, require_text=False)
+    shutil.copy(ROWS[0][1], memo.parent / "tuesday.flac")
+    assert [utterance.id for utterance in read_utterances(memo.parent, require_text=False)] == ["tuesday"]
+    assert f"left out 1 audio file(s) in a format las cannot read: {memo}" in capsys.readouterr().err
+    with pytest.raises(LasError, match=f"cannot read audio file .*monday.m4a: .* {advice}"):
+        load_audio(memo, 16000)
+
+
 def test_piped_wav_scp_is_refused(tmp_path: Path) -> None:
     (tmp_path / "wav.scp").write_text(f"a {ROWS[0][1]}\nb sox {ROWS[1][1]} -t wav - |\n")
     with pytest.raises(LasError, match=r"wav.scp:2: 'b' is read through a command .* las reads audio files only"):

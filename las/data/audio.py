@@ -20,6 +20,9 @@ from las.errors import LasError
 from las.progress import warn
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
+# Audio that phones, browsers and video hold, which libsndfile cannot read (AAC, AMR, WMA, ...):
+# named, not passed over, where a folder or a manifest has them.
+UNREADABLE_SUFFIXES = (".m4a", ".aac", ".mp4", ".3gp", ".amr", ".wma", ".webm", ".mkv", ".mka", ".caf", ".ac3")
 HEADER_BYTES = 4096  # of a file read for its plain header (`plain_header`)
 # A segment may end this far past the end of its file (manifests round durations); further is an error.
 SEGMENT_END_TOLERANCE_SECONDS = 0.1
@@ -134,9 +137,21 @@ def opened(path: Path, content: bytes | None = None) -> Iterator[soundfile.Sound
         with soundfile.SoundFile(path if content is None else io.BytesIO(content)) as file:
             yield file
     except soundfile.LibsndfileError as error:
-        raise LasError(f"cannot read audio file {path}: {error.error_string}") from None
+        reason = error.error_string.rstrip(".")
+        raise LasError(f"cannot read audio file {path}: {reason}{conversion_hint(path)}") from None
     except (RuntimeError, TypeError, ValueError) as error:
         raise LasError(f"cannot read audio file {path}: {error}") from None
+
+
+def conversion_hint(path: Path | str) -> str:
+    """What to do with a file in a format las cannot read, as " (...)" to end a message; "" for others."""
+    path = Path(path)
+    if path.suffix.lower() not in UNREADABLE_SUFFIXES:
+        return ""
+    return (
+        f" (las reads {', '.join(AUDIO_SUFFIXES)}, not {path.suffix.lower()}: "
+        f"convert it first, e.g. ffmpeg -i {path.name} {path.stem}.flac)"
+    )
 
 
 def resampled_length(length: int, rate: int, new_rate: int) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from las.data.arrays import load_array
-from las.data.audio import AUDIO_SUFFIXES, Segment
+from las.data.audio import AUDIO_SUFFIXES, UNREADABLE_SUFFIXES, Segment, conversion_hint
 from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.progress import warn
@@ -71,6 +71,8 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     suffix = path.suffix.lower()
     if suffix in AUDIO_SUFFIXES:
         return _audio_records
+    if suffix in UNREADABLE_SUFFIXES:
+        raise LasError(f"{path}: an audio format las cannot read{conversion_hint(path)}")
     if suffix == ".tsv":
         return _tsv_records
     if suffix == ".npy":
@@ -319,6 +321,13 @@ def _audio_records(path: Path) -> Records:
         yield str(path), Utterance(file_id(path), path)
         return
     files = sorted(item for item in path.rglob("*") if item.suffix.lower() in AUDIO_SUFFIXES)
+    unreadable = sorted(item for item in path.rglob("*") if item.suffix.lower() in UNREADABLE_SUFFIXES)
+    if unreadable:
+        example = unreadable[0]
+        left_out = f"{len(unreadable)} audio file(s) in a format las cannot read: {example}{conversion_hint(example)}"
+        if not files:
+            raise LasError(f"{path}: no audio files las can read; {left_out}")
+        warn(f"{path}: left out {left_out}")
     if not files:
         raise LasError(f"{path}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
     for file in files:
