@@ -148,6 +148,26 @@ def test_audio_las_cannot_read_is_named_with_what_to_do_never_passed_over(
         load_audio(memo, 16000)
 
 
+def test_stereo_is_mixed_down_and_channels_in_opposite_phase_give_the_louder_one(tmp_path: Path) -> None:
+    """Two channels are averaged; where the average cancels (one channel's wires swapped: left =
+    -right), the loudest channel is taken instead of what is left of the mean: near silence."""
+    import soundfile
+
+    from las.data.audio import load_audio, samples_to_waveform
+
+    speech, rate = soundfile.read(ROWS[0][1], dtype="float32")
+    for name, right, expected in (
+        ("stereo", 0.5 * speech, 0.75 * speech),
+        ("inverted", -0.9 * speech, speech),
+        ("silent-right", 0 * speech, 0.5 * speech),
+    ):
+        stereo = np.stack([speech, right], axis=1)  # (samples, channels)
+        path = tmp_path / f"{name}.wav"
+        soundfile.write(path, stereo, rate, subtype="FLOAT")
+        np.testing.assert_allclose(load_audio(path, rate).numpy(), expected, atol=1e-6)
+        np.testing.assert_allclose(samples_to_waveform(stereo.T, rate, rate).numpy(), expected, atol=1e-6)
+
+
 def test_piped_wav_scp_is_refused(tmp_path: Path) -> None:
     (tmp_path / "wav.scp").write_text(f"a {ROWS[0][1]}\nb sox {ROWS[1][1]} -t wav - |\n")
     with pytest.raises(LasError, match=r"wav.scp:2: 'b' is read through a command .* las reads audio files only"):

@@ -71,10 +71,27 @@ def load_audio(
     if non_finite:
         # One NaN would make the normalisation statistics, and with them every batch, NaN.
         raise LasError(f"audio file {path} has {non_finite} non-finite samples (NaN or infinity); repair or remove it")
-    waveform = torch.from_numpy(samples).mean(dim=1)  # (samples,): mix channels down
+    waveform = mixed_down(torch.from_numpy(samples))
     if rate != sample_rate:
         waveform = torchaudio.functional.resample(waveform, rate, sample_rate)
     return waveform
+
+
+# A mix-down with less power than this share of its channels' mean cancels: their signals are in
+# opposite phase (a microphone wired with its poles swapped on one channel, a "wide stereo"
+# effect), and the mean of the channels is left with little but their differences.
+CANCELLING_MIX = 0.1
+
+
+def mixed_down(samples: torch.Tensor) -> torch.Tensor:
+    """`(samples, channels)` -> `(samples,)`: the channels' mean, or the loudest channel where the
+    mean cancels (CANCELLING_MIX)."""
+    mix = samples.mean(dim=1)
+    if samples.shape[1] > 1:
+        power = samples.double().pow(2).mean(dim=0)  # (channels,)
+        if float(mix.double().pow(2).mean()) < CANCELLING_MIX * float(power.mean()):
+            return samples[:, int(power.argmax())].contiguous()
+    return mix
 
 
 def audio_length(path: Path, segment: Segment | None = None) -> tuple[int, int]:
@@ -182,8 +199,7 @@ def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | N
         array = (array.astype(np.float64) - middle) / (information.max - middle + 1)
     waveform = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
     if waveform.dim() == 2:
-        channels = 1 if waveform.shape[0] >= waveform.shape[1] else 0
-        waveform = waveform.mean(dim=channels)  # mixed down, as files are
+        waveform = mixed_down(waveform if waveform.shape[0] >= waveform.shape[1] else waveform.T)  # as files are
     if not torch.isfinite(waveform).all():
         raise LasError("samples hold non-finite values (NaN or infinity)")
     peak = float(waveform.abs().max())
