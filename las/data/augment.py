@@ -92,9 +92,9 @@ class WaveformAugmentation:
     """Per utterance and epoch, with the probabilities of an `AugmentConfig`: a reverberant room,
     then noise (babble of other training utterances, white or pink) at a random SNR, then a
     telephone line, then a gain, then a quiet or a clipping microphone's 16 bits, then a
-    compressor — the order in which they happen to a real recording — and the log-mel features of the result. Every draw
-    comes from the seed it is given, so an utterance in an epoch is augmented the same way in
-    every process and after every resume."""
+    compressor — the order in which they happen to a real recording — and the log-mel features
+    of the result. Every draw comes from the seed it is given, so an utterance in an epoch is
+    augmented the same way in every process and after every resume."""
 
     def __init__(self, config: AugmentConfig, features: FeatureConfig, pool: Sequence[torch.Tensor]) -> None:
         """`pool`: waveforms of training utterances for babble."""

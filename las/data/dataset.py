@@ -88,9 +88,9 @@ class BatchDraws(Sequence[list[Draw]]):
     its `variants[index]`, drawn with `seed + index` (None: not augmented), only this rank's
     `shard` of each batch. With augmentation, a `joined` share of the batches is heard as pairs:
     each utterance followed by its neighbour in the batch, as one recording (`in_pairs`: the same
-    frames in half the rows). `first` is the first batch's position in its epoch (a resumed epoch's). Made as
-    they are read: an epoch's draws made at once are 0.1 GB at a million utterances (a tuple and a
-    large integer each), held for the whole epoch."""
+    frames in half the rows); `first` is the first batch's position in its epoch (a resumed
+    epoch's). Made as they are read: an epoch's draws made at once are 0.1 GB at a million
+    utterances (a tuple and a large integer each), held for the whole epoch."""
 
     def __init__(
         self,
