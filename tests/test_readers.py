@@ -168,6 +168,39 @@ def test_stereo_is_mixed_down_and_channels_in_opposite_phase_give_the_louder_one
         np.testing.assert_allclose(samples_to_waveform(stereo.T, rate, rate).numpy(), expected, atol=1e-6)
 
 
+def test_a_wav_file_cut_short_is_named_and_a_whole_or_streamed_one_is_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interrupted recording or download: its header promises more samples than it holds.
+    Decoding gives what it holds, and says so; a file written as a stream (its data length
+    unknown: 0 or 0xFFFFFFFF) and a whole file are not named."""
+    import soundfile
+
+    from las.data.audio import cut_short
+    from las.data.manifest import warn_about_cut_short
+    from las.data.utterances import Utterance
+
+    speech, rate = soundfile.read(ROWS[0][1], dtype="int16")
+    whole = tmp_path / "whole.wav"
+    soundfile.write(whole, speech, rate, subtype="PCM_16")
+    content = whole.read_bytes()
+    short = tmp_path / "short.wav"
+    short.write_bytes(content[: 44 + 2 * rate // 2])  # the 44-byte header and half a second
+    streamed = tmp_path / "streamed.wav"
+    streamed.write_bytes(content[:40] + (0xFFFFFFFF).to_bytes(4, "little") + content[44 : 44 + 2 * rate // 2])
+    assert content[36:40] == b"data"  # the layout the cuts above assume
+    promised = len(speech) / rate
+    assert cut_short(short) == (promised, 0.5)
+    assert cut_short(whole) is None and cut_short(streamed) is None and cut_short(Path(ROWS[0][1])) is None
+    utterances = [Utterance(path.stem, path) for path in (whole, short, streamed)]
+    warn_about_cut_short(utterances, tmp_path)
+    warning = capsys.readouterr().err
+    assert "1 audio file(s) cut short (a recording or download interrupted?), decoded as far as they go" in warning
+    assert f"first {short}, 0.50 s of the {promised:.2f} s its header promises" in warning
+    warn_about_cut_short(utterances[:1], tmp_path)
+    assert capsys.readouterr().err == ""
+
+
 def test_piped_wav_scp_is_refused(tmp_path: Path) -> None:
     (tmp_path / "wav.scp").write_text(f"a {ROWS[0][1]}\nb sox {ROWS[1][1]} -t wav - |\n")
     with pytest.raises(LasError, match=r"wav.scp:2: 'b' is read through a command .* las reads audio files only"):

@@ -124,6 +124,19 @@ def plain_header(path: Path) -> tuple[int, int] | None:
         fields = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels 3, bits 5, samples 36
         rate, samples = fields >> 44, fields & ((1 << 36) - 1)
         return (samples, rate) if samples and rate else None  # 0 samples: unknown, libsndfile counts
+    chunk = wav_data_chunk(head)
+    if chunk is None:
+        return None
+    body, length, block, rate = chunk
+    if body + length != size and body + length + 1 != size:
+        return None  # a size that is not the file's (streamed, cut short)
+    return length // block, rate
+
+
+def wav_data_chunk(head: bytes) -> tuple[int, int, int, int] | None:
+    """(where its samples start, how many bytes its header says they take, bytes per frame, sample
+    rate) of the data chunk of a plain WAV file (PCM or float) that begins with `head`; None for
+    anything else, or where the format chunk does not come first."""
     if head[:4] != b"RIFF" or head[8:12] != b"WAVE":
         return None
     offset, block, rate = 12, 0, 0
@@ -137,11 +150,30 @@ def plain_header(path: Path) -> tuple[int, int] | None:
             rate = int.from_bytes(head[body + 4 : body + 8], "little")
             block = int.from_bytes(head[body + 12 : body + 14], "little")
         elif name == b"data":
-            if not (block and rate) or body + length != size and body + length + 1 != size:
-                return None  # no format first, or a size that is not the file's (streamed, cut short)
-            return length // block, rate
+            return (body, length, block, rate) if block and rate else None
         offset = body + length + (length & 1)  # chunks are padded to even sizes
     return None
+
+
+STREAMED_LENGTHS = (0, 0xFFFFFFFF)  # what a WAV written as a stream says its data takes: unknown
+
+
+def cut_short(path: Path) -> tuple[float, float] | None:
+    """(seconds its header promises, seconds it holds) of a WAV file whose samples end before its
+    header says they do (a recording or a download interrupted); None for a whole file, another
+    format, or one that cannot be read (whose reading says why)."""
+    try:
+        with open(path, "rb") as file:
+            head, size = file.read(HEADER_BYTES), os.fstat(file.fileno()).st_size
+    except OSError:
+        return None
+    chunk = wav_data_chunk(head)
+    if chunk is None:
+        return None
+    body, length, block, rate = chunk
+    if length in STREAMED_LENGTHS or body + length <= size:
+        return None
+    return length // block / rate, max(0, size - body) // block / rate
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from las.data.arrays import load_array
-from las.data.audio import AUDIO_SUFFIXES, UNREADABLE_SUFFIXES, Segment, conversion_hint
+from las.data.audio import AUDIO_SUFFIXES, UNREADABLE_SUFFIXES, Segment, conversion_hint, cut_short
 from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.progress import warn
@@ -466,6 +466,19 @@ def warn_about_characters(utterances: Sequence[Utterance], vocabulary: Vocabular
     problems = [problem for utterance in utterances if (problem := unknown_characters(utterance, vocabulary))]
     if problems:
         warn(f"{source}: {len(problems)} reference transcripts cannot be matched by this model, first: {problems[0]}")
+
+
+def warn_about_cut_short(utterances: Sequence[Utterance], source: str | Path) -> None:
+    """Audio files whose samples end before their headers say are decoded as far as they go: one
+    warning names them, since their transcripts stop there too."""
+    files = sorted({utterance.audio_location for utterance in utterances if utterance.audio_location})
+    short = [(file, lengths) for file in files if (lengths := cut_short(Path(file)))]
+    if short:
+        file, (promised, held) = short[0]
+        warn(
+            f"{source}: {len(short)} audio file(s) cut short (a recording or download interrupted?), decoded as far "
+            f"as they go: first {file}, {held:.2f} s of the {promised:.2f} s its header promises"
+        )
 
 
 def unknown_characters(utterance: Utterance, vocabulary: Vocabulary) -> str:
