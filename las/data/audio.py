@@ -112,14 +112,10 @@ def plain_header(path: Path) -> tuple[int, int] | None:
     them, in a tenth of its time (a million files' lengths are read at start-up); None for
     anything else (other formats, tags before a FLAC stream, a WAV whose data chunk is not
     where or as large as it says), which goes to libsndfile."""
-    try:  # unbuffered: a Python file object costs as much again
-        descriptor = os.open(path, os.O_RDONLY)
-        try:
-            head, size = os.read(descriptor, HEADER_BYTES), os.fstat(descriptor).st_size
-        finally:
-            os.close(descriptor)
-    except OSError:
+    read = file_head(path)
+    if read is None:
         return None  # libsndfile's error names it
+    head, size = read
     if head[:4] == b"fLaC" and len(head) >= 42 and head[4] & 0x7F == 0:  # STREAMINFO comes first
         fields = int.from_bytes(head[18:26], "big")  # rate 20 bits, channels 3, bits 5, samples 36
         rate, samples = fields >> 44, fields & ((1 << 36) - 1)
@@ -131,6 +127,19 @@ def plain_header(path: Path) -> tuple[int, int] | None:
     if body + length != size and body + length + 1 != size:
         return None  # a size that is not the file's (streamed, cut short)
     return length // block, rate
+
+
+def file_head(path: Path) -> tuple[bytes, int] | None:
+    """The first HEADER_BYTES of the file at `path` and its size in bytes; None where it cannot be
+    read (the caller's fallback or later reading names why)."""
+    try:  # unbuffered: a Python file object costs as much again
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            return os.read(descriptor, HEADER_BYTES), os.fstat(descriptor).st_size
+        finally:
+            os.close(descriptor)
+    except OSError:
+        return None
 
 
 def wav_data_chunk(head: bytes) -> tuple[int, int, int, int] | None:
@@ -162,15 +171,12 @@ def cut_short(path: Path) -> tuple[float, float] | None:
     """(seconds its header promises, seconds it holds) of a WAV file whose samples end before its
     header says they do (a recording or a download interrupted); None for a whole file, another
     format, or one that cannot be read (whose reading says why)."""
-    try:
-        with open(path, "rb") as file:
-            head, size = file.read(HEADER_BYTES), os.fstat(file.fileno()).st_size
-    except OSError:
-        return None
-    chunk = wav_data_chunk(head)
-    if chunk is None:
+    read = file_head(path)
+    chunk = wav_data_chunk(read[0]) if read else None
+    if read is None or chunk is None:
         return None
     body, length, block, rate = chunk
+    size = read[1]
     if length in STREAMED_LENGTHS or body + length <= size:
         return None
     return length // block / rate, max(0, size - body) // block / rate
