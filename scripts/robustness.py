@@ -15,6 +15,8 @@ noise, faster and slower; and 10 s of noise or silence, which should give (almos
     clipped-10/20  a microphone set too hot: the peak driven 10 or 20 dB over full scale, cut flat
     compressed     a compressor (4:1 above -40 dBFS, 10 ms frames) and gain to a -1 dBFS peak, as a
                    phone's automatic gain or a broadcast chain leaves speech: loud, nothing cut
+    mp3-24         MP3 at 24 kbit/s (constant rate), as a low-rate podcast or an old voice recorder
+    opus-8         Opus at 8 kbit/s, the lowest rate a call or voice-message app drops to
 
 and `nonspeech/` (10 s of white noise, 10 s of digital silence). Every random choice is seeded.
 
@@ -71,6 +73,7 @@ from las.data.channels import (
     brown_noise,
     clipped,
     compressed,
+    encoded,
     hum,
     own_background,
     pink_noise,
@@ -95,6 +98,8 @@ SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
 CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20", "compressed"]
+CONDITIONS += ["mp3-24", "opus-8"]
+CODEC_LEVELS = {"mp3-24": 0.9, "opus-8": 0.99}  # the compression level of las.data.channels.encoded
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -126,6 +131,8 @@ def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tenso
     for over in (10, 20):  # a microphone set too hot: 4% and 22% of AN4 dev's samples cut flat
         made[f"clipped-{over}"] = lambda i, w, g, over=over: clipped(w, over)
     made["compressed"] = lambda i, w, g: compressed(w, RATE // 100, threshold_db=-40.0, ratio=4.0)
+    for name, level in CODEC_LEVELS.items():  # at the bit rate its name gives, in kbit/s
+        made[name] = lambda i, w, g, name=name, level=level: encoded(w, RATE, name.split("-")[0], level)
     return made
 
 

@@ -14,6 +14,7 @@ from las.data.channels import (
     add_noise,
     babble,
     compressed,
+    encoded,
     frame_levels_db,
     pink_noise,
     reverberate,
@@ -46,6 +47,19 @@ def test_a_telephone_line_keeps_only_the_telephone_band() -> None:
     assert band_energy(narrow, 4000, RATE / 2) / total < 1e-3  # nothing above the 8 kHz line's Nyquist
     assert band_energy(clean, 4000, RATE / 2) / band_energy(clean, 0, RATE / 2) > 0.01  # which AN4 has
     assert band_energy(narrow, 0, 150) / total < 0.02
+
+
+@pytest.mark.parametrize(("codec", "level", "kilobits"), [("mp3", 0.9, 24), ("opus", 0.99, 8)])
+def test_a_lossy_codec_gives_speech_back_at_its_bit_rate(codec: str, level: float, kilobits: int) -> None:
+    """Encoded and decoded in memory: about as long (the encoder's delay and padding, within two MP3
+    frames), most of the speech band kept, what the rate cannot afford gone."""
+    clean = speech()
+    heard = encoded(clean, RATE, codec, level)
+    assert heard.dtype == torch.float32 and abs(len(heard) - len(clean)) <= 2 * 1152
+    assert not torch.equal(heard[: len(clean)], clean)
+    assert band_energy(heard, 300, 3400) / band_energy(clean, 300, 3400) == pytest.approx(1.0, abs=0.3)
+    if kilobits <= 8:  # a narrowband rate: nothing much above 4 kHz
+        assert band_energy(heard, 4500, RATE / 2) / band_energy(heard, 0, RATE / 2) < 1e-3
 
 
 @pytest.mark.parametrize("snr", [20.0, 5.0, -5.0])

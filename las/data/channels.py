@@ -1,6 +1,6 @@
 """What a recording goes through on its way to a model outside the recording room: a telephone
-channel, a gain, a compressor, noise at a signal-to-noise ratio (white, pink, brown, mains hum,
-babble), a reverberant room.
+channel, a lossy codec, a gain, a compressor, noise at a signal-to-noise ratio (white, pink, brown,
+mains hum, babble), a reverberant room.
 
 Waveforms are `(samples,)` float32 at `rate`. Every random choice draws from the `generator`
 given, so training augmentation is reproducible (and resumes exactly), and the evaluation sets
@@ -9,9 +9,11 @@ of `scripts/robustness.py` are the same on every machine.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
 
+import soundfile
 import torch
 import torchaudio.functional as audio
 
@@ -27,6 +29,25 @@ def telephone(waveform: torch.Tensor, rate: int, low: float = 300.0, high: float
     narrow = audio.resample(band, rate, TELEPHONE_RATE)
     narrow = audio.mu_law_decoding(audio.mu_law_encoding(narrow.clamp(-1, 1), 256), 256)
     return audio.resample(narrow, TELEPHONE_RATE, rate)[: len(waveform)]
+
+
+# libsndfile's container and encoding of each codec `encoded` knows; its compression level (0-1)
+# sets the bit rate (for 16 kHz mono, MP3 at constant rate: 0.9 -> 24 kbit/s; Opus: 0.99 -> 8).
+CODECS = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "vorbis": ("OGG", "VORBIS")}
+
+
+def encoded(waveform: torch.Tensor, rate: int, codec: str, level: float) -> torch.Tensor:
+    """`waveform` `(samples,)` through a lossy codec of CODECS and back, as a voice memo, a podcast
+    or a call app leaves speech: encoded at compression `level` (0-1), decoded as a reader would.
+    The decoded audio is what the codec gives back, its encoder's delay included."""
+    container, encoding = CODECS[codec]
+    constant = {"bitrate_mode": "CONSTANT"} if codec == "mp3" else {}
+    buffer = io.BytesIO()
+    samples = waveform.clamp(-1, 1).numpy()
+    soundfile.write(buffer, samples, rate, format=container, subtype=encoding, compression_level=level, **constant)
+    buffer.seek(0)
+    decoded, _ = soundfile.read(buffer, dtype="float32")
+    return torch.from_numpy(decoded)
 
 
 def in_16_bits(waveform: torch.Tensor) -> torch.Tensor:
