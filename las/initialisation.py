@@ -7,7 +7,9 @@ character set keeps what was learnt for the others. A new letter whose other cas
 has starts from that one's rows (a model fine-tuned to lower case spells "a" where it spelt "A");
 other new characters start from the usual random initialisation. Any other weight must have the
 same shape: a model of other `model.*` settings cannot take these weights, and that is one error
-naming the settings that differ.
+naming the settings that differ. A part of another kind (`model.listener`, `model.speller`) starts
+anew, the rest loaded: a Transformer speller learns on a trained pBLSTM listener. A new listener
+renews the CTC head too, which reads its outputs.
 """
 
 from __future__ import annotations
@@ -43,11 +45,15 @@ def initialise(
     skipped, and one for the characters."""
     ours, theirs = model.state_dict(), checkpoint.model_state
     rows, cased = shared_rows(vocabulary, checkpoint.vocabulary)
+    renewed = renewed_parts(config, checkpoint.config.model)
     counts: dict[str, Counter[str]] = {}
     with torch.no_grad():
         for name, weight in ours.items():
-            part = counts.setdefault(name.split(".")[0], Counter())
-            if name not in theirs:
+            owner = name.split(".")[0]
+            part = counts.setdefault(owner, Counter())
+            if owner in renewed:
+                part[f"initialised ({renewed[owner]})"] += 1
+            elif name not in theirs:
                 part["initialised (not in the checkpoint)"] += 1
             elif name in CHARACTER_ROWS and weight.shape[1:] == theirs[name].shape[1:]:
                 # The model may be on a GPU already; the checkpoint is on the CPU.
@@ -71,6 +77,19 @@ def initialise(
     started = f" ({cased} started from the same letter in the other case)" if cased else ""
     lines.append(f"characters: {shared} shared with the checkpoint, {len(vocabulary) - shared} new{started}")
     return lines
+
+
+def renewed_parts(config: ModelConfig, theirs: ModelConfig) -> dict[str, str]:
+    """Part -> why it starts anew: a listener or speller of another kind than the checkpoint's
+    (and the CTC head of a new listener)."""
+    renewed = {
+        part: f"model.{part}={getattr(theirs, part)} there"
+        for part in ("listener", "speller")
+        if getattr(config, part) != getattr(theirs, part)
+    }
+    if "listener" in renewed:
+        renewed["ctc_head"] = "a new listener"
+    return renewed
 
 
 def counterpart(symbol: str, index: Mapping[str, int]) -> int | None:

@@ -4,6 +4,7 @@ its weights cannot fit in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,25 @@ def test_every_weight_that_fits_is_loaded_and_shared_characters_keep_their_rows(
         assert torch.equal(
             embedding[position], trained.model_state["speller.embedding.weight"][trained.vocabulary.index[symbol]]
         )
+
+
+def test_a_part_of_another_kind_starts_anew_and_the_rest_is_loaded(trained_run: dict[str, Path]) -> None:
+    """A Transformer speller on the trained pBLSTM listener; a Transformer listener renews the
+    CTC head that reads it, and keeps the speller."""
+    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    assert trained.config.model.speller == "lstm" and trained.config.model.listener == "pblstm"
+    for kind, renewed, why in [
+        ("speller", {"speller"}, "speller: 31 initialised (model.speller=lstm there), 11 skipped"),
+        ("listener", {"listener", "ctc_head"}, "listener: 108 initialised (model.listener=pblstm there), 24 skipped"),
+    ]:
+        config = dataclasses.replace(trained.config.model, **{kind: "transformer"}, transformer_dim=32)
+        model = LAS.build(config, trained.input_size, len(trained.vocabulary))
+        before = {name: weight.clone() for name, weight in model.state_dict().items()}
+        lines = initialise(model, config, trained.vocabulary, trained, "best.pt")
+        for name, weight in model.state_dict().items():
+            expected = before[name] if name.split(".")[0] in renewed else trained.model_state[name]
+            assert torch.equal(weight, expected), name
+        assert any(line.startswith(why) for line in lines), lines
 
 
 def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
