@@ -132,6 +132,7 @@ def throughput(
     batch_frames: int = typer.Option(
         0, help="Also las's batches by frames (data.batch_frames) of this budget, with --graphs as graphs too."
     ),
+    settings: list[str] = typer.Option([], "--set", help="Other las settings, e.g. model.speller=transformer."),
 ) -> None:
     """`las train`'s own training steps (`Trainer.step`: loss, clipping, update, schedule) and
     batches (`Trainer.loader`, `data.workers` processes), default settings, over the same
@@ -141,7 +142,7 @@ def throughput(
     share = time the step waited for its batch. With `graphs`, las's batches with the speller as
     CUDA graphs too, then with the listener's pass as graphs as well, each after a first pass over
     them that captures every bucket (timed apart). With `batch_frames`, the same for batches by
-    frames of that budget (fewer, larger batches)."""
+    frames of that budget (fewer, larger batches). `--set`: another model or recipe throughout."""
     from las.corpus import load_corpus
     from las.train import Trainer
 
@@ -151,7 +152,7 @@ def throughput(
         head = subset_manifest(manifest, utterances, Path(folder) / manifest.name)
         config = Config().replace(
             [f"data.train={head}", f"data.dev={head}", f"data.workers={workers}", f"train.out={folder}/run"]
-            + [f"train.device={target.type}", "train.tensorboard=false"]
+            + [f"train.device={target.type}", "train.tensorboard=false", *settings]
         )
         corpus = load_corpus(config, None, None)
         trainers = {}

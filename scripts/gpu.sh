@@ -20,6 +20,10 @@
 # six epochs of fine-tuning with either effect cost the room and noise 1-2 points; poll
 # runs/channels-s*/metrics.jsonl from a second call, then
 # `robustness` and `surroundings` on them, against the 2x recipe's CPU seeds). Where the lease has minutes left:
+# `python scripts/benchmark.py throughput --precisions fp32,bf16 --set model.speller=transformer --set
+# model.transformer_dim=192 --set model.transformer_feedforward=768` beside the same without --set (#30/#28:
+# the Transformer speller, which listens since its embeddings start at unit size, trains all characters
+# in one pass: its GPU step against the LSTMCell loop's and its graphs); and
 # `python scripts/benchmark.py throughput --graphs --batch-frames 8500 --workers 6` again (#28: 0.62 s
 # of its 2.0 s waited for batches with 6 workers; each utterance's edges are now kept across epochs,
 # SharedEdges), and the seeds' epoch times past the augmentation's start against their step times.
