@@ -144,6 +144,10 @@ def test_audio_las_cannot_read_is_named_with_what_to_do_never_passed_over(
     shutil.copy(ROWS[0][1], memo.parent / "tuesday.flac")
     assert [utterance.id for utterance in read_utterances(memo.parent, require_text=False)] == ["tuesday"]
     assert f"left out 1 audio file(s) in a format las cannot read: {memo}" in capsys.readouterr().err
+    shutil.copy(ROWS[0][1], memo.parent / "tuesday.wav")  # the same id twice: named where it was first
+    with pytest.raises(LasError, match=r"tuesday.wav: duplicate id 'tuesday' \(first at .*tuesday.flac\)"):
+        read_utterances(memo.parent, require_text=False)
+    assert capsys.readouterr().err.count("left out 1 audio file") == 1  # once, not again while finding it
     with pytest.raises(LasError, match=f"cannot read audio file .*monday.m4a: .* {advice}"):
         load_audio(memo, 16000)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
+import io
 import json
 import math
 import os
@@ -101,7 +103,8 @@ def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, re
             # Kaldi text, CSV rows and file names of outputs all rely on ids being single words.
             raise LasError(f"{where}: id {utterance.id!r} has whitespace or control characters")
         if utterance.id in seen:
-            first = next(place for place, earlier in reader(source) if earlier.id == utterance.id)
+            with contextlib.redirect_stderr(io.StringIO()):  # its warnings were given on the first reading
+                first = next(place for place, earlier in reader(source) if earlier.id == utterance.id)
             raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first})")
         seen.add(utterance.id)
         problem = _problem(utterance, require_text)
