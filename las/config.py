@@ -344,22 +344,25 @@ class AugmentConfig(Section):
         if self.snr_low > self.snr_high:
             raise LasError(f"config key 'train.augment.snr_low': {self.snr_low} is above snr_high={self.snr_high}")
 
+    # The effects made on the waveform, which need audio; words, tight and joined draws cut and
+    # join features, precomputed ones too.
+    WAVEFORM_EFFECTS: ClassVar[tuple[str, ...]] = (
+        "reverberation",
+        "noise",
+        "telephone",
+        "gain_db",
+        "quiet",
+        "clipping",
+        "compression",
+        "crop",
+        "surroundings",
+        "nonspeech",
+    )
+
     @property
     def enabled(self) -> bool:
-        return any(
-            (
-                self.reverberation,
-                self.noise,
-                self.telephone,
-                self.gain_db,
-                self.quiet,
-                self.clipping,
-                self.compression,
-                self.crop,
-                self.surroundings,
-                self.nonspeech,
-            )
-        )
+        """Whether any waveform effect is drawn (the utterances are then read and featurised on the fly)."""
+        return any(getattr(self, effect) for effect in self.WAVEFORM_EFFECTS)
 
 
 FREEZABLE = ("listener", "speller", "ctc_head")  # the model's parts, as its weights' names begin

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from las.config import Config, TrainConfig
+from las.config import AugmentConfig, Config, TrainConfig
 from las.data.augment import WaveformAugmentation
 from las.data.cache import FeatureCache
 from las.data.dataset import Sources, SpeechDataset
@@ -116,30 +116,18 @@ def normalizer_sample(count: int, seed: int) -> list[int]:
 def without_audio_effects(config: Config) -> Config:
     """Speed perturbation, waveform augmentation and trimming what surrounds the speech need
     audio (features of unknown scale tell no pauses). For precomputed features the defaults' are
-    turned off, with a warning; settings a user chose are refused."""
+    turned off, with a warning; settings a user chose are refused. Draws made of features (single
+    words, tight clips, joined pairs) stay."""
     train, defaults = config.train, TrainConfig()
-    effects = {  # setting: (active, chosen)
-        "train.speed_perturbation": (
-            train.speed_perturbation > 0,
-            train.speed_perturbation != defaults.speed_perturbation,
-        ),
-        "train.augment": (train.augment.enabled, train.augment != defaults.augment),
-    }
-    for setting, (active, chosen) in effects.items():
-        if active and chosen:
-            raise LasError(f"{config.data.train}: {setting} needs audio, not precomputed features")
+    settings = {"train.speed_perturbation": (train.speed_perturbation, defaults.speed_perturbation)}
+    for name in (*AugmentConfig.WAVEFORM_EFFECTS, "snr_low", "snr_high"):
+        settings[f"train.augment.{name}"] = (getattr(train.augment, name), getattr(defaults.augment, name))
+    chosen = [setting for setting, (value, default) in settings.items() if value and value != default]
+    if chosen:
+        raise LasError(f"{config.data.train}: {chosen[0]} needs audio, not precomputed features")
     if train.speed_perturbation or train.augment.enabled:
         warn(f"{config.data.train}: precomputed features: no speed perturbation or waveform augmentation (need audio)")
-    off = replace(
-        train.augment,
-        reverberation=0.0,
-        noise=0.0,
-        telephone=0.0,
-        gain_db=0.0,
-        crop=0.0,
-        surroundings=0.0,
-        nonspeech=0.0,
-    )
+    off = replace(train.augment, **dict.fromkeys(AugmentConfig.WAVEFORM_EFFECTS, 0.0))
     features = replace(config.features, trim_surroundings=False)
     return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
 

@@ -331,7 +331,11 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
 
 @pytest.mark.parametrize(
     ("setting", "name"),
-    [("train.speed_perturbation=0.2", "train.speed_perturbation"), ("train.augment.noise=0.2", "train.augment")],
+    [
+        ("train.speed_perturbation=0.2", "train.speed_perturbation"),
+        ("train.augment.noise=0.2", "train.augment.noise"),
+        ("train.augment.snr_low=10", "train.augment.snr_low"),
+    ],
 )
 def test_chosen_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
     from las.config import load_config
@@ -355,6 +359,18 @@ def test_default_waveform_effects_are_off_for_precomputed_features(
     trained = load_corpus(config, None, None).config
     assert not trained.train.speed_perturbation and not trained.train.augment.enabled
     assert "precomputed features: no speed perturbation or waveform augmentation" in capsys.readouterr().err
+    # Draws made of features are kept, chosen or not; an effect turned off is no choice to refuse.
+    chosen = [
+        "train.augment.joined=0.3",
+        "train.augment.words=0.2",
+        "train.augment.noise=0",
+        "train.augment.start_epoch=2",
+    ]
+    kept = load_corpus(
+        load_config(None, [f"data.train={split}", f"data.dev={split}", "data.workers=0", *chosen]), None, None
+    )
+    assert (kept.config.train.augment.joined, kept.config.train.augment.words) == (0.3, 0.2)
+    assert not kept.config.train.augment.enabled
 
 
 def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Path) -> None:
