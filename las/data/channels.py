@@ -33,7 +33,7 @@ def telephone(waveform: torch.Tensor, rate: int, low: float = 300.0, high: float
 
 # libsndfile's container and encoding of each codec `encoded` knows; its compression level (0-1)
 # sets the bit rate (for 16 kHz mono, MP3 at constant rate: 0.9 -> 24 kbit/s; Opus: 0.99 -> 8).
-CODECS = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "vorbis": ("OGG", "VORBIS")}
+CODECS = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
 
 
 def encoded(waveform: torch.Tensor, rate: int, codec: str, level: float) -> torch.Tensor:
