@@ -38,14 +38,21 @@ CHARACTER_ROWS = (
 
 
 def initialise(
-    model: nn.Module, config: ModelConfig, vocabulary: Vocabulary, checkpoint: Checkpoint, path: str | Path
+    model: nn.Module,
+    config: ModelConfig,
+    vocabulary: Vocabulary,
+    checkpoint: Checkpoint,
+    path: str | Path,
+    frozen: tuple[str, ...] = (),
 ) -> list[str]:
     """Copy into `model` (built from `config` for `vocabulary`) every weight of `checkpoint` that
     fits; one line per part (listener, speller, ctc_head) saying what was loaded, initialised or
-    skipped, and one for the characters."""
+    skipped, and one for the characters. A part that starts anew cannot be among the `frozen`."""
     ours, theirs = model.state_dict(), checkpoint.model_state
     rows, cased = shared_rows(vocabulary, checkpoint.vocabulary)
     renewed = renewed_parts(config, checkpoint.config.model)
+    for part in set(frozen) & renewed.keys():  # it would keep its random weights: wrong text, no error
+        raise LasError(f"train.freeze={part}: the {part} starts anew ({renewed[part]}), so it cannot be frozen")
     counts: dict[str, Counter[str]] = {}
     with torch.no_grad():
         for name, weight in ours.items():

@@ -187,7 +187,8 @@ class Trainer:
         elif settings.speller_init:
             load_speller(self.model.speller, settings.speller_init, self.vocabulary)
         elif initial:
-            for line in initialise(self.model, config.model, self.vocabulary, initial, settings.init):
+            parts = (self.model, config.model, self.vocabulary, initial, settings.init, settings.frozen_parts)
+            for line in initialise(*parts):
                 if distributed.is_main:
                     say(f"--init {settings.init}: {line}")
         if distributed.enabled and not restored:  # ranks share the model, not their dropout or masks

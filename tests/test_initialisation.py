@@ -79,6 +79,8 @@ def test_a_part_of_another_kind_starts_anew_and_the_rest_is_loaded(trained_run: 
             expected = before[name] if name.split(".")[0] in renewed else trained.model_state[name]
             assert torch.equal(weight, expected), name
         assert any(line.startswith(why) for line in lines), lines
+        with pytest.raises(LasError, match=f"train.freeze={kind}: the {kind} starts anew .* cannot be frozen"):
+            initialise(model, config, trained.vocabulary, trained, "best.pt", frozen=(kind,))
 
 
 def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
