@@ -97,9 +97,8 @@ RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20", "compressed"]
-CONDITIONS += ["mp3-24", "opus-8"]
 CODEC_LEVELS = {"mp3-24": 0.9, "opus-8": 0.99}  # the compression level of las.data.channels.encoded
+CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20", "compressed", *CODEC_LEVELS]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
