@@ -47,6 +47,8 @@ def decode(
     subtitles_per_file = output_format in SUBTITLE_FORMATS and len(utterances) > 1
     if subtitles_per_file and out is None:
         raise LasError(f"--format {output_format} of {len(utterances)} recordings needs --out FOLDER (one file each)")
+    if subtitles_per_file:
+        check_file_names([utterance.id for utterance in utterances], f".{output_format}", out)
     if out is not None:
         (make_directory if subtitles_per_file else check_writable)(out, "--out")
     if plot_attention:
@@ -69,6 +71,18 @@ def file_name(identifier: str, suffix: str) -> str:
     """A file name for an utterance id that stays inside its folder whatever the id holds ("../x", "a/b")."""
     safe = re.sub(r"[^\w.-]", "_", identifier).lstrip(".")
     return (safe or "_") + suffix
+
+
+def check_file_names(identifiers: list[str], suffix: str, folder: str | Path | None) -> None:
+    """Refuse, before decoding, ids that would write one file twice ("a/b" and "a_b": a_b.srt)."""
+    first: dict[str, str] = {}
+    for identifier in identifiers:
+        name = file_name(identifier, suffix)
+        if name in first:
+            raise LasError(
+                f"ids {first[name]!r} and {identifier!r} would both be written to {folder}/{name}: rename one"
+            )
+        first[name] = identifier
 
 
 def transcript(result: Result) -> Transcript:

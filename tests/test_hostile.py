@@ -579,6 +579,26 @@ def test_attention_plots_stay_in_their_folder_whatever_the_id(trained_run: dict[
     assert not (tmp_path / "escaped.png").exists()
 
 
+def test_subtitles_of_a_recorders_folders_get_a_file_each_and_ids_of_one_file_name_are_refused(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    row = an4_rows("train", 1)[0]
+    for speaker in ("spk1", "spk2"):
+        (tmp_path / "recorder" / speaker).mkdir(parents=True)
+        shutil.copy(row[1], tmp_path / "recorder" / speaker / "take1.flac")
+    code, _, stderr = run(
+        "decode", trained_run["run"] / "best.pt", tmp_path / "recorder", "--format", "srt", "--out", tmp_path / "srt"
+    )
+    assert code == 0, stderr
+    assert sorted(path.name for path in (tmp_path / "srt").iterdir()) == ["spk1_take1.srt", "spk2_take1.srt"]
+    manifest = write_manifest(tmp_path / "clash.tsv", [["a/b", *row[1:]], ["a_b", *row[1:]]])
+    assert_clear_error(
+        *run("decode", trained_run["run"] / "best.pt", manifest, "--format", "vtt", "--out", tmp_path / "vtt")[::2],
+        "ids 'a/b' and 'a_b' would both be written to",
+    )
+    assert not (tmp_path / "vtt").exists()
+
+
 def test_empty_paths_and_unreadable_config_files_are_refused(tmp_path: Path) -> None:
     assert_clear_error(*run("train", "--out", "")[::2], "config key 'train.out': must not be empty")
     assert_clear_error(*run("train", "--config", tmp_path)[::2], "cannot read config file")

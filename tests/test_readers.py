@@ -218,16 +218,21 @@ def test_kaldi_transcript_missing_for_an_id(tmp_path: Path) -> None:
         read_utterances(tmp_path)
 
 
-def test_bad_jsonl_line_and_duplicate_ids_across_folders(tmp_path: Path) -> None:
+def test_bad_jsonl_line(tmp_path: Path) -> None:
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"audio_filepath": ROWS[0][1], "text": "A"}) + '\n{"text": "B"}\n')
     with pytest.raises(LasError, match=r"m.jsonl:2: expected a JSON object with 'audio_filepath'"):
         read_utterances(manifest)
-    for folder in ("one", "two"):
-        (tmp_path / folder).mkdir()
-        shutil.copy(AN4 / "audio" / "an10-fjmd-b.flac", tmp_path / folder / "same.flac")
-    with pytest.raises(LasError, match=r"two/same.flac: duplicate id 'same' \(first at .*one/same.flac\)"):
-        read_utterances(tmp_path, require_text=False)
+
+
+def test_files_of_one_name_in_subfolders_are_told_apart_by_their_folders(tmp_path: Path) -> None:
+    """A recorder's layout (one folder a speaker, take1.wav in each) decodes as it is: those files'
+    ids are their paths in the folder, the other files keep their names as ids."""
+    for name in ("spk 1/take1.flac", "spk2/take1.flac", "spk2/only.flac"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copy(AN4 / "audio" / "an10-fjmd-b.flac", tmp_path / name)
+    ids = [utterance.id for utterance in read_utterances(tmp_path, require_text=False)]
+    assert ids == ["spk_1/take1", "only", "spk2/take1"]
 
 
 def test_lhotse_cuts_of_parts_of_recordings_and_without_supervisions(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import gzip
@@ -315,11 +316,17 @@ def _librispeech_records(directory: Path) -> Records:
 def file_id(path: Path) -> str:
     """An utterance id from a file's name without its suffix: whitespace and control characters
     (which ids may not hold) become underscores, so "Meeting 3.flac" is `Meeting_3`."""
-    return "".join("_" if character.isspace() or not character.isprintable() else character for character in path.stem)
+    return _single_word(path.stem)
+
+
+def _single_word(name: str) -> str:
+    return "".join("_" if character.isspace() or not character.isprintable() else character for character in name)
 
 
 def _audio_records(path: Path) -> Records:
-    """One audio file, or every audio file under a folder; ids are file names without suffix."""
+    """One audio file, or every audio file under a folder; ids are file names without suffix, and
+    where subfolders hold files of one name (spk1/take1.wav, spk2/take1.wav), their paths in the
+    folder without suffix (`spk1/take1`), so that a recorder's layout decodes as it is."""
     if not path.is_dir():
         yield str(path), Utterance(file_id(path), path)
         return
@@ -333,8 +340,12 @@ def _audio_records(path: Path) -> Records:
         warn(f"{path}: left out {left_out}")
     if not files:
         raise LasError(f"{path}: no audio files ({', '.join(AUDIO_SUFFIXES)}) in this folder")
+    names = collections.Counter(file_id(file) for file in files)
     for file in files:
-        yield str(file), Utterance(file_id(file), file)
+        identifier = file_id(file)
+        if names[identifier] > 1:  # a.wav beside a.flac stays one id twice: an error that names both
+            identifier = _single_word(file.relative_to(path).with_suffix("").as_posix())
+        yield str(file), Utterance(identifier, file)
 
 
 def _feature_array_records(path: Path) -> Records:
