@@ -24,7 +24,7 @@ from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.features import FilterbankExtractor, log_mel_features
-from las.data.manifest import read_utterances, warn_about_characters, warn_about_cut_short
+from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
 from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
 from las.device import resolve_device
@@ -144,7 +144,7 @@ class Recognizer:
         log-mel features `(frames, mel_bins)`, through the feature cache."""
         data = self.config.data
         warn_about_characters(utterances, self.vocabulary, source)
-        warn_about_cut_short(utterances, source)
+        warn_about_audio(utterances, source)
         cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
         if data.bad_utterances == "skip":
             utterances = cache.usable(utterances, source)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from las.data.audio import Segment
 from las.data.manifest import read_utterances
@@ -181,7 +182,7 @@ def test_a_wav_file_cut_short_is_named_and_a_whole_or_streamed_one_is_not(
     import soundfile
 
     from las.data.audio import cut_short
-    from las.data.manifest import warn_about_cut_short
+    from las.data.manifest import warn_about_audio
     from las.data.utterances import Utterance
 
     speech, rate = soundfile.read(ROWS[0][1], dtype="int16")
@@ -197,12 +198,40 @@ def test_a_wav_file_cut_short_is_named_and_a_whole_or_streamed_one_is_not(
     assert cut_short(short) == (promised, 0.5)
     assert cut_short(whole) is None and cut_short(streamed) is None and cut_short(Path(ROWS[0][1])) is None
     utterances = [Utterance(path.stem, path) for path in (whole, short, streamed)]
-    warn_about_cut_short(utterances, tmp_path)
+    warn_about_audio(utterances, tmp_path)
     warning = capsys.readouterr().err
     assert "1 audio file(s) cut short (a recording or download interrupted?), decoded as far as they go" in warning
     assert f"first {short}, 0.50 s of the {promised:.2f} s its header promises" in warning
-    warn_about_cut_short(utterances[:1], tmp_path)
+    warn_about_audio(utterances[:1], tmp_path)
     assert capsys.readouterr().err == ""
+
+
+def test_audio_narrower_than_a_telephone_line_is_decoded_with_a_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 4 kHz recording keeps 2 kHz of speech, narrower than any channel training hears: it is
+    decoded, and one warning names it; 8 kHz (a telephone line) and up are not named."""
+    import soundfile
+    import torchaudio.functional
+
+    from las.data.audio import samples_to_waveform
+    from las.data.manifest import warn_about_audio
+    from las.data.utterances import Utterance
+
+    speech, rate = soundfile.read(ROWS[0][1], dtype="float32")
+    utterances = []
+    for new_rate in (4000, 8000, 6000):
+        resampled = torchaudio.functional.resample(torch.from_numpy(speech), rate, new_rate).numpy()
+        soundfile.write(tmp_path / f"at{new_rate}.flac", resampled, new_rate)
+        utterances.append(Utterance(f"at{new_rate}", tmp_path / f"at{new_rate}.flac"))
+    warn_about_audio(utterances, tmp_path)
+    warning = capsys.readouterr().err
+    assert "2 audio file(s) below a telephone line's rate, first" in warning and "at4000.flac" in warning
+    assert "at4000.flac, at 4000 Hz: nothing above 2000 Hz" in warning and "expect wrong transcripts" in warning
+    warn_about_audio(utterances[1:2], tmp_path)
+    assert capsys.readouterr().err == ""
+    assert samples_to_waveform(speech[::4], 4000, 16000).shape == (len(speech[::4]) * 4,)
+    assert "samples at 4000 Hz: nothing above 2000 Hz" in capsys.readouterr().err
 
 
 def test_piped_wav_scp_is_refused(tmp_path: Path) -> None:

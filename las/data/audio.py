@@ -16,6 +16,7 @@ import soundfile
 import torch
 import torchaudio.functional
 
+from las.data.channels import TELEPHONE_RATE
 from las.errors import LasError
 from las.progress import warn
 
@@ -243,9 +244,35 @@ def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | N
     peak = float(waveform.abs().max())
     if peak > 1.0 + 1e-3:
         warn(f"samples reach {peak:.3g}, beyond full scale [-1, 1]: integer PCM passed as floats? (divide by 32768)")
+    if reason := narrow_band(int(sample_rate)):
+        warn(f"samples {reason}")
     if sample_rate != target_rate:
         waveform = torchaudio.functional.resample(waveform, int(sample_rate), target_rate)
     return waveform
+
+
+def narrow_band(rate: int) -> str | None:
+    """What to tell of audio sampled at `rate`: below a telephone line's rate it holds no sound
+    above half of it, narrower than any channel training hears (a 4 kHz file keeps 2 kHz of
+    speech and loses most consonants), so its transcript is likely wrong; None at 8 kHz and up."""
+    if rate >= TELEPHONE_RATE:
+        return None
+    return (
+        f"at {rate} Hz: nothing above {rate // 2} Hz, narrower than a telephone line "
+        f"({TELEPHONE_RATE} Hz), the narrowest audio las models are made for: expect wrong transcripts"
+    )
+
+
+def sample_rate(path: Path) -> int | None:
+    """The sample rate of the audio file at `path` from its header; None where it cannot be read
+    (reading it later says why)."""
+    header = plain_header(path)
+    if header is not None:
+        return header[1]
+    try:
+        return soundfile.info(str(path)).samplerate
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError):
+        return None
 
 
 def read_size(path: Path) -> int:

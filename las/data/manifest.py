@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from las.data.arrays import load_array
-from las.data.audio import AUDIO_SUFFIXES, UNREADABLE_SUFFIXES, Segment, conversion_hint, cut_short
+from las.data.audio import (
+    AUDIO_SUFFIXES,
+    UNREADABLE_SUFFIXES,
+    Segment,
+    conversion_hint,
+    cut_short,
+    narrow_band,
+    sample_rate,
+)
 from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.progress import warn
@@ -482,10 +490,15 @@ def warn_about_characters(utterances: Sequence[Utterance], vocabulary: Vocabular
         warn(f"{source}: {len(problems)} reference transcripts cannot be matched by this model, first: {problems[0]}")
 
 
-def warn_about_cut_short(utterances: Sequence[Utterance], source: str | Path) -> None:
-    """Audio files whose samples end before their headers say are decoded as far as they go: one
-    warning names them, since their transcripts stop there too."""
+def warn_about_audio(utterances: Sequence[Utterance], source: str | Path) -> None:
+    """Audio files that decode, but not as well as they would whole or wider: one warning for those
+    whose samples end before their headers say (decoded as far as they go, so their transcripts
+    stop there too), one for those sampled below a telephone line's rate."""
     files = sorted({utterance.audio_location for utterance in utterances if utterance.audio_location})
+    narrow = [(file, reason) for file in files if (rate := sample_rate(Path(file))) and (reason := narrow_band(rate))]
+    if narrow:
+        file, reason = narrow[0]
+        warn(f"{source}: {len(narrow)} audio file(s) below a telephone line's rate, first {file}, {reason}")
     short = [(file, lengths) for file in files if (lengths := cut_short(Path(file)))]
     if short:
         file, (promised, held) = short[0]
