@@ -1,4 +1,4 @@
-"""`las train`: the training loop, dev evaluation, schedules, and checkpoints that resume exactly."""
+"""`las train`: the training loop, its schedules, and checkpoints that resume exactly."""
 
 from __future__ import annotations
 
@@ -6,37 +6,34 @@ import contextlib
 import json
 import math
 import os
-import random
 import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from las.alignment import Alignment
 from las.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.batch_memory import sized_batches
 from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from las.config import Config, TrainConfig
 from las.corpus import Corpus, load_corpus
-from las.data.dataset import Batch, BatchDraws, BucketBatchSampler, SpeechDataset
+from las.data.dataset import Batch, BucketBatchSampler
+from las.data.loading import training_loader
+from las.dev_evaluation import DevResult, evaluate_dev
 from las.distributed import Distributed
 from las.errors import LasError
 from las.files import locked_directory, make_directory, write_text_atomically
-from las.inference import transcribe
 from las.initialisation import initialise
-from las.metrics import character_error_rate, word_error_rate
 from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.optimisation import Optimisation
-from las.plots import plot_hypothesis
 from las.progress import progress_bar, say
-from las.search import GreedySearch, Hypothesis, Rules, Symbols
+from las.random_states import capture_rng, restore_rng
+from las.search import GreedySearch, Rules, Symbols
 from las.stopping import StopRequests
 from las.threads import follow_load
 
@@ -74,6 +71,15 @@ class Progress:
         for name, value in parts.items():
             self.part_sums[name] = self.part_sums.get(name, 0.0) + value
         self.frames += frames
+
+    def skip_bad_batch(self, max_bad_batches: int) -> None:
+        """A batch whose loss or gradient is not finite is skipped; too many of them stop training."""
+        self.batch_in_epoch += 1
+        self.bad_batches += 1
+        if self.bad_batches > max_bad_batches:
+            raise LasError(
+                f"training diverged: {self.bad_batches} batches with a non-finite loss (lower train.learning_rate?)"
+            )
 
     def next_epoch(self, dev_cer: float, seconds: float) -> Progress:
         """The progress at the start of the following epoch: totals kept, epoch sums cleared."""
@@ -303,7 +309,7 @@ class Trainer:
                 elif self.optimisation.scaler.is_enabled() and math.isfinite(step.loss):
                     progress.batch_in_epoch += 1  # fp16 gradients overflowed: a smaller scale, this batch lost
                 else:
-                    self.skip_bad_batch()
+                    progress.skip_bad_batch(settings.max_bad_batches)
                 if step.stop:
                     return True
                 if step.save:  # every rank: each gives its random state
@@ -353,42 +359,12 @@ class Trainer:
             return ()
         return settings.frozen_parts
 
-    def skip_bad_batch(self) -> None:
-        """Skip a batch whose loss or gradient is not finite; too many of them stop training."""
-        progress = self.progress
-        progress.batch_in_epoch += 1
-        progress.bad_batches += 1
-        if progress.bad_batches > self.config.train.max_bad_batches:
-            raise LasError(
-                f"training diverged: {progress.bad_batches} batches with a non-finite loss (lower train.learning_rate?)"
-            )
-
     def loader(self, batches: list[list[int]]) -> torch.utils.data.DataLoader:
-        """This rank's share of `batches`, each utterance in this epoch's variant, read and
-        collated by `data.workers` processes (page-locked for a GPU) while the model trains."""
-        dataset = self.corpus.train
-        variants = dataset.variants(self.progress.epoch, self.config.train.seed)
-        # Each utterance's augmentation draw is seeded by (seed, epoch, utterance): the same in any
-        # worker, on any rank, after any resume.
-        epoch = self.progress.epoch
-        seed = self.config.train.seed * 1_000_003 + epoch * 100_003
-        augmenting = epoch >= self.config.train.augment.start_epoch
-        joined, first = self.config.train.augment.joined, self.progress.batch_in_epoch
-        items = BatchDraws(batches, variants, seed if augmenting else None, self.distributed.shard, joined, first)
-        workers = self.config.data.workers
-        return torch.utils.data.DataLoader(
-            dataset,
-            batch_sampler=items,
-            collate_fn=dataset.batch,
-            num_workers=workers,
-            # The loader's pinning thread calls CUDA while the main thread may be capturing a CUDA
-            # graph (train.cuda_graphs), and in PyTorch 2.11 any thread's such call breaks the
-            # capture (cudaErrorStreamCaptureInvalidated); graphed steps copy unpinned batches.
-            pin_memory=self.device.type == "cuda" and not self.config.train.cuda_graphs,
-            prefetch_factor=4 if workers else None,
-            # Its own generator: starting the loader must not draw from the training's random
-            # state, or a run resumed mid-epoch would draw differently from an uninterrupted one.
-            generator=torch.Generator().manual_seed(self.config.train.seed),
+        """This rank's share of `batches` (of the epoch where training stands), loaded while it trains."""
+        progress, dataset = self.progress, self.corpus.train
+        first = progress.batch_in_epoch
+        return training_loader(
+            dataset, batches, progress.epoch, first, self.config, self.distributed.shard, self.device
         )
 
     def finish_epoch(self) -> None:
@@ -480,85 +456,6 @@ def epoch_record(
         "bad_batches": progress.bad_batches,
         "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
-
-
-def evaluate_dev(
-    model: LAS,
-    dataset: SpeechDataset,
-    search: GreedySearch,
-    config: Config,
-    device: torch.device,
-    plot_path: Path,
-    distributed: Distributed = Distributed(),
-) -> DevResult:
-    """Greedy dev CER (no teacher forcing), the share of dev utterances decoded with a diagonal
-    attention map, and the map of the first dev utterance, plotted and measured (by rank 0 only).
-    Each rank decodes its shard of dev; every rank gets the figures of all of it."""
-    indices = distributed.shard(range(len(dataset)))
-    results = transcribe(
-        model, dataset.subset(indices), search, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
-    )
-    best = [hypotheses[0] for hypotheses in results]
-    vocabulary = dataset.vocabulary
-    alignment = None
-    if distributed.is_main and best[0].attention is not None:  # rank 0's shard starts with utterance 0
-        plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
-        alignment = Alignment.of_decoding(best[0].attention)
-    decoded = [
-        (index, vocabulary.decode(hypothesis.tokens), hypothesis.attention is not None and diagonal(hypothesis))
-        for index, hypothesis in zip(indices, best, strict=True)
-    ]
-    everything = sorted(item for part in distributed.gather(decoded) for item in part)  # (index, text, diagonal)
-    texts = [text for _, text, _ in everything]
-    diagonal_share = sum(straight for _, _, straight in everything) / len(dataset)
-    cer = character_error_rate(texts, dataset.texts)
-    return DevResult(cer, word_error_rate(texts, dataset.texts), alignment, diagonal_share, texts)
-
-
-def diagonal(hypothesis: Hypothesis) -> bool:
-    return Alignment.of_decoding(hypothesis.attention).diagonal
-
-
-@dataclass(frozen=True)
-class DevResult:
-    cer: float
-    wer: float
-    alignment: Alignment | None  # of the first dev utterance; None off rank 0 and for CTC decoding
-    diagonal_share: float  # of all dev utterances
-    texts: list[str]  # decoded, in dev order
-
-
-def capture_rng() -> dict[str, Any]:
-    """This process's random states: torch's (CPU and CUDA), Python's and NumPy's, in types that a
-    checkpoint loads without unpickling code (NumPy's key as a tensor)."""
-    name, key, position, has_gauss, gauss = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": (name, torch.from_numpy(key.astype(np.int64)), position, has_gauss, gauss),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rng(saved: dict[str, Any], distributed: Distributed) -> bool:
-    """This rank's random states from a checkpoint's (every rank's, or before they were kept, the
-    one process's); False where it holds none for this rank (another number of processes)."""
-    ranks = saved.get("ranks", [saved] if saved else [])
-    if len(ranks) != distributed.world_size:
-        return False
-    state = ranks[distributed.rank]
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((version, tuple(internal), gauss))
-    if "numpy" in state:
-        name, key, position, has_gauss, gauss = state["numpy"]
-        np.random.set_state((name, key.numpy().astype(np.uint32), position, has_gauss, gauss))
-    return True
 
 
 def keep_metrics_until(path: Path, epochs: int) -> None:

@@ -205,7 +205,7 @@ def best_checkpoint_alignment(run: Path) -> float:
     from las import Recognizer
     from las.data.dataset import SpeechDataset
     from las.data.manifest import read_utterances
-    from las.train import evaluate_dev
+    from las.dev_evaluation import evaluate_dev
 
     recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy")
     config = recognizer.checkpoint.config
