@@ -96,6 +96,18 @@ def save_checkpoint(
     save_atomically(path, payload)  # a reader sees the old file or the new one, never half of one
 
 
+def unreadable_checkpoint(path: Path, error: Exception) -> str:
+    """Why `torch.load` could not read `path`, in a line: not a PyTorch file at all (every file
+    torch.save writes is a zip archive), or one damaged or cut short, with the first sentence of
+    PyTorch's reason (the rest is advice on `weights_only` and its internals, which misleads)."""
+    with open(path, "rb") as file:
+        archive = file.read(4) == b"PK\x03\x04"
+    if not archive:
+        return "not a checkpoint: not a file that PyTorch writes (las train writes best.pt and last.pt)"
+    reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0]
+    return f"a damaged or cut-short checkpoint (an interrupted copy?): {type(error).__name__}: {reason}"
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """A checkpoint written by `las train`, or an export folder written by `las export`."""
     path = Path(path)
@@ -108,8 +120,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch.load fails on foreign or damaged files in many ways
-        reason = (str(error).splitlines() or [type(error).__name__])[0]
-        raise LasError(f"{path}: not a readable las checkpoint ({type(error).__name__}: {reason})") from None
+        raise LasError(f"{path}: {unreadable_checkpoint(path, error)}") from None
     check_format(payload, (FORMAT, VERSION), path, "checkpoint", "decode it with the las that wrote it or retrain")
     try:
         checkpoint = payload_checkpoint(payload, dict(payload["model"]), dict(payload["training"]), path)

@@ -201,7 +201,12 @@ def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path
     assert_clear_error(*run("decode", tmp_path / "absent.pt", trained["train"])[::2], "checkpoint not found")
     not_checkpoint = tmp_path / "junk.pt"
     not_checkpoint.write_text("junk")
-    assert_clear_error(*run("decode", not_checkpoint, trained["train"])[::2], "not a readable las checkpoint")
+    assert_clear_error(*run("decode", not_checkpoint, trained["train"])[::2], "junk.pt: not a checkpoint: not a file")
+    cut_short = tmp_path / "cut.pt"  # a copy interrupted: the archive's directory at its end is missing
+    cut_short.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])
+    code, _, stderr = run("decode", cut_short, trained["train"])
+    assert_clear_error(code, stderr, "cut.pt: a damaged or cut-short checkpoint (an interrupted copy?)")
+    assert "weights_only" not in stderr and "miniz" not in stderr  # PyTorch's advice, which misleads here
 
     hypotheses = tmp_path / "hyp.txt"
     hypotheses.write_text(f"{good[0]} YES\nextra-id NO\n")
