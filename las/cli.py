@@ -250,7 +250,12 @@ def pretrain(
 @reports_errors
 @config_options(config_module.DecodeConfig)
 def decode(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train (best.pt or last.pt).")],
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(
+            metavar="CHECKPOINT", help="A checkpoint written by las train (best.pt or last.pt), or a las export folder."
+        ),
+    ],
     input_path: Annotated[
         Path,
         typer.Argument(
@@ -310,7 +315,7 @@ def decode(
 @app.command()
 @reports_errors
 def align(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint of a model with a CTC head.")],
+    checkpoint: Annotated[Path, typer.Argument(metavar="CHECKPOINT", help="A checkpoint of a model with a CTC head.")],
     input_path: Annotated[
         Path, typer.Argument(metavar="DATA", help="Utterances with transcripts: manifest, data folder, HW4 features.")
     ],
@@ -331,7 +336,7 @@ def align(
 @app.command()
 @reports_errors
 def export(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train.")],
+    checkpoint: Annotated[Path, typer.Argument(metavar="CHECKPOINT", help="A checkpoint written by las train.")],
     out: Annotated[Path, typer.Argument(metavar="OUT", help="The folder to write the ONNX graphs into.")],
     quantize: Annotated[
         Quantize, typer.Option("--quantize", help="int8: the matrix products' weights as int8 (dynamic).")
@@ -373,7 +378,9 @@ def evaluate(
 @app.command()
 @reports_errors
 def info(
-    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint written by las train, or an export folder.")],
+    checkpoint: Annotated[
+        Path, typer.Argument(metavar="CHECKPOINT", help="A checkpoint written by las train, or an export folder.")
+    ],
 ) -> None:
     """What a checkpoint (or export) holds: its training progress, vocabulary and full configuration."""
     import json
