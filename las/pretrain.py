@@ -18,14 +18,14 @@ from las.losses import attention_loss
 from las.model.las import LAS
 from las.model.pretrained import FORMAT, silent_memory
 from las.progress import progress_bar, warn
-from las.text import Vocabulary
+from las.text import Vocabulary, clean_transcript
 
 
 def read_text_corpus(path: str | Path, vocabulary: Vocabulary) -> list[str]:
     """The sentences of a text file, one per line, that `vocabulary` can spell; the others are
     left out with one warning (a language model for a model must share its characters)."""
     lines = read_text(path, "--text").splitlines()
-    sentences = [" ".join(line.split()) for line in lines if line.strip()]
+    sentences = [sentence for line in lines if (sentence := clean_transcript(line))]
     kept = [sentence for sentence in sentences if not vocabulary.unknown_characters(sentence)]
     if len(kept) < len(sentences):
         example = next(sentence for sentence in sentences if vocabulary.unknown_characters(sentence))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -12,6 +13,21 @@ PAD, SOS, EOS, UNK = "<pad>", "<sos>", "<eos>", "<unk>"
 SPECIALS = (PAD, SOS, EOS, UNK)
 PAD_INDEX = 0  # padding, and the CTC blank
 SOS_INDEX = SPECIALS.index(SOS)
+
+
+# Invisible characters that text pasted from documents and web pages carries: a zero-width space, a
+# byte-order mark, a soft hyphen, a word joiner. Joiners that spell (ZWJ, ZWNJ in Persian) stay.
+INVISIBLE = dict.fromkeys(map(ord, "\u200b\ufeff\u00ad\u2060"))
+
+
+def clean_transcript(text: str) -> str:
+    """`text` as one spelling of what was said: composed characters (NFC: "é" is one character,
+    however it was typed), invisible characters out, and every run of whitespace (tabs, newlines,
+    no-break spaces) one space, none at the ends. Transcripts and references are read through
+    it, so that a model never learns two symbols for one sound, nor is scored on invisible ones."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFC", text).translate(INVISIBLE)
+    return " ".join(text.split())
 
 
 def characters_of(texts: Iterable[str]) -> set[str]:

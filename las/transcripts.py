@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from las.data.manifest import manifest_rows
 from las.errors import LasError
 from las.files import read_text
+from las.text import clean_transcript
 
 FORMATS = ("csv", "kaldi", "jsonl")
 
@@ -58,7 +59,7 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     for line, identifier, text in reader(content, path):
         if identifier in transcripts:
             raise LasError(f"{path}:{line}: duplicate id {identifier!r} (first on line {lines[identifier]})")
-        transcripts[identifier] = text
+        transcripts[identifier] = clean_transcript(text)
         lines[identifier] = line
     return transcripts
 

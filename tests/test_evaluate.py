@@ -93,3 +93,20 @@ def test_manifest_as_reference(tmp_path: Path) -> None:
     hypothesis = tmp_path / "hyp"
     hypothesis.write_text("a YES\n")
     assert evaluate_files(hypothesis, manifest).cer == 0.0
+
+
+def test_transcripts_and_references_are_read_as_one_spelling(tmp_path: Path) -> None:
+    """A reference pasted from a document (a no-break space, a decomposed accent, a zero-width
+    space) scores a hypothesis of the same words as right, and trains the same characters."""
+    from las.data.manifest import read_utterances
+
+    manifest = tmp_path / "ref.tsv"
+    audio = Path(__file__).parent.parent / "data" / "an4" / "audio" / "an1-mblw-b.flac"
+    manifest.write_text(f"id\tpath\tduration_s\ttext\na\t{audio}\t1.0\tCAFE\u0301\u00a0\u200bAU  LAIT\n")
+    hypothesis = tmp_path / "hyp.csv"
+    hypothesis.write_text("id,label\na,CAF\u00c9 AU LAIT\n")
+    assert evaluate_files(hypothesis, manifest).cer == 0.0
+    assert list(read_utterances(manifest).texts) == ["CAF\u00c9 AU LAIT"]
+    manifest.write_text(f"id\tpath\tduration_s\ttext\na\t{audio}\t1.0\t\u200b\n")
+    with pytest.raises(LasError, match="empty transcript"):
+        read_utterances(manifest)

@@ -1,7 +1,7 @@
 import pytest
 
 from las.errors import LasError
-from las.text import SPECIALS, Vocabulary
+from las.text import SPECIALS, Vocabulary, clean_transcript
 
 
 def test_vocabulary_has_specials_first_and_sorted_characters() -> None:
@@ -30,3 +30,16 @@ def test_saved_list_round_trip() -> None:
     assert Vocabulary.from_list(vocabulary.to_list()) == vocabulary
     with pytest.raises(LasError):
         Vocabulary.from_list(["A", "B"])
+
+
+def test_a_transcript_is_one_spelling_of_what_was_said() -> None:
+    """Text from documents and web pages: decomposed accents, no-break spaces, tabs and
+    invisible characters give the symbols a typed transcript would; joiners that spell stay."""
+    assert clean_transcript("  CAFE\u0301\u00a0\u00a0AU\tLAIT\n") == "CAF\u00c9 AU LAIT"
+    assert clean_transcript("\ufeffYES\u200b NO\u00ad") == "YES NO"
+    assert clean_transcript("\u200b \u2060") == ""
+    assert (
+        clean_transcript("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645")
+        == "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    )
+    assert clean_transcript("HELLO  WORLD ") == "HELLO WORLD"

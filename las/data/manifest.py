@@ -28,7 +28,7 @@ from las.data.audio import (
 from las.data.utterances import Utterance, Utterances
 from las.errors import LasError
 from las.progress import warn
-from las.text import Vocabulary
+from las.text import Vocabulary, clean_transcript
 
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 
@@ -106,6 +106,8 @@ def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, re
     seen: set[str] = set()
     skipped: list[str] = []
     for where, utterance in reader(source):
+        if utterance.text is not None:
+            utterance.text = clean_transcript(utterance.text)
         if not utterance.id:
             raise LasError(f"{where}: empty id")
         if not utterance.id.isprintable() or any(character.isspace() for character in utterance.id):
