@@ -20,7 +20,7 @@ from las.errors import LasError
 from las.files import read_text
 from las.progress import warn
 from las.search.common import Heard, Rules
-from las.text import Vocabulary
+from las.text import Vocabulary, clean_transcript
 
 START, ENDED, AFTER_SPACE = 0, 1, 2  # the prefix tree's fixed nodes; a word's characters follow
 ABSENT = -1  # no such edge: the symbol may not come here
@@ -75,8 +75,10 @@ class Lexicon:
 
 def read_lexicon(path: str | Path, vocabulary: Vocabulary) -> Lexicon:
     """The words of a list, one per line: each line's first field, so that a word list and a
-    pronunciation lexicon (`WORD phone phone ...`, as Kaldi's) both serve; blank lines skipped."""
-    words = [line.split()[0] for line in read_text(path, "decode.lexicon").splitlines() if line.strip()]
+    pronunciation lexicon (`WORD phone phone ...`, as Kaldi's) both serve; blank lines skipped, and
+    each word spelled as transcripts are (`clean_transcript`)."""
+    lines = read_text(path, "decode.lexicon").splitlines()
+    words = [cleaned.split()[0] for line in lines if (cleaned := clean_transcript(line))]
     if not words:
         raise LasError(f"{path}: no words (decode.lexicon lists one word per line)")
     return Lexicon.of(words, vocabulary, str(path))
