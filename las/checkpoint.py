@@ -100,8 +100,11 @@ def unreadable_checkpoint(path: Path, error: Exception) -> str:
     """Why `torch.load` could not read `path`, in a line: not a PyTorch file at all (every file
     torch.save writes is a zip archive), or one damaged or cut short, with the first sentence of
     PyTorch's reason (the rest is advice on `weights_only` and its internals, which misleads)."""
-    with open(path, "rb") as file:
-        archive = file.read(4) == b"PK\x03\x04"
+    try:
+        with open(path, "rb") as file:
+            archive = file.read(4) == b"PK\x03\x04"
+    except OSError as failure:  # no permission to read it, a file gone meanwhile
+        return f"cannot read the checkpoint: {failure.strerror or failure}"
     if not archive:
         return "not a checkpoint: not a file that PyTorch writes (las train writes best.pt and last.pt)"
     reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0]
