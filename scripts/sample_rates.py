@@ -20,7 +20,7 @@ import soundfile
 import torch
 import torchaudio.functional
 
-from las.data.manifest import read_utterances
+from las.data.manifest import TSV_HEADER, read_utterances
 
 RATES = (16000, 8000, 6000, 4000)
 ROOT = Path("runs/sample-rates")
@@ -34,7 +34,7 @@ def build(rate: int) -> Path:
     if manifest.exists():
         return manifest
     folder.mkdir(parents=True, exist_ok=True)
-    rows = ["id\tpath\tduration_s\ttext"]
+    rows = ["\t".join(TSV_HEADER)]
     for utterance in read_utterances("data/an4/dev.tsv"):
         samples, original = soundfile.read(utterance.audio_location, dtype="float32")
         written = torchaudio.functional.resample(torch.from_numpy(samples), original, rate).numpy()
