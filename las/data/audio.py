@@ -108,12 +108,12 @@ def audio_length(path: Path, segment: Segment | None = None) -> tuple[int, int]:
     return end - start, rate
 
 
-def plain_header(path: Path) -> tuple[int, int] | None:
+def plain_header(path: Path, read: tuple[bytes, int] | None = None) -> tuple[int, int] | None:
     """(samples, sample rate) read straight from a plain FLAC or WAV header, as libsndfile reads
     them, in a tenth of its time (a million files' lengths are read at start-up); None for
     anything else (other formats, tags before a FLAC stream, a WAV whose data chunk is not
-    where or as large as it says), which goes to libsndfile."""
-    read = file_head(path)
+    where or as large as it says), which goes to libsndfile. `read`: its `file_head`, if read already."""
+    read = read or file_head(path)
     if read is None:
         return None  # libsndfile's error names it
     head, size = read
@@ -168,11 +168,11 @@ def wav_data_chunk(head: bytes) -> tuple[int, int, int, int] | None:
 STREAMED_LENGTHS = (0, 0xFFFFFFFF)  # what a WAV written as a stream says its data takes: unknown
 
 
-def cut_short(path: Path) -> tuple[float, float] | None:
+def cut_short(path: Path, read: tuple[bytes, int] | None = None) -> tuple[float, float] | None:
     """(seconds its header promises, seconds it holds) of a WAV file whose samples end before its
     header says they do (a recording or a download interrupted); None for a whole file, another
     format, or one that cannot be read (whose reading says why)."""
-    read = file_head(path)
+    read = read or file_head(path)
     chunk = wav_data_chunk(read[0]) if read else None
     if read is None or chunk is None:
         return None
@@ -263,10 +263,10 @@ def narrow_band(rate: int) -> str | None:
     )
 
 
-def sample_rate(path: Path) -> int | None:
+def sample_rate(path: Path, read: tuple[bytes, int] | None = None) -> int | None:
     """The sample rate of the audio file at `path` from its header; None where it cannot be read
-    (reading it later says why)."""
-    header = plain_header(path)
+    (reading it later says why). `read`: its `file_head`, if read already."""
+    header = plain_header(path, read)
     if header is not None:
         return header[1]
     try:

@@ -22,6 +22,7 @@ from las.data.audio import (
     Segment,
     conversion_hint,
     cut_short,
+    file_head,
     narrow_band,
     sample_rate,
 )
@@ -497,11 +498,16 @@ def warn_about_audio(utterances: Sequence[Utterance], source: str | Path) -> Non
     whose samples end before their headers say (decoded as far as they go, so their transcripts
     stop there too), one for those sampled below a telephone line's rate."""
     files = sorted({utterance.audio_location for utterance in utterances if utterance.audio_location})
-    narrow = [(file, reason) for file in files if (rate := sample_rate(Path(file))) and (reason := narrow_band(rate))]
+    narrow, short = [], []
+    for file in files:
+        head = file_head(Path(file))  # read once for both
+        if (rate := sample_rate(Path(file), head)) and (reason := narrow_band(rate)):
+            narrow.append((file, reason))
+        if lengths := cut_short(Path(file), head):
+            short.append((file, lengths))
     if narrow:
         file, reason = narrow[0]
         warn(f"{source}: {len(narrow)} audio file(s) below a telephone line's rate, first {file}, {reason}")
-    short = [(file, lengths) for file in files if (lengths := cut_short(Path(file)))]
     if short:
         file, (promised, held) = short[0]
         warn(
