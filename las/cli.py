@@ -18,13 +18,38 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from las import config as config_module
 from las.config import Config, load_config
 from las.errors import LasError, message_of
 from las.threads import use_threads, wait_passively
 
+
+class OneLineUsageErrors(TyperGroup):
+    """Click's usage errors (an unknown option, a value out of its range, a missing argument)
+    reported as las reports its own: one line on stderr, `error: ...`, here with exit code 2."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as error:
+            # A bare `las` or `las cache` raises this once its help is printed (Typer tells it by name too).
+            if type(error).__name__ != "NoArgsIsHelpError":
+                context = getattr(error, "ctx", None)
+                see = f" (see '{context.command_path} --help')" if context is not None else ""
+                typer.echo(f"error: {' '.join(error.format_message().split())}{see}", err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            sys.exit(1)
+        # Without standalone mode click returns the command's value, or the code of a typer.Exit.
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="Listen, Attend and Spell: train character-level speech recognisers, decode, evaluate.",
     no_args_is_help=True,
     add_completion=False,
@@ -71,9 +96,20 @@ class OutputFormat(StrEnum):
     vtt = "vtt"
 
 
+def print_version(asked: bool) -> None:
+    """Eager: `las --version` prints and exits before click asks for a command."""
+    if asked:
+        from las import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
     threads: Annotated[
         int | None,
         typer.Option(
@@ -85,11 +121,6 @@ def main_options(
         ),
     ] = None,
 ) -> None:
-    if version:
-        from las import __version__
-
-        typer.echo(__version__)
-        raise typer.Exit()
     if "--help" not in sys.argv:  # help needs no torch, whose import takes a second
         use_threads(threads)
 

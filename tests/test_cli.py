@@ -281,3 +281,31 @@ def test_help_shows_defaults() -> None:
     assert "data/an4/train.tsv" in stdout and "runs/an4" in stdout
     code, stdout, _ = run("decode", "--help")
     assert code == 0 and "--strategy" in stdout
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["decode", "model.pt", ".", "--format", "xml"], "Invalid value for '--format'"),
+        (["decode", "model.pt", ".", "--beam-size", "many"], "Invalid value for '--beam-size'"),
+        (["decode", "model.pt", ".", "--no-such-option"], "No such option: --no-such-option"),
+        (["decode", "model.pt"], "Missing argument 'INPUT'"),
+        (["--threads", "0", "info", "model.pt"], "Invalid value for '--threads'"),
+        (["decod"], "No such command 'decod'"),
+        (["train", "--set"], "Option '--set' requires an argument"),
+    ],
+)
+def test_usage_errors_are_one_line_too(arguments: list[str], message: str) -> None:
+    """Click's own usage errors read as las's: one `error:` line, exit code 2 (click's for usage)."""
+    code, stdout, stderr = run(*arguments)
+    assert code == 2 and stdout == ""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr
+
+
+def test_version_and_bare_commands() -> None:
+    from las import __version__
+
+    assert run("--version") == (0, f"{__version__}\n", "")
+    code, stdout, stderr = run()  # a bare `las` prints its help, as click does, with exit code 2
+    assert code == 2 and "decode" in stdout + stderr and "error:" not in stderr
