@@ -30,13 +30,17 @@ def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Pat
 def attention_figure(weights: torch.Tensor, labels: Sequence[str], title: str) -> Figure:
     """`weights` `(steps, encoder_frames)` as a heat-map, one row per emitted symbol in `labels`."""
     steps, frames = weights.shape
-    figure, axes = plt.subplots(figsize=(max(4.0, frames / 8 + 2), max(3.0, steps / 5 + 1.5)))
+    width, height = max(4.0, frames / 8 + 2), max(3.0, steps / 5 + 1.5)  # inches
+    # Margins fixed in inches for the one-character tick labels: `tight_layout` would draw the
+    # figure twice to measure them, a third of a dev pass's plot (plotted every epoch).
+    figure = Figure(figsize=(width, height))
+    left, bottom, right, top = 0.7, 0.5, 0.15, 0.35
+    axes = figure.add_axes((left / width, bottom / height, 1 - (left + right) / width, 1 - (bottom + top) / height))
     axes.imshow(weights.numpy(), aspect="auto", origin="upper", cmap="viridis", vmin=0.0, interpolation="nearest")
     axes.set_yticks(range(steps), [label if label != " " else "␣" for label in labels], fontsize=7)
     axes.set_xlabel("encoder frame")
     axes.set_ylabel("output character")
     axes.set_title(title, fontsize=9)
-    figure.tight_layout()
     return figure
 
 
