@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from las.config import Config, DecodeConfig
-from las.data.features import Normalizer, feature_dimension
+from las.data.features import FeatureSet, Normalizer, feature_dimension
 from las.errors import LasError
 from las.files import save_atomically
 from las.model.las import LAS
@@ -42,7 +42,7 @@ class Checkpoint:
             defaults = dataclasses.replace(defaults, ctc_weight=0.0)
         return dataclasses.replace(self.config, decode=defaults).replace(assignments or [])
 
-    def check_features(self, features: list[torch.Tensor], source: str | Path) -> None:
+    def check_features(self, features: FeatureSet, source: str | Path) -> None:
         """Refuse features of another dimension than the model was trained on."""
         dimension = feature_dimension(features, source)
         if dimension != self.input_size:

@@ -25,9 +25,10 @@ from las.text import PAD_INDEX
 from las.timing import token_spans
 
 
-def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[WordTime]:
-    """The words of `text` in the utterance with these log-mel `features` `(frames, mel_bins)`;
-    none where its encoder frames are too few for CTC to place every character."""
+def align(recognizer: Recognizer, features: torch.Tensor, text: str, audio: bool = True) -> list[WordTime]:
+    """The words of `text` in the utterance with these log-mel `features` `(frames, mel_bins)`
+    (of audio at `decode.speed`, or precomputed: not `audio`); none where its encoder frames are
+    too few for CTC to place every character."""
     model = recognizer.model
     if model.ctc_head is None:
         raise LasError("las align needs a model with a CTC head (trained with model.ctc_weight > 0)")
@@ -39,9 +40,9 @@ def align(recognizer: Recognizer, features: torch.Tensor, text: str) -> list[Wor
     if not tokens or len(log_probs) < ctc_frames_needed(tokens):
         return []
     spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
-    hop = recognizer.config.features.hop_ms / 1000
+    seconds = recognizer.frame_seconds(audio)
     hypothesis = Hypothesis(tokens, 0.0, None, spans, how)
-    words = recognizer.words(hypothesis, 0.0, len(features) * hop, frame_energy(features))
+    words = recognizer.words(hypothesis, 0.0, len(features) * seconds, seconds, frame_energy(features))
     return [WordTime(word.word, word.start, word.end) for word in words]
 
 
@@ -63,7 +64,8 @@ def align_file(
     utterances, features = recognizer.utterance_features(utterances, input_path)
     alignments, digests = [], {}
     for utterance, found in zip(progress_bar(utterances, "aligning", "utterances"), features, strict=True):
-        words = [] if unknown_characters(utterance, recognizer.vocabulary) else align(recognizer, found, utterance.text)
+        known = not unknown_characters(utterance, recognizer.vocabulary)
+        words = align(recognizer, found, utterance.text, utterance.audio_location is not None) if known else []
         if words:
             alignments.append((utterance.id, words))
             digests[utterance.id] = content_digest(utterance)  # so that training can tell stale times

@@ -23,7 +23,7 @@ from las.confidence import overall_confidence, word_confidence
 from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
-from las.data.features import FilterbankExtractor, log_mel_features
+from las.data.features import FeatureSet, FilterbankExtractor, InMemoryFeatures, change_speed, log_mel_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
 from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
@@ -139,22 +139,34 @@ class Recognizer:
 
     def utterance_features(
         self, utterances: list[Utterance], source: str | Path
-    ) -> tuple[list[Utterance], list[torch.Tensor]]:
+    ) -> tuple[Sequence[Utterance], FeatureSet]:
         """The utterances kept (`data.bad_utterances=skip` leaves unusable ones out) and their
-        log-mel features `(frames, mel_bins)`, through the feature cache."""
+        log-mel features `(frames, mel_bins)`, through the feature cache: of audio played at
+        `decode.speed`, precomputed ones as they are (the audio ones first where both are given)."""
         data = self.config.data
         warn_about_characters(utterances, self.vocabulary, source)
         warn_about_audio(utterances, source)
         cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
-        if data.bad_utterances == "skip":
-            utterances = cache.usable(utterances, source)
-        features = cache.load(utterances)
+        parts = []  # (utterances, their features) of audio, then of precomputed features
+        for audio in (True, False):
+            subset = [utterance for utterance in utterances if (utterance.audio_location is not None) == audio]
+            speed = self.config.decode.speed if audio else 1.0
+            if subset and data.bad_utterances == "skip":
+                subset = list(cache.usable(subset, source, [speed]))
+            if subset:
+                parts.append((subset, cache.load(subset, speed=speed)))
+        if len(parts) == 1:
+            kept, features = parts[0]
+        else:  # both kinds (or none left): one list
+            kept = [utterance for subset, _ in parts for utterance in subset]
+            features = InMemoryFeatures([item for _, found in parts for item in found])
         self.checkpoint.check_features(features, source)
-        return utterances, features
+        return kept, features
 
     def array_features(self, samples: np.ndarray | torch.Tensor, sample_rate: int | None) -> torch.Tensor:
         """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`)."""
-        waveform = samples_to_waveform(samples, sample_rate, self.config.features.sample_rate)
+        rate = self.config.features.sample_rate
+        waveform = change_speed(samples_to_waveform(samples, sample_rate, rate), self.config.decode.speed, rate)
         return log_mel_features(FilterbankExtractor(self.config.features.at_decoding()), waveform, "samples")
 
     def recognize(
@@ -167,11 +179,12 @@ class Recognizer:
         the same length-bucketed batches. A recording whose log-mel features come `from_audio`
         (all, by default) and hold no speech — silence, steady noise — gives no text, rather than
         what the decoder makes of noise; precomputed features of unknown scale are always decoded."""
-        hop = self.config.features.hop_ms / 1000
+        hop = self.config.features.hop_ms / 1000  # the model's clock: segments and context as trained
         longest = max(1, round(self.config.decode.segment_seconds / hop))
+        audio_of = [from_audio is None or from_audio[recording] for recording in range(len(features))]
         pieces, silent = [], []
         for recording, item in enumerate(features):
-            audio = from_audio is None or from_audio[recording]
+            audio = audio_of[recording]
             if len(item) > longest:
                 spans = split_at_pauses(item, longest)
             elif not audio:
@@ -198,14 +211,15 @@ class Recognizer:
             align=self.config.decode.word_times,
             confidence=(self.config.decode.confidence, self.config.decode.confidence_from),
         )
-        self.timing = Timing(time.perf_counter() - started, sum(len(item) for item in features) * hop)
+        seconds = sum(len(item) * self.frame_seconds(audio) for item, audio in zip(features, audio_of, strict=True))
+        self.timing = Timing(time.perf_counter() - started, seconds)
         segments: list[list[Segment]] = [[] for _ in features]
         left_out = 0  # words below decode.min_confidence
         nbests: list[list[Hypothesis]] = [[] for _ in features]
         for piece, hypotheses in zip(pieces, found, strict=True):
-            audio = from_audio is None or from_audio[piece.recording]
+            audio = audio_of[piece.recording]
             energy = frame_energy(features[piece.recording][piece.start : piece.end]) if audio else None
-            segment, dropped = self.segment(piece, hypotheses[0], hop, energy)
+            segment, dropped = self.segment(piece, hypotheses[0], self.frame_seconds(audio), energy)
             segments[piece.recording].append(segment)
             left_out += dropped
             nbests[piece.recording] = hypotheses
@@ -234,17 +248,24 @@ class Recognizer:
             ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
         )
 
+    def frame_seconds(self, audio: bool = True) -> float:
+        """Seconds of the recording per feature frame: audio played at `decode.speed` before its
+        features spans `speed` hops of its own clock in each frame."""
+        hop = self.config.features.hop_ms / 1000
+        return hop * self.config.decode.speed if audio else hop
+
     def segment(
-        self, piece: Piece, hypothesis: Hypothesis, hop: float, energy: torch.Tensor | None
+        self, piece: Piece, hypothesis: Hypothesis, seconds: float, energy: torch.Tensor | None
     ) -> tuple[Segment, int]:
         """The part of `piece` it owns: where the piece was heard with context around a cut in
         speech, only the words centred in its own part (the neighbour has the others), and
-        without those below `decode.min_confidence`, which it counts. `energy` `(frames,)`: of
-        the piece's audio, for where words begin (None: features of unknown scale)."""
-        start, end = piece.own_start * hop, piece.own_end * hop
+        without those below `decode.min_confidence`, which it counts. `seconds`: of the recording
+        per frame; `energy` `(frames,)`: of the piece's audio, for where words begin (None:
+        features of unknown scale)."""
+        start, end = piece.own_start * seconds, piece.own_end * seconds
         words = [
             dataclasses.replace(word, start=max(word.start, start))  # a sound begun in the context
-            for word in self.words(hypothesis, piece.start * hop, piece.end * hop, energy)
+            for word in self.words(hypothesis, piece.start * seconds, piece.end * seconds, seconds, energy)
             if start <= (word.start + word.end) / 2 < end
         ]
         threshold = self.config.decode.min_confidence
@@ -263,11 +284,13 @@ class Recognizer:
         confidence = overall_confidence([word.confidence for word in words])
         return Result(identifier, text, score, spoken, words, listed or [(text, score)], confidence)
 
-    def words(self, hypothesis: Hypothesis, start: float, end: float, energy: torch.Tensor | None) -> list[Word]:
+    def words(
+        self, hypothesis: Hypothesis, start: float, end: float, seconds: float, energy: torch.Tensor | None
+    ) -> list[Word]:
         """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
-        recording from `start` to `end` seconds; each word's edges moved to where its sound begins
-        and ends (`las.timing.word_edges`) when the piece's frame `energy` `(frames,)` is known."""
-        hop = self.config.features.hop_ms / 1000
+        recording from `start` to `end` seconds, `seconds` per frame; each word's edges moved to where
+        its sound begins and ends (`las.timing.word_edges`) when the piece's frame `energy` `(frames,)`
+        is known."""
         reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
         trust = hypothesis.confidences or [None] * len(hypothesis.tokens)
         characters = [*zip(hypothesis.tokens, hypothesis.spans or [], trust, strict=True), (None, None, None)]
@@ -285,7 +308,7 @@ class Recognizer:
                 current.append((token, span, confidence))
         edges = word_edges(energy, emitted, self.config.features.mel_bins)
         return [
-            Word(start + first * hop, min(start + last * hop, end), text, trusted)
+            Word(start + first * seconds, min(start + last * seconds, end), text, trusted)
             for text, (first, last), trusted in zip(texts, edges, confidences, strict=True)
         ]
 

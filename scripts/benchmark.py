@@ -700,7 +700,7 @@ class Decoding:
         recognizer = Recognizer(load_checkpoint(checkpoint), device)
         utterances, features = recognizer.utterance_features(read_utterances(manifest), manifest)
         dataset = recognizer.dataset([utterance.id for utterance in utterances], features)
-        audio_seconds = sum(len(item) for item in features) * recognizer.config.features.hop_ms / 1000
+        audio_seconds = sum(len(item) for item in features) * recognizer.frame_seconds()
         references = {utterance.id: utterance.text for utterance in utterances}
         return cls(recognizer.checkpoint, recognizer.model, dataset, references, audio_seconds, recognizer.device)
 

@@ -445,6 +445,7 @@ def test_tensorboard_on_a_full_file_system_is_one_warning_and_the_run_goes_on(
     [
         ("decode.beam_size=0", "'decode.beam_size': expected a number >= 1, got 0"),
         ("decode.temperature=0", "'decode.temperature': expected a number > 0, got 0.0"),
+        ("decode.speed=3", "'decode.speed': expected a number >= 0.5 and <= 2, got 3.0"),
         ("decode.max_length_ratio=-1", "'decode.max_length_ratio': expected a number > 0"),
         ("decode.ctc_weight=1.5", "'decode.ctc_weight': expected a number >= 0 and <= 1, got 1.5"),
         ("decode.strategy=beem", "'decode.strategy': 'beem' is not one of greedy, sample, beam, ctc"),

@@ -408,3 +408,23 @@ def test_the_readme_example_runs(trained_run: dict[str, Path], capsys: pytest.Ca
     example = example.replace("data/an4/dev.tsv", str(trained_run["train"])).replace("data/an4", str(AN4))
     exec(compile(example, "README.md", "exec"), {})
     assert capsys.readouterr().out.strip()
+
+
+def test_audio_played_slower_keeps_the_recordings_own_clock(
+    trained_run: dict[str, Path], recording: dict[str, object]
+) -> None:
+    """`decode.speed` plays the audio slower (or faster) before its features; cuts, segments and
+    word times still come back in seconds of the recording, and samples decode as their file does."""
+    checkpoint = trained_run["run"] / "best.pt"
+    duration = len(recording["samples"]) / RATE
+    for speed in (0.8, 1.25):
+        recognizer = Recognizer.load(checkpoint, device="cpu", segment_seconds=2.0, speed=speed)
+        result = recognizer.transcribe(recording["path"])
+        assert_cut_between(result, recording["starts"][1:], GAP_SECONDS)
+        assert result.segments[-1].end == pytest.approx(duration, abs=0.05)
+        assert all(0 <= word.start < word.end <= duration + 0.02 for word in result.words)  # to the last frame
+        assert recognizer.timing.audio_seconds == pytest.approx(duration, abs=0.05)
+        assert recognizer.transcribe(recording["samples"], sample_rate=RATE).text == result.text
+    slower = Recognizer.load(checkpoint, device="cpu", speed=0.8).array_features(recording["samples"], RATE)
+    plain = Recognizer.load(checkpoint, device="cpu").array_features(recording["samples"], RATE)
+    assert len(slower) == pytest.approx(len(plain) / 0.8, abs=2)
