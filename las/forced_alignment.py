@@ -56,7 +56,7 @@ def align_file(
     """Write the word times of every transcribed utterance of `input_path` as CTM to `out`
     (stdout for None): how many utterances were aligned, and how many left out (characters the
     model never saw, or too few frames for their characters)."""
-    recognizer = Recognizer(load_checkpoint(checkpoint), device)
+    recognizer = Recognizer(load_checkpoint(checkpoint), device, ["decode.speed=1"])  # as training reads them
     if out is not None:
         check_writable(out, "--out")
     skip = recognizer.config.data.bad_utterances == "skip"

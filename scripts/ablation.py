@@ -207,7 +207,7 @@ def best_checkpoint_alignment(run: Path) -> float:
     from las.data.manifest import read_utterances
     from las.dev_evaluation import evaluate_dev
 
-    recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy")
+    recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy", speed=1.0)  # as training's dev pass
     config = recognizer.checkpoint.config
     utterances, features = recognizer.utterance_features(read_utterances(config.data.dev), config.data.dev)
     dataset = SpeechDataset(  # with the transcripts, which evaluate_dev scores against

@@ -34,7 +34,7 @@ def rotated(memory: ListenerOutput) -> ListenerOutput:
 @torch.no_grad()
 def losses(checkpoint: Path, manifest: Path, batch_size: int) -> tuple[float, float]:
     """Cross-entropy per character with the utterances' own memories and with rotated ones."""
-    recognizer = Recognizer(load_checkpoint(checkpoint), "cpu")
+    recognizer = Recognizer(load_checkpoint(checkpoint), "cpu", ["decode.speed=1"])  # as training hears it
     utterances, features = recognizer.utterance_features(read_utterances(manifest, require_text=True), manifest)
     dataset = SpeechDataset(
         [utterance.id for utterance in utterances],

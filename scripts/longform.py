@@ -184,6 +184,7 @@ def measure(
     checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
     sets: Path = SETS,
     noise_db: float | None = typer.Option(None, help="White noise at this SNR on the joined recordings."),
+    settings: list[str] = typer.Option([], "--set", help="decode.* settings for every decoding."),
 ) -> None:
     """CER one by one, long-form (cut at pauses) and whole; first-word start errors of word times
     from CTC alignment and from attention peaks. With --noise-db, the joined recordings carry
@@ -194,8 +195,12 @@ def measure(
     rows = []
     errors: dict[tuple[str, str], list[float]] = {}  # (word times, against what) -> signed seconds
     for checkpoint in checkpoints:
-        recognizers = {method: Recognizer.load(checkpoint, "cpu", word_times=method) for method in ("ctc", "attention")}
-        whole = Recognizer.load(checkpoint, "cpu", segment_seconds=WHOLE_SECONDS)
+        loaded = load_checkpoint(checkpoint)
+        recognizers = {
+            method: Recognizer(loaded, "cpu", [*settings, f"decode.word_times={method}"])
+            for method in ("ctc", "attention")
+        }
+        whole = Recognizer(loaded, "cpu", [*settings, f"decode.segment_seconds={WHOLE_SECONDS}"])
         one_by_one = {result.id: result.text for result in recognizers["ctc"].transcribe(DEV)}
         references, separate, long_form, in_one_piece = [], [], [], []
         for speaker, path, _, reference in speakers:

@@ -357,7 +357,7 @@ def build_surroundings(
 ) -> None:
     """Write the surroundings sets; word edges from `checkpoint`'s CTC head. Every set draws as
     in a whole build, whichever are written."""
-    recognizer = Recognizer.load(checkpoint, device="cpu")
+    recognizer = Recognizer.load(checkpoint, device="cpu", speed=1.0)  # aligned as `las align` aligns
     generator = torch.Generator().manual_seed(seed)
     words_generator = torch.Generator().manual_seed(seed + 1)  # apart: the utterances' sets draw as before
     sounds_generator = torch.Generator().manual_seed(seed + 2)

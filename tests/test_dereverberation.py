@@ -123,5 +123,5 @@ def test_the_front_end_dereverberates_at_decoding_and_caches_it_apart(trained_ru
     assert torch.equal(FilterbankExtractor(decoding)(wet), FilterbankExtractor(plain)(wet))
     assert decoding.extraction() == plain.extraction() != always.extraction()
     assert decoding.at_decoding().extraction() == always.extraction()
-    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu")
+    recognizer = Recognizer.load(trained_run["run"] / "last.pt", "cpu", speed=1.0)  # the audio as it is
     assert torch.equal(recognizer.array_features(wet.numpy(), RATE), FilterbankExtractor(always)(wet))

@@ -247,8 +247,12 @@ def test_trimming_is_a_setting_saved_with_the_model_and_off_for_precomputed_feat
     assert "trim_surroundings" not in config.features.extraction()  # the cached features stay valid
 
 
-@pytest.mark.parametrize("kind", ["silence", "dither", "background", "hum"])
-def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_around_it(kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "speed"), [("silence", 1.0), ("dither", 1.0), ("background", 1.0), ("hum", 1.0), ("silence", 0.9)]
+)
+def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_around_it(
+    kind: str, speed: float
+) -> None:
     """On a small trained model (tests/data/search: 55% greedy dev CER, trained on whole AN4
     utterances), so its choices are not rehearsed answers. Digital silence is never heard, so
     what it decodes right alone it decodes right padded; nor is an export's dither, nor mains hum
@@ -258,12 +262,14 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
     few frames, and a padded recording ends in the whole decoding margin of background where the
     recording alone ended sooner; this weak model's guesses there come and go (a trailing
     "EIGHT"), so of what it decodes right alone, three quarters must come out the same padded
-    (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER)."""
+    (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER). Played slower
+    (`decode.speed`, 0.9 by default) the padded speech is resampled at another phase than the
+    speech alone, so its features are near, not equal: the same text, word edges within 0.1 s."""
     from las.recognizer import Recognizer
 
     from .test_search_regression import DATA
 
-    recognizer = Recognizer.load(DATA / "model.pt", device="cpu", strategy="greedy")
+    recognizer = Recognizer.load(DATA / "model.pt", device="cpu", strategy="greedy", speed=speed)
     rows = [line.split("\t") for line in (AN4 / "dev.tsv").read_text().splitlines()[1:41]]
     compared = differing = 0
     for index, (_, audio, _, text) in enumerate(rows):
@@ -289,7 +295,7 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
         # little: word edges by up to 0.2 s.
         assert padded.words[0].word == alone.words[0].word
         late = padded.words[0].start - alone.words[0].start - 1.37
-        assert abs(late) <= (0.25 if kind == "hum" else 0.05)
+        assert abs(late) <= (0.25 if kind == "hum" else 0.05 if speed == 1 else 0.1)
         compared += 1
         differing += padded.text != alone.text
     allowed = {"silence": 0, "dither": 0, "hum": 1, "background": compared // 4}
