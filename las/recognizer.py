@@ -23,14 +23,7 @@ from las.confidence import overall_confidence, word_confidence
 from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
-from las.data.features import (
-    FeatureSet,
-    FilterbankExtractor,
-    InMemoryFeatures,
-    change_speed,
-    check_analysable,
-    log_mel_features,
-)
+from las.data.features import FeatureSet, FilterbankExtractor, InMemoryFeatures, log_mel_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
 from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
@@ -174,9 +167,7 @@ class Recognizer:
         """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`)."""
         config = self.config.features.at_decoding()
         waveform = samples_to_waveform(samples, sample_rate, config.sample_rate)
-        check_analysable(len(waveform), config, "samples")  # their own length, at any speed
-        played = change_speed(waveform, self.config.decode.speed, config.sample_rate)
-        return log_mel_features(FilterbankExtractor(config), played, "samples")
+        return log_mel_features(FilterbankExtractor(config), waveform, "samples", self.config.decode.speed)
 
     def recognize(
         self, ids: Sequence[str], features: Sequence[torch.Tensor], from_audio: Sequence[bool] | None = None
