@@ -142,7 +142,7 @@ class Recognizer:
     ) -> tuple[Sequence[Utterance], FeatureSet]:
         """The utterances kept (`data.bad_utterances=skip` leaves unusable ones out) and their
         log-mel features `(frames, mel_bins)`, through the feature cache: of audio played at
-        `decode.speed`, precomputed ones as they are (the audio ones first where both are given)."""
+        `decode.speed`, precomputed ones as they are."""
         data = self.config.data
         warn_about_characters(utterances, self.vocabulary, source)
         warn_about_audio(utterances, source)
@@ -157,9 +157,10 @@ class Recognizer:
                 parts.append((subset, cache.load(subset, speed=speed)))
         if len(parts) == 1:
             kept, features = parts[0]
-        else:  # both kinds (or none left): one list
-            kept = [utterance for subset, _ in parts for utterance in subset]
-            features = InMemoryFeatures([item for _, found in parts for item in found])
+        else:  # both kinds (or none left): one list, in the input's order
+            found = {utterance.id: item for kind in parts for utterance, item in zip(*kind, strict=True)}
+            kept = [utterance for utterance in utterances if utterance.id in found]
+            features = InMemoryFeatures([found[utterance.id] for utterance in kept])
         self.checkpoint.check_features(features, source)
         return kept, features
 

@@ -430,3 +430,25 @@ def test_audio_played_slower_keeps_the_recordings_own_clock(
     slower = Recognizer.load(checkpoint, device="cpu", speed=0.8).array_features(recording["samples"], RATE)
     plain = Recognizer.load(checkpoint, device="cpu", speed=1.0).array_features(recording["samples"], RATE)
     assert len(slower) == pytest.approx(len(plain) / 0.8, abs=2)
+
+
+def test_audio_and_precomputed_features_together_keep_their_order_and_their_own_speed(
+    trained_run: dict[str, Path],
+) -> None:
+    """Audio is played at `decode.speed`; precomputed features cannot be, and are decoded as they are."""
+    from las.data.utterances import Utterance
+
+    recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu", speed=0.8)
+    path = Path(an4_rows("train", 1)[0][1])
+    as_said = Recognizer.load(trained_run["run"] / "best.pt", device="cpu", speed=1.0)
+    precomputed = as_said.array_features(soundfile.read(path, dtype="float32")[0], RATE).numpy()
+    utterances = [Utterance("first", path), Utterance("second", None, features=precomputed), Utterance("third", path)]
+    kept, features = recognizer.utterance_features(utterances, "mixed")
+    assert [utterance.id for utterance in kept] == ["first", "second", "third"]
+    assert len(features[0]) == len(features[2]) == pytest.approx(len(precomputed) / 0.8, abs=2)
+    assert torch.equal(features[1], torch.from_numpy(precomputed))
+    results = recognizer.recognize([u.id for u in kept], list(features), [True, False, True])
+    duration = soundfile.info(path).duration  # every time on the recording's clock
+    assert results[1].segments[-1].end == pytest.approx(len(precomputed) * 0.01)
+    assert all(result.segments[-1].end <= duration + 0.02 for result in (results[0], results[2]))
+    assert results[0].segments[-1].end > duration - 0.3
