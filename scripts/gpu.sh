@@ -19,7 +19,9 @@
 # decoding fills them; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
 # six epochs of fine-tuning with either effect cost the room and noise 1-2 points; poll
 # runs/channels-s*/metrics.jsonl from a second call, then
-# `robustness` and `surroundings` on them, against the 2x recipe's CPU seeds). Where the lease has minutes left:
+# `robustness` and `surroundings` on them, against the 2x recipe's CPU seeds; each also with `--set
+# decode.speed=1`: the default decoding plays audio 10% slower since 2026-11-27, measured on every
+# set with one seed only, "Decoding slower than said"). Where the lease has minutes left:
 # `python scripts/benchmark.py throughput --precisions fp32,bf16 --set model.speller=transformer --set
 # model.transformer_dim=192 --set model.transformer_feedforward=768` beside the same without --set (#30/#28:
 # the Transformer speller, which listens since its embeddings start at unit size, trains all characters
@@ -45,8 +47,8 @@
 #   bash scripts/gpu.sh decode "$OUT" [CHECKPOINT]  # every decoding strategy on the GPU; the default
 #                                      # decoding of dev and the long-form recordings, GPU against CPU
 #   bash scripts/gpu.sh seeds "$OUT" NAME [--set ...]  # seeds 1-3 of a recipe side by side, detached
-#   bash scripts/gpu.sh robustness "$OUT" NAME          # their robustness table (scripts/robustness.py)
-#   bash scripts/gpu.sh surroundings "$OUT" NAME        # their surroundings table: padding, crops, single words
+#   bash scripts/gpu.sh robustness "$OUT" NAME [--set ...]    # their robustness table (scripts/robustness.py)
+#   bash scripts/gpu.sh surroundings "$OUT" NAME [--set ...]  # their surroundings table: padding, crops, single words
 #   bash scripts/gpu.sh curve "$OUT"   # the 100-hour recipe's dev CER curve on a tenth of the scale
 #                                      # corpus, with graphs, 8.5 minutes a call, resumed by the next
 #   bash scripts/gpu.sh scale "$OUT"   # a tenth of the scale corpus, peak memory against length,
@@ -300,15 +302,18 @@ scale)
         $resume > runs/hw4p2.log 2>&1 < /dev/null &
     ;;
 robustness)
-    name=${3:?run name}
+    name=${3:?run name}; extra=("${@:4}")  # e.g. --set decode.speed=1
+    tag=$(printf '%s' "${extra[*]:-}" | tr -c 'A-Za-z0-9.' '-')
     [ -f runs/robustness/sets/telephone.tsv ] || python3 scripts/robustness.py build > "$out/build.txt"
-    python3 scripts/robustness.py measure --device cuda runs/"$name"-s{1,2,3}/averaged.pt | tee "$out/$name.md"
+    python3 scripts/robustness.py measure --device cuda runs/"$name"-s{1,2,3}/averaged.pt "${extra[@]}" \
+        | tee "$out/$name${tag:+-$tag}.md"
     ;;
 surroundings)
-    name=${3:?run name}
+    name=${3:?run name}; extra=("${@:4}")
+    tag=$(printf '%s' "${extra[*]:-}" | tr -c 'A-Za-z0-9.' '-')
     [ -f runs/robustness/surroundings/words.tsv ] \
         || python3 scripts/robustness.py build-surroundings runs/"$name"-s1/averaged.pt > "$out/build-surroundings.txt"
-    python3 scripts/robustness.py surroundings --device cuda runs/"$name"-s{1,2,3}/averaged.pt \
-        | tee "$out/$name-surroundings.md"
+    python3 scripts/robustness.py surroundings --device cuda runs/"$name"-s{1,2,3}/averaged.pt "${extra[@]}" \
+        | tee "$out/$name-surroundings${tag:+-$tag}.md"
     ;;
 esac
