@@ -1,6 +1,7 @@
 """Each command end to end through Typer's runner, and every bad input giving one clear line."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,10 @@ def test_bad_inputs_give_one_clear_line(trained: dict[str, Path], tmp_path: Path
 
     missing_audio = write_manifest(tmp_path / "missing_audio.tsv", [[good[0], "absent.flac", "1.0", "YES"]])
     assert_clear_error(*run("decode", checkpoint, missing_audio)[::2], "audio file not found")
+    (tmp_path / "audio").mkdir()
+    shutil.copy(good[1], tmp_path / "audio" / "one.flac")  # a manifest written on Windows
+    windows = write_manifest(tmp_path / "windows.tsv", [[good[0], "audio\\one.flac", "1.0", "YES"]])
+    assert_clear_error(*run("decode", checkpoint, windows)[::2], "audio/one.flac exists: write paths with '/'")
 
     (tmp_path / "empty.flac").write_bytes(b"")
     assert_clear_error(*run("decode", checkpoint, tmp_path / "empty.flac")[::2], "empty.flac")

@@ -138,8 +138,17 @@ def _problem(utterance: Utterance, require_text: bool) -> str | None:
     if require_text and utterance.text is not None and not utterance.text:
         return f"empty transcript for {utterance.id!r}"
     if utterance.features is None and not os.path.isfile(utterance.location):  # text: no Path per row
-        return f"{utterance.file_kind} not found: {utterance.file}"
+        return f"{utterance.file_kind} not found: {utterance.file}{windows_path_hint(utterance.location)}"
     return None if utterance.features is None else non_finite_problem(utterance.features)
+
+
+def windows_path_hint(location: str) -> str:
+    """What to tell of a path not found that is found with its backslashes read as folders (a
+    manifest written on Windows); "" otherwise."""
+    if "\\" not in location:
+        return ""
+    posix = location.replace("\\", "/")
+    return f" ({posix} exists: write paths with '/')" if os.path.isfile(posix) else ""
 
 
 def report_skipped(source: str | Path, skipped: list[str]) -> None:
