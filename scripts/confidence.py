@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 import typer
 
 from las import Recognizer
+from las.checkpoint import load_checkpoint
 from las.data.manifest import read_utterances
 from las.metrics import correct_words
 
@@ -35,9 +37,13 @@ THRESHOLDS = (0.3, 0.4, 0.5, 0.6)
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def scored_words(checkpoint: Path, manifest: Path, measure: str, source: str) -> list[tuple[float, bool]]:
-    """(confidence, right) of every hypothesis word of the manifest's recordings."""
-    recognizer = Recognizer.load(checkpoint, "cpu", confidence=measure, confidence_from=source)
+def scored_words(
+    checkpoint: Path, manifest: Path, measure: str, source: str, settings: Sequence[str] = ()
+) -> list[tuple[float, bool]]:
+    """(confidence, right) of every hypothesis word of the manifest's recordings, decoded with
+    `settings` (`decode.*` assignments) over the defaults."""
+    assignments = [*settings, f"decode.confidence={measure}", f"decode.confidence_from={source}"]
+    recognizer = Recognizer(load_checkpoint(checkpoint), "cpu", assignments)
     references = {utterance.id: utterance.text for utterance in read_utterances(manifest)}
     found = []
     for result in recognizer.transcribe(manifest):
@@ -61,10 +67,14 @@ def measure(
     checkpoints: list[Path] = typer.Argument(..., help="One checkpoint per seed."),
     manifests: list[Path] = typer.Option([ROOT / "data" / "an4" / "dev.tsv"], "--manifest"),
     plot: Path | None = typer.Option(None, help="Reliability diagram of the default measure (PNG)."),
+    settings: list[str] = typer.Option([], "--set", help="decode.* settings for every decoding."),
 ) -> None:
     reliability = {}
     for manifest in manifests:
-        rows = {name: [scored_words(checkpoint, manifest, *name) for checkpoint in checkpoints] for name in MEASURES}
+        rows = {
+            name: [scored_words(checkpoint, manifest, *name, settings) for checkpoint in checkpoints]
+            for name in MEASURES
+        }
         words = rows[MEASURES[0]]
         wrong_share = statistics.mean(sum(not right for _, right in seed) / len(seed) for seed in words)
         print(
