@@ -14,7 +14,7 @@ from las.data.cache import FeatureCache
 from las.data.dataset import Sources, SpeechDataset
 from las.data.excerpts import WordExcerpts
 from las.data.features import Normalizer, feature_dimension
-from las.data.manifest import check_characters, read_utterances
+from las.data.manifest import check_characters, read_utterances, warn_about_audio
 from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
 from las.errors import LasError
@@ -48,6 +48,9 @@ def load_corpus(
         vocabulary = vocabulary.extended(characters)
     train_utterances = check_characters(train_utterances, vocabulary, data.train, skip)
     dev_utterances = check_characters(dev_utterances, vocabulary, data.dev, skip)
+    for utterances, source in ((train_utterances, data.train), (dev_utterances, data.dev)):
+        rows = sampled_rows(len(utterances), AUDIO_CHECKS, config.train.seed)
+        warn_about_audio([utterances[row] for row in rows], source, len(utterances))
     if not all(train_utterances.is_audio):
         config = without_audio_effects(config)
     cache = FeatureCache(data.cache_dir, config.features, data.workers, data.extract_ahead)
@@ -102,15 +105,23 @@ def load_corpus(
 
 
 NORMALIZER_UTTERANCES = 2000  # statistics of 80 means and deviations: settled long before this
+# Training reads the headers of this many files of each manifest for `warn_about_audio` (a corpus
+# recorded below a telephone line's rate, or cut short): all of AN4's, a sample of a million.
+AUDIO_CHECKS = 500
 
 
 def normalizer_sample(count: int, seed: int) -> list[int]:
     """The training utterances the normaliser is fitted on: all of a corpus up to
     NORMALIZER_UTTERANCES, else that many drawn with the run's seed, in corpus order (reads
     stay sequential). Reading every feature of a large corpus once per run is minutes at 1,000 hours."""
-    if count <= NORMALIZER_UTTERANCES:
+    return sampled_rows(count, NORMALIZER_UTTERANCES, seed)
+
+
+def sampled_rows(count: int, limit: int, seed: int) -> list[int]:
+    """All rows of a corpus of `count` up to `limit`, else `limit` of them drawn with `seed`, in order."""
+    if count <= limit:
         return list(range(count))
-    return sorted(random.Random(seed).sample(range(count), NORMALIZER_UTTERANCES))
+    return sorted(random.Random(seed).sample(range(count), limit))
 
 
 def without_audio_effects(config: Config) -> Config:

@@ -502,11 +502,13 @@ def warn_about_characters(utterances: Sequence[Utterance], vocabulary: Vocabular
         warn(f"{source}: {len(problems)} reference transcripts cannot be matched by this model, first: {problems[0]}")
 
 
-def warn_about_audio(utterances: Sequence[Utterance], source: str | Path) -> None:
-    """Audio files that decode, but not as well as they would whole or wider: one warning for those
-    whose samples end before their headers say (decoded as far as they go, so their transcripts
-    stop there too), one for those sampled below a telephone line's rate."""
+def warn_about_audio(utterances: Sequence[Utterance], source: str | Path, out_of: int | None = None) -> None:
+    """Audio files that are read, but not as well as they would be whole or wider: one warning for
+    those whose samples end before their headers say (read as far as they go, where their
+    transcripts may go on), one for those sampled below a telephone line's rate. `out_of`: the
+    utterances of `source`, where `utterances` are a sample of them (training's: AUDIO_CHECKS)."""
     files = sorted({utterance.audio_location for utterance in utterances if utterance.audio_location})
+    sampled = f" (in {len(utterances)} of its {out_of} utterances)" if out_of and out_of > len(utterances) else ""
     narrow, short = [], []
     for file in files:
         head = file_head(Path(file))  # read once for both
@@ -516,12 +518,12 @@ def warn_about_audio(utterances: Sequence[Utterance], source: str | Path) -> Non
             short.append((file, lengths))
     if narrow:
         file, reason = narrow[0]
-        warn(f"{source}: {len(narrow)} audio file(s) below a telephone line's rate, first {file}, {reason}")
+        warn(f"{source}: {len(narrow)} audio file(s) below a telephone line's rate{sampled}, first {file}, {reason}")
     if short:
         file, (promised, held) = short[0]
         warn(
-            f"{source}: {len(short)} audio file(s) cut short (a recording or download interrupted?), decoded as far "
-            f"as they go: first {file}, {held:.2f} s of the {promised:.2f} s its header promises"
+            f"{source}: {len(short)} audio file(s) cut short (a recording or download interrupted?){sampled}, read "
+            f"as far as they go: first {file}, {held:.2f} s of the {promised:.2f} s its header promises"
         )
 
 
