@@ -25,6 +25,7 @@ from las.data.features import (
     check_analysable,
     frame_count,
     log_mel_features,
+    played_length,
 )
 from las.data.manifest import read_feature_file
 from las.data.utterances import Utterance
@@ -138,7 +139,7 @@ def planned_frames(item: Missing, config: FeatureConfig, speeds: Sequence[float]
     window, hop = analysis_sizes(config)
     shapes = []
     for speed in speeds:  # as change_speed plays it
-        played = samples if speed == 1.0 else resampled_length(samples, round(target * speed), target)
+        played = played_length(samples, speed, target)
         if played < window:
             check_analysable(played, config, describe(item.file, item.segment))
         shapes.append((frame_count(played, window, hop), config.mel_bins))

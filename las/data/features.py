@@ -224,9 +224,8 @@ def log_mel_features(
     faster; one clear error for audio too short to analyse (as recorded, or as played) or features
     that are not finite."""
     check_analysable(len(waveform), extractor.config, where)
-    rate = extractor.config.sample_rate
     if speed > 1.0:
-        played = resampled_length(len(waveform), round(rate * speed), rate)
+        played = played_length(len(waveform), speed, extractor.config.sample_rate)
         check_analysable(played, extractor.config, f"{where} played at speed {speed:g}")
     features = extractor(waveform, speed)
     if not torch.isfinite(features).all():
@@ -240,6 +239,11 @@ def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torc
     if speed == 1.0:
         return waveform
     return torchaudio.functional.resample(waveform, round(sample_rate * speed), sample_rate)
+
+
+def played_length(samples: int, speed: float, sample_rate: int) -> int:
+    """How many samples `change_speed` gives `samples` played `speed` times faster."""
+    return samples if speed == 1.0 else resampled_length(samples, round(sample_rate * speed), sample_rate)
 
 
 def feature_dimension(features: FeatureSet, source: str | Path) -> int:
