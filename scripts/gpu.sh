@@ -59,7 +59,7 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
-phase=${1:?prepare, essentials, graphs, rest, check, train, decode, seeds, robustness, surroundings, curve, warmstart or scale}
+phase=${1:?prepare, essentials, graphs, rest, check, train, decode, trained, seeds, robustness, surroundings, curve, warmstart or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
     # The GPU image's Python is 3.12 on x86-64; the versions are those of .venv.
@@ -241,6 +241,35 @@ decode)
             echo "$name on $run: $(diff "$out/$name-$run.csv" "$out/$name-cpu.csv" | grep -c '^<' || true) transcripts" \
                 "differ from the CPU's" | tee -a "$out/decode.txt"
         done
+    done
+    ;;
+trained)
+    # The CUDA tests beside three seeds of a recipe trained to the end within the call (`an4-gpu.toml`:
+    # about 7 minutes on an H200, 4 loader workers each), the GPU sampled every 500 ms; each seed's
+    # log and metrics into seeds.txt and its averaged weights (best.pt's where the limit stopped it)
+    # back as NAME-sN.pt, for the measurements that need no GPU (robustness.py, longform.py, here).
+    name=${3:?run name}
+    shift 3
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
+    sampler=$!
+    runs=()
+    for seed in 1 2 3; do
+        timeout -s INT "${TRAIN_SECONDS:-470}" python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda \
+            --seed "$seed" --set data.cache_dir="runs/cache-$name-s$seed" --set data.workers=4 "$@" \
+            > "runs/$name-s$seed.log" 2>&1 &
+        runs+=($!)
+    done
+    cuda_tests 200
+    wait "${runs[@]}" || true
+    kill "$sampler"
+    for seed in 1 2 3; do
+        run=runs/$name-s$seed
+        { echo "== seed $seed"; grep -v Warn "$run.log" | tail -n 4; cat "$run/metrics.jsonl" "$run/averaged.json"; } \
+            >> "$out/seeds.txt" 2>&1 || true
+        weights=$([ -f "$run/averaged.pt" ] && echo "$run/averaged.pt" || echo "$run/best.pt")
+        python3 -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
+c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model(), {})" \
+            "$weights" "$out/$name-s$seed.pt" || true
     done
     ;;
 seeds)
