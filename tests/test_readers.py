@@ -356,6 +356,23 @@ def test_hw4_feature_arrays_with_word_or_character_transcripts(hw4_features: Pat
         read_utterances(hw4_features / "test.npy")
 
 
+def test_one_utterances_feature_matrix_in_a_npy_file_is_one_utterance(tmp_path: Path) -> None:
+    """A numeric (frames, dim) `.npy`, as `las decode utterance.npy` is given one, is not read as
+    `frames` utterances of one row each; a damaged one is refused with the file's name."""
+    features = np.random.default_rng(0).normal(size=(50, 40)).astype(np.float16)
+    np.save(tmp_path / "Meeting 3.npy", features)
+    [utterance] = read_utterances(tmp_path / "Meeting 3.npy", require_text=False)
+    assert (utterance.id, utterance.features.dtype) == ("Meeting_3", np.float32)
+    assert np.array_equal(utterance.features, features.astype(np.float32))
+    features[3, 4] = np.nan
+    np.save(tmp_path / "damaged.npy", features)
+    with pytest.raises(LasError, match=r"damaged.npy: 1 feature values are not finite"):
+        read_utterances(tmp_path / "damaged.npy", require_text=False)
+    np.save(tmp_path / "empty.npy", np.zeros((0, 40), np.float32))
+    with pytest.raises(LasError, match=r"empty.npy: expected a \(frames, dim\) array of features, got shape \(0, 40\)"):
+        read_utterances(tmp_path / "empty.npy", require_text=False)
+
+
 def test_hw4_per_utterance_folders_match_the_object_array(hw4_features: Path) -> None:
     """HW4P2 layout: `mfcc/<id>.npy` and `transcript/<id>.npy` (characters between <sos> and <eos>)."""
     folder = hw4_features / "train-clean"

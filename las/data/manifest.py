@@ -371,8 +371,12 @@ def _audio_records(path: Path) -> Records:
 def _feature_array_records(path: Path) -> Records:
     """CMU 11-785 HW4 features: an object `.npy` of `(frames, dim)` arrays; transcripts, if any, in
     `<name>_transcripts.npy` beside it (arrays of words, or of characters between <sos> and <eos>).
-    Ids are the array indices, as in the course's Kaggle submissions."""
+    Ids are the array indices, as in the course's Kaggle submissions. A numeric 2-D array is one
+    utterance's `(frames, dim)` features, as a per-utterance file holds them, with the file's name as id."""
     features = load_array(path)
+    if features.dtype != object and features.ndim == 2:
+        yield str(path), Utterance(file_id(path), None, None, _feature_matrix(features, str(path)))
+        return
     transcripts_path = path.with_name(f"{path.stem}_transcripts.npy")
     transcripts = load_array(transcripts_path) if transcripts_path.exists() else None
     if transcripts is not None and len(transcripts) != len(features):
