@@ -57,6 +57,11 @@
 # three writers never share one index. Everything runs in /tmp/las-work, a snapshot of the
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
+weights_only() {  # PYTHON CHECKPOINT OUT [.half()]: its weights alone, without the optimizer's state (a third the size)
+    "$1" -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
+c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model()${4:-}, {})" \
+        "$2" "$3"
+}
 phase=${1:?prepare, essentials, graphs, rest, check, train, decode, trained, seeds, robustness, surroundings, curve, warmstart or scale}
 if [ "$phase" = prepare ]; then
     checkpoint=${2:?a checkpoint whose weights travel to the GPU}
@@ -68,9 +73,7 @@ if [ "$phase" = prepare ]; then
             --platform any -d .whl "$wheel"
     done
     # Weights only: the optimizer's state would double what travels (64 MiB in all).
-    .venv/bin/python -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
-c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model(), {})" \
-        "$checkpoint" .gpu/model.pt
+    weights_only .venv/bin/python "$checkpoint" .gpu/model.pt
     du -sh .whl .gpu
     exit 0
 fi
@@ -242,10 +245,11 @@ decode)
     done
     ;;
 trained)
-    # The CUDA tests (none with CUDA_TESTS=0) beside three seeds of a recipe trained to the end within
-    # the call (`an4-gpu.toml`: about 7.5 minutes on an H200, 4 loader workers each), the GPU sampled every 500 ms; each seed's
-    # log and metrics into seeds.txt and its averaged weights (best.pt's where the limit stopped it)
-    # back as NAME-sN.pt, for the measurements that need no GPU (robustness.py, longform.py, here).
+    # The CUDA tests (none with CUDA_TESTS=0) beside three seeds of a recipe trained to the end
+    # within the call (`an4-gpu.toml`: about 7.5 minutes on an H200, 4 loader workers each), the
+    # GPU sampled every 500 ms; each seed's log and metrics into seeds.txt and its averaged weights
+    # (best.pt's where the limit stopped it) back as NAME-sN.pt, for the measurements that need no
+    # GPU (robustness.py, longform.py, here).
     name=${3:?run name}
     shift 3
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
@@ -265,9 +269,7 @@ trained)
         { echo "== seed $seed"; grep -v Warn "$run.log" | tail -n 4; cat "$run/metrics.jsonl" "$run/averaged.json"; } \
             >> "$out/seeds.txt" 2>&1 || true
         weights=$([ -f "$run/averaged.pt" ] && echo "$run/averaged.pt" || echo "$run/best.pt")
-        python3 -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
-c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model(), {})" \
-            "$weights" "$out/$name-s$seed.pt" || true
+        weights_only python3 "$weights" "$out/$name-s$seed.pt" || true
     done
     ;;
 seeds)
@@ -297,9 +299,7 @@ curve)
     cat "$run/metrics.jsonl" >> "$out/curve.txt" 2>/dev/null || true
     # The best epoch's weights in half precision (8.2M parameters: 16 MB, what a file back may
     # hold), for the long-form holdout decoded on the CPU.
-    python3 -c "import sys, torch; from las.checkpoint import load_checkpoint, save_checkpoint; \
-c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model().half(), {})" \
-        "$run/best.pt" "$out/scale-model.pt" || true
+    weights_only python3 "$run/best.pt" "$out/scale-model.pt" ".half()" || true
     ;;
 warmstart)
     # The 100-hour recipe's model warm-started on short utterances (on the CPU, a model begun on
