@@ -13,9 +13,9 @@
 #
 # What a 15-minute lease holds (an H200, 2026-11-27): `trained` for three seeds of `an4-gpu.toml`
 # reached epoch 91 of 100 in its 470 s with the CUDA tests beside them (which then ran out of their
-# 200 s: 40 s alone), and a second call on the warm machine finished them (`--resume`, 85 s). So:
-# one call of `TRAIN_SECONDS=500 bash scripts/gpu.sh trained "$OUT" NAME ...` without the tests
-# beside (set CUDA_TESTS=0), 560 s limit, then `tests` in a second call if the lease has 2 minutes.
+# 200 s: 40 s alone), and a second call on the warm machine finished them (`--resume`, 85 s). So
+# `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
+# (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
 # The next lease's plan: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
 # train.augment.clipping=0.1 --set train.augment.compression=0.1` (#31: clipped and compressed
@@ -245,7 +245,7 @@ decode)
     done
     ;;
 trained)
-    # The CUDA tests (none with CUDA_TESTS=0) beside three seeds of a recipe trained to the end
+    # Three seeds of a recipe (and with CUDA_TESTS=1 the CUDA tests beside them) trained to the end
     # within the call (`an4-gpu.toml`: about 7.5 minutes on an H200, 4 loader workers each), the
     # GPU sampled every 500 ms; each seed's log and metrics into seeds.txt and its averaged weights
     # (best.pt's where the limit stopped it) back as NAME-sN.pt, for the measurements that need no
@@ -256,12 +256,12 @@ trained)
     sampler=$!
     runs=()
     for seed in 1 2 3; do
-        timeout -s INT "${TRAIN_SECONDS:-470}" python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda \
+        timeout -s INT "${TRAIN_SECONDS:-500}" python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda \
             --seed "$seed" --set data.cache_dir="runs/cache-$name-s$seed" --set data.workers=4 "$@" \
             > "runs/$name-s$seed.log" 2>&1 &
         runs+=($!)
     done
-    [ "${CUDA_TESTS:-1}" = 0 ] || cuda_tests 200
+    [ "${CUDA_TESTS:-0}" = 0 ] || cuda_tests 200
     wait "${runs[@]}" || true
     kill "$sampler"
     for seed in 1 2 3; do
