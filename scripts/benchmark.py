@@ -86,7 +86,7 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     listener = Listener(
         config.features.mel_bins, model.listener_hidden, model.pyramid_layers, model.key_dim, model.value_dim, 0.0
     )
-    layers = [listener.input_layer, *listener.pyramid]
+    layers = pyramid_layers(listener)
 
     def step(packed: bool) -> float:
         for layer in layers:
@@ -180,7 +180,7 @@ def throughput(
     ) -> tuple[float, float]:
         """Seconds waiting for batches, and in training steps."""
         trainer = trainers[precision, graphed, budget]
-        for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
+        for layer in pyramid_layers(trainer.model.listener):
             layer.packed = packed
         loading = stepping = 0.0
         started = time.perf_counter()
@@ -200,8 +200,9 @@ def throughput(
         variants |= {
             f"bucketed, padded ({precision}, las)": (bucketed, False, precision),
             f"unbucketed, padded ({precision})": (unbucketed, False, precision),
-            f"bucketed, packed ({precision})": (bucketed, True, precision),
         }
+        if pyramid_layers(trainers[precision, "", 0].model.listener):  # packing is the pyramid BLSTM's
+            variants[f"bucketed, packed ({precision})"] = (bucketed, True, precision)
         if batch_frames:
             variants[f"by frames, {batch_frames} ({precision}, las)"] = (by_frames, False, precision, "", batch_frames)
         for graphed, budget in itertools.product(GRAPHED if graphs else [], budgets):
@@ -244,10 +245,10 @@ def throughput(
         print(f"{name}: {1 / graphed:.2f}x the frames/s of the eager step; first pass (capturing) {seconds:.1f} s")
     for precision in precisions.split(","):
         las = medians[f"bucketed, padded ({precision}, las)"]
+        packed = medians.get(f"bucketed, packed ({precision})")
         print(
             f"{precision}: las's batches give {medians[f'unbucketed, padded ({precision})'] / las:.2f}x the frames/s "
-            f"of unbucketed padded ones, {medians[f'bucketed, packed ({precision})'] / las:.2f}x those of "
-            f"bucketed packed ones"
+            f"of unbucketed padded ones" + (f", {packed / las:.2f}x those of bucketed packed ones" if packed else "")
         )
         for name in [name for name in medians if name.startswith("by frames") and f"({precision}, las" in name]:
             same = name.replace(f"by frames, {batch_frames}", "bucketed, padded")  # the default's batches, alike
@@ -284,7 +285,7 @@ def profile(
         torch.manual_seed(0)
         corpus = load_corpus(config, None, None)
         trainer = Trainer(corpus.config, corpus, Path(folder), None)
-    for layer in [trainer.model.listener.input_layer, *trainer.model.listener.pyramid]:
+    for layer in pyramid_layers(trainer.model.listener):
         layer.packed = packed
     batches = trainer.global_batches()[: steps + 2]
     loaded = [(indices, batch.to("cuda")) for indices, batch in zip(batches, trainer.loader(batches), strict=True)]
@@ -601,6 +602,11 @@ def cache_open(manifest: str = "data/an4/train.tsv", others: str = "0,100000,100
         seconds = statistics.median(value for value, _ in measured)
         memory = statistics.median(value for _, value in measured)
         print(f"| {count:,} | {seconds:.2f} | {memory:.0f} |")
+
+
+def pyramid_layers(listener: torch.nn.Module) -> list[torch.nn.Module]:
+    """The pyramid BLSTM's layers, each with a `packed` switch; none for the self-attention listeners."""
+    return [listener.input_layer, *listener.pyramid] if isinstance(listener, Listener) else []
 
 
 def peak_rss_mb() -> int:
