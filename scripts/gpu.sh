@@ -17,16 +17,17 @@
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
-# The next lease's plan: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
-# train.augment.clipping=0.1 --set train.augment.compression=0.1` (#31: clipped and compressed
-# draws in a whole training, the clipped ones filled by the front end as decoding fills them; with
-# no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x; six epochs of fine-tuning
-# with either effect cost the room and noise 1-2 points), then here, on the CPU,
-# `scripts/robustness.py measure|surroundings` on its weights beside `runs/an4gpu` (this lease's
-# seeds of the same recipe without them). After it, for #30: `trained` with `--set
-# model.listener=transformer --set model.listener_layers=5 --set model.transformer_dim=192 --set
-# model.transformer_feedforward=768` (and the Conformer's, 144/576), 100 epochs of 3 seeds from
-# scratch, which the CPU cannot give (4 hours a combination).
+# The next lease's plan, for #30: `trained "$OUT" transformer --config data/recipes/an4-gpu.toml
+# --set model.listener=transformer --set model.listener_layers=5 --set model.transformer_dim=192
+# --set model.transformer_feedforward=768`, 100 epochs of 3 seeds from scratch, which the CPU cannot
+# give (4 hours a combination); the Conformer's (`--config data/recipes/conformer-gpu.toml`) took
+# 424 s of a 590 s call on an H200, its seeds 3.1 s an epoch side by side. Then here, on the CPU,
+# `scripts/robustness.py measure` and `scripts/longform.py measure` on the weights that come back.
+# After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
+# train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
+# in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
+# six epochs of fine-tuning with either effect cost the room and noise 1-2 points), measured
+# beside `runs/an4gpu` (the same recipe without them).
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
