@@ -161,10 +161,10 @@ def throughput(
             precisions.split(","), ["", *GRAPHED] if graphs else [""], budgets
         ):
             torch.manual_seed(0)  # the same initial model for every precision
-            settings = corpus.config.replace(
+            recipe = corpus.config.replace(
                 [f"train.precision={precision}", f"train.cuda_graphs={bool(graphed)}", f"data.batch_frames={budget}"]
             )
-            trainers[precision, graphed, budget] = trainer = Trainer(settings, corpus, Path(folder), None)
+            trainers[precision, graphed, budget] = trainer = Trainer(recipe, corpus, Path(folder), None)
             if graphed == GRAPHED[0]:
                 trainer.optimisation.listen = None
     dataset = corpus.train
@@ -222,8 +222,9 @@ def throughput(
     frames = sum(lengths)
     where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(
-        f"{len(dataset)} AN4 utterances ({frames} frames), default model, las train's steps, batches of up to "
-        f"{config.data.batch_size}, {workers} loader workers, torch {torch.__version__}, {where}, "
+        f"{len(dataset)} AN4 utterances ({frames} frames), {', '.join(settings) or 'default model'}, las train's "
+        f"steps, batches of up to {config.data.batch_size}, {workers} loader workers, torch {torch.__version__}, "
+        f"{where}, "
         f"median of {repeats} interleaved passes:\n"
     )
     memory = "peak GPU memory MB" if cuda else "peak RSS MB (process, cumulative)"
