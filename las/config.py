@@ -239,7 +239,8 @@ class ModelConfig(Section):
     # las/model/transformer_speller.py). A transformer or conformer listener shortens time by
     # 2**pyramid_layers (time_reduction: frames concatenated, or strided convolutions), then runs
     # listener_layers layers; a transformer speller has speller_layers layers. Both are
-    # transformer_dim wide with transformer_heads heads; model.dropout applies.
+    # transformer_dim wide with transformer_heads heads unless speller_dim and speller_feedforward
+    # give the speller sizes of its own (0: the listener's); model.dropout applies.
     listener: ListenerKind = "pblstm"
     speller: SpellerKind = "lstm"
     time_reduction: TimeReduction = "conv"
@@ -248,6 +249,8 @@ class ModelConfig(Section):
     transformer_heads: Count = 4
     transformer_feedforward: Count = 1024
     conformer_kernel: Count = 15  # the Conformer's depthwise convolution over encoder frames (odd)
+    speller_dim: NonNegative = 0
+    speller_feedforward: NonNegative = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -260,13 +263,28 @@ class ModelConfig(Section):
                 f"model.key_dim={self.key_dim} and model.value_dim={self.value_dim}"
             )
 
+    @property
+    def transformer_speller_dim(self) -> int:
+        return self.speller_dim or self.transformer_dim
+
+    @property
+    def transformer_speller_feedforward(self) -> int:
+        return self.speller_feedforward or self.transformer_feedforward
+
     def check_self_attention(self) -> None:
         """Refuse settings that the chosen listener or speller would not honour."""
-        if self.transformer_dim % self.transformer_heads:
-            raise LasError(
-                f"config key 'model.transformer_heads': {self.transformer_heads} must divide "
-                f"model.transformer_dim={self.transformer_dim}"
-            )
+        widths = {"transformer_dim": self.transformer_dim, "speller_dim": self.transformer_speller_dim}
+        for key, width in widths.items():
+            if width % self.transformer_heads:
+                raise LasError(
+                    f"config key 'model.transformer_heads': {self.transformer_heads} must divide model.{key}={width}"
+                )
+        for key in ("speller_dim", "speller_feedforward"):
+            if self.speller != "transformer" and getattr(self, key):
+                raise LasError(
+                    f"config key 'model.{key}': sizes a transformer speller; the LSTM speller's "
+                    "width is model.speller_hidden"
+                )
         if self.conformer_kernel % 2 == 0:
             raise LasError(f"config key 'model.conformer_kernel': must be odd, got {self.conformer_kernel}")
         if self.listener != "pblstm" and self.locked_dropout:

@@ -146,7 +146,8 @@ class ExportedTransformerSpeller:
 
     def __init__(self, memory: Graph, step: Graph, config: ModelConfig) -> None:
         self.memory_graph, self.step_graph = memory, step
-        self.layers, self.heads, self.dim = config.speller_layers, config.transformer_heads, config.transformer_dim
+        self.layers, self.heads = config.speller_layers, config.transformer_heads
+        self.dim = config.transformer_speller_dim
         self.own, self.cross = cache_names(self.layers)
         self.attention_dimensions = (config.key_dim, config.value_dim)
 

@@ -108,8 +108,9 @@ def test_a_characters_input_starts_at_the_size_of_what_the_layers_add(dim: int) 
 
 
 @pytest.mark.parametrize("listener", ["pblstm", "conformer"])
-def test_incremental_decoding_equals_the_full_pass_also_after_reordering(listener: str) -> None:
-    model = make_model(listener, "transformer")
+@pytest.mark.parametrize("widths", [(), ("model.speller_dim=48", "model.speller_feedforward=96")])
+def test_incremental_decoding_equals_the_full_pass_also_after_reordering(listener: str, widths: tuple[str]) -> None:
+    model = make_model(listener, "transformer", "conv", *widths)
     features, lengths = features_and_lengths()
     targets = torch.tensor([[1, 4, 5, 6, 7], [1, 8, 9, 10, 11], [1, 10, 12, 4, 5]])
     output = model(features, lengths, targets)
@@ -162,11 +163,27 @@ def test_scheduled_sampling_keeps_the_first_character_and_shapes() -> None:
         (["model.speller=transformer", "model.attention=gmm"], "model.attention is the LSTM speller's"),
         (["model.speller=transformer", "model.attention_heads=2"], "model.attention_heads is the LSTM"),
         (["model.listener=attention"], "is not one of pblstm, transformer, conformer"),
+        (["model.speller=transformer", "model.speller_dim=30"], "must divide model.speller_dim=30"),
+        (["model.speller_dim=64"], "'model.speller_dim': sizes a transformer speller"),
+        (["model.speller_feedforward=64"], "'model.speller_feedforward': sizes a transformer speller"),
     ],
 )
 def test_bad_combinations_are_refused_when_the_config_is_built(settings: list[str], message: str) -> None:
     with pytest.raises(LasError, match=message):
         load_config(None, TINY + SELF_ATTENTION + settings)
+
+
+def test_a_speller_of_its_own_width_reads_a_listener_of_another() -> None:
+    """speller_dim and speller_feedforward size the Transformer speller alone; unset (0), it has
+    the listener's transformer_dim and transformer_feedforward, as every model before them."""
+    own = make_model("conformer", "transformer", "conv", "model.speller_dim=48", "model.speller_feedforward=96")
+    shared = make_model("conformer", "transformer")
+    assert own.speller.embedding.embedding_dim == 48 and shared.speller.embedding.embedding_dim == 32
+    assert own.speller.layers[0].feedforward.layers[0].out_features == 96
+    assert shared.speller.layers[0].feedforward.layers[0].out_features == 64
+    features, lengths = features_and_lengths()
+    output = own(features, lengths, torch.tensor([[1, 4, 5, 6, 7]] * 3))
+    assert output.memory.hidden.shape[-1] == 32 and output.logits.shape == (3, 5, len(VOCABULARY))
 
 
 def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config, tmp_path) -> None:
@@ -219,13 +236,21 @@ def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config,
         ]
 
 
-@pytest.mark.parametrize(("listener", "reduction"), [("transformer", "conv"), ("conformer", "concat")])
+@pytest.mark.parametrize(
+    ("listener", "reduction", "speller"),
+    [
+        ("transformer", "conv", ()),
+        ("conformer", "concat", ()),
+        ("conformer", "conv", ("model.speller=transformer", "model.speller_dim=48", "model.speller_feedforward=96")),
+    ],
+)
 def test_a_self_attention_listener_exports_and_its_graph_gives_the_listeners_outputs(
-    tiny_config: Config, tmp_path: Path, listener: str, reduction: str
+    tiny_config: Config, tmp_path: Path, listener: str, reduction: str, speller: tuple[str]
 ) -> None:
-    """With the LSTMCell speller, whose step graph is the default's; any batch and length."""
+    """With the LSTMCell speller, whose step graph is the default's, and with a Transformer speller
+    of another width than the listener's (its caches sized by its own); any batch and length."""
     pytest.importorskip("onnxruntime")
-    choices = [f"model.listener={listener}", f"model.time_reduction={reduction}"]
+    choices = [f"model.listener={listener}", f"model.time_reduction={reduction}", *speller]
     model = load_config(None, TINY + SELF_ATTENTION + choices).model
     trained = train(replace(tiny_config, model=model, train=replace(tiny_config.train, epochs=1)))
     checkpoint = load_checkpoint(trained / "last.pt")
@@ -244,3 +269,6 @@ def test_a_self_attention_listener_exports_and_its_graph_gives_the_listeners_out
     code, stdout, stderr = run("decode", tmp_path / "export", tiny_config.data.train, "--format", "kaldi")
     assert code == 0, stderr
     assert len(stdout.splitlines()) == len(Path(tiny_config.data.train).read_text().splitlines()) - 1
+    code, expected, stderr = run("decode", trained / "last.pt", tiny_config.data.train, "--format", "kaldi")
+    assert code == 0, stderr
+    assert stdout == expected

@@ -99,10 +99,10 @@ def build_speller(config: ModelConfig, vocabulary_size: int) -> AnySpeller:
     if config.speller == "transformer":
         return TransformerSpeller(
             vocabulary_size,
-            config.transformer_dim,
+            config.transformer_speller_dim,
             config.speller_layers,
             config.transformer_heads,
-            config.transformer_feedforward,
+            config.transformer_speller_feedforward,
             config.key_dim,
             config.value_dim,
             config.dropout,
