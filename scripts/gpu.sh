@@ -17,16 +17,13 @@
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
-# The next lease's plan, for #30: `trained "$OUT" transformer --config data/recipes/an4-gpu.toml
-# --set model.listener=transformer --set model.listener_layers=5 --set model.transformer_dim=192
-# --set model.transformer_feedforward=768`, 100 epochs of 3 seeds from scratch, which the CPU cannot
-# give (4 hours a combination); the Conformer's (`--config data/recipes/conformer-gpu.toml`) took
-# 424 s of a 590 s call on an H200, its seeds 3.1 s an epoch side by side. Then here, on the CPU,
-# `scripts/robustness.py measure` and `scripts/longform.py measure` on the weights that come back.
-# Then the Conformer with the Transformer speller from scratch in one run (trained in two here, on
-# the CPU, it matched the LSTMCell speller: 6.4% against 6.5%): `trained "$OUT" conformer-transformer
-# --config data/recipes/conformer-gpu.toml --set model.speller=transformer --set model.speller_dim=192
-# --set model.speller_feedforward=768 --set train.cuda_graphs=false`.
+# The next lease's plan, for #30: the Conformer with the Transformer speller from scratch in one
+# run (trained in two here, on the CPU, it matched the LSTMCell speller: 6.4% against 6.5%):
+# `trained "$OUT" conformer-transformer --config data/recipes/conformer-gpu.toml --set
+# model.speller=transformer --set model.speller_dim=192 --set model.speller_feedforward=768 --set
+# train.cuda_graphs=false`. The Transformer listener's 100 epochs of 3 seeds ran on 2026-11-28
+# (404 s on an H200, `--set model.listener=transformer ...`: 20.6%, docs/BENCHMARKS.md); then here,
+# on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on what comes back.
 # After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
 # train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
 # in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
