@@ -554,12 +554,18 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self) -> None:
-        for section in ("train", "decode"):
-            if getattr(self, section).cuda_graphs and self.model.speller != "lstm":
-                raise LasError(
-                    f"config key '{section}.cuda_graphs': graphs the LSTM speller's loop; a {self.model.speller} "
-                    "speller has none (it spells every character in one pass)"
-                )
+        # Training graphs the LSTM speller's loop and the pBLSTM listener's pass, whichever the
+        # model has; decoding graphs the LSTM speller's steps.
+        if self.train.cuda_graphs and self.model.speller != "lstm" and self.model.listener != "pblstm":
+            raise LasError(
+                f"config key 'train.cuda_graphs': graphs the LSTM speller's loop and the pBLSTM listener's "
+                f"pass; a {self.model.listener} listener with a {self.model.speller} speller has neither"
+            )
+        if self.decode.cuda_graphs and self.model.speller != "lstm":
+            raise LasError(
+                f"config key 'decode.cuda_graphs': graphs the LSTM speller's steps; a {self.model.speller} "
+                "speller has none (it spells every character in one pass)"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -83,7 +83,7 @@ class Optimisation:
                 settings.time_mask_width,
             )
         # A CUDA graph cannot capture autocast's cache of cast weights.
-        with autocast(self.device, self.precision, cache=self.spell is None):
+        with autocast(self.device, self.precision, cache=self.spell is None and self.listen is None):
             output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell, self.listen)
             return joint_loss(
                 output,
@@ -130,9 +130,8 @@ class Optimisation:
     def captured_graphs(self) -> int | None:
         """How many bucket shapes have been captured as CUDA graphs so far (None without graphs):
         each new one costs a capture, so a slow epoch with new ones is capturing, not training."""
-        if self.spell is None:
-            return None
-        return len(self.spell.passes) + (len(self.listen.passes) if self.listen else 0)
+        graphed = [passes for passes in (self.spell, self.listen) if passes is not None]
+        return sum(len(passes.passes) for passes in graphed) if graphed else None
 
     def load_state_dict(self, state: dict[str, dict]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
@@ -142,17 +141,18 @@ class Optimisation:
 
 def graphed_passes(
     config: Config, model: LAS, device: torch.device, distributed: Distributed
-) -> tuple[GraphedSpeller, GraphedListener | None]:
-    """The speller's pass, and the pyramid listener's, as CUDA graphs (train.cuda_graphs), where
-    they can run. Other listeners run as they are: their time is not spent in launches."""
+) -> tuple[GraphedSpeller | None, GraphedListener | None]:
+    """The LSTM speller's pass and the pyramid listener's as CUDA graphs (train.cuda_graphs),
+    whichever the model has. The others run as they are: a Transformer speller spells every
+    character in one pass, and self-attention listeners' time is not spent in launches."""
     if device.type != "cuda":
         raise LasError(f"config key 'train.cuda_graphs': needs a CUDA device, training runs on {device}")
     if distributed.enabled:
         raise LasError("config key 'train.cuda_graphs': one process only, not under torchrun")
-    assert isinstance(model.speller, Speller)  # Config refuses graphs for the other spellers
     most_rows = 0 if config.data.batch_frames else config.data.batch_size
+    spell = GraphedSpeller(model.speller, True, most_rows) if isinstance(model.speller, Speller) else None
     listen = GraphedListener(model.listener, True, most_rows) if isinstance(model.listener, Listener) else None
-    return GraphedSpeller(model.speller, True, most_rows), listen
+    return spell, listen
 
 
 def clip_gradients(model: LAS, limit: float) -> torch.Tensor:

@@ -179,9 +179,11 @@ class Trainer:
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
         self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps)
-        # With the speller's training pass as graphs, its dev pass's steps are graphs too.
+        # With the LSTM speller's training pass as graphs, its dev pass's steps are graphs too.
         self.search = GreedySearch(
-            Symbols.of(self.vocabulary), Rules.of(config.decode), cuda_graphs=settings.cuda_graphs
+            Symbols.of(self.vocabulary),
+            Rules.of(config.decode),
+            cuda_graphs=settings.cuda_graphs and config.model.speller == "lstm",
         )
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()

@@ -114,7 +114,10 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
 
 
-GRAPHED = ["speller", "speller and listener"]  # what `throughput --graphs` captures, in turn
+# What `throughput --graphs` captures, in turn: the LSTMCell speller alone, then with the pyramid
+# listener; under a Transformer speller, which spells in one pass, the listener alone.
+GRAPHED = ["speller", "speller and listener"]
+GRAPHED_UNDER_A_TRANSFORMER_SPELLER = ["listener"]
 
 
 @app.command()
@@ -127,7 +130,8 @@ def throughput(
     workers: int = Config().data.workers,
     graphs: bool = typer.Option(
         False,
-        help="Also las's batches with train.cuda_graphs (speller alone, and with the listener) at each precision.",
+        help="Also las's batches with train.cuda_graphs (speller alone, and with the listener; the listener "
+        "alone under a Transformer speller) at each precision.",
     ),
     batch_frames: int = typer.Option(
         0, help="Also las's batches by frames (data.batch_frames) of this budget, with --graphs as graphs too."
@@ -140,7 +144,8 @@ def throughput(
     random (unbucketed) padded batches, and bucketed batches on the packed BLSTM path
     (`pack_padded_sequence`); each at every precision in `precisions` (e.g. "fp32,bf16" on a GPU). Data loading
     share = time the step waited for its batch. With `graphs`, las's batches with the speller as
-    CUDA graphs too, then with the listener's pass as graphs as well, each after a first pass over
+    CUDA graphs too, then with the listener's pass as graphs as well (under a Transformer speller,
+    the listener's alone), each after a first pass over
     them that captures every bucket (timed apart). With `batch_frames`, the same for batches by
     frames of that budget (fewer, larger batches). `--set`: another model or recipe throughout."""
     from las.corpus import load_corpus
@@ -157,9 +162,9 @@ def throughput(
         corpus = load_corpus(config, None, None)
         trainers = {}
         budgets = [0, batch_frames] if batch_frames else [0]
-        for precision, graphed, budget in itertools.product(
-            precisions.split(","), ["", *GRAPHED] if graphs else [""], budgets
-        ):
+        graphed_parts = GRAPHED if config.model.speller == "lstm" else GRAPHED_UNDER_A_TRANSFORMER_SPELLER
+        graphed_parts = graphed_parts if graphs else []
+        for precision, graphed, budget in itertools.product(precisions.split(","), ["", *graphed_parts], budgets):
             torch.manual_seed(0)  # the same initial model for every precision
             recipe = corpus.config.replace(
                 [f"train.precision={precision}", f"train.cuda_graphs={bool(graphed)}", f"data.batch_frames={budget}"]
@@ -205,7 +210,7 @@ def throughput(
             variants[f"bucketed, packed ({precision})"] = (bucketed, True, precision)
         if batch_frames:
             variants[f"by frames, {batch_frames} ({precision}, las)"] = (by_frames, False, precision, "", batch_frames)
-        for graphed, budget in itertools.product(GRAPHED if graphs else [], budgets):
+        for graphed, budget in itertools.product(graphed_parts, budgets):
             batching = f"by frames, {batch_frames}" if budget else "bucketed, padded"
             name = f"{batching} ({precision}, las, CUDA graphs: {graphed})"
             variants[name] = (by_frames if budget else bucketed, False, precision, graphed, budget)

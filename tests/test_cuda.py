@@ -2,6 +2,7 @@
 `python -m pytest tests/test_cuda.py` (scripts/gpu.sh does, with the GPU benchmarks)."""
 
 import gc
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,14 +104,24 @@ def test_a_25_second_recording_decodes_whole_on_cuda(trained_run: dict[str, Path
 
 
 @pytest.mark.parametrize(
-    ("precision", "graphs"), [("fp32", False), ("bf16", False), ("fp16", False), ("auto", False), ("fp16", True)]
+    ("precision", "graphs", "speller"),
+    [
+        ("fp32", False, "lstm"),
+        ("bf16", False, "lstm"),
+        ("fp16", False, "lstm"),
+        ("auto", False, "lstm"),
+        ("fp16", True, "lstm"),
+        ("bf16", True, "transformer"),  # the pyramid alone as graphs
+    ],
 )
-def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool) -> None:
+def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool, speller: str) -> None:
     settings = replace(tiny_config.train, device="cuda", epochs=3, precision=precision, cuda_graphs=graphs)
-    config = replace(tiny_config, train=settings)
+    config = replace(tiny_config, train=settings, model=replace(tiny_config.model, speller=speller))
     config = replace(config, data=replace(config.data, workers=2))
     run = train(config)
     assert load_checkpoint(run / "last.pt").training_state["progress"]["epoch"] == 3
+    captured = [record.get("captured_graphs") for record in map(json.loads, (run / "metrics.jsonl").open())]
+    assert all(captured) if graphs else not any(captured)
 
 
 def test_a_model_on_cuda_starts_from_a_checkpoints_weights(trained_run: dict[str, Path]) -> None:
@@ -137,6 +148,14 @@ def test_the_speller_and_listener_captured_as_cuda_graphs_give_the_eager_loss_an
 
     for forcing in (1.0, 0.0):  # two buckets of rows in turn, sharing each module's memory pool
         assert_bucketed_pass_is_the_plain_one(case, forcing, torch.device("cuda"), capture=True, rows=(4, 2))
+
+
+def test_the_listener_captured_under_a_transformer_speller_gives_the_eager_loss_and_gradients() -> None:
+    from .test_graphs import TRANSFORMER_SPELLER, assert_bucketed_pass_is_the_plain_one
+
+    assert_bucketed_pass_is_the_plain_one(
+        "location", 1.0, torch.device("cuda"), True, ("listener",), (4, 2), TRANSFORMER_SPELLER
+    )
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,16 @@ from las.model.graphs import bucket
 from las.model.las import LAS
 from tests.test_step_equivalence import CASES, INPUT_SIZE, SMALL, VOCABULARY, batch
 
+# model.* settings beside SMALL for a Transformer speller (the LSTM speller's location settings
+# back at their defaults: refused beside it otherwise).
+TRANSFORMER_SPELLER = {
+    "speller": "transformer",
+    "transformer_dim": 16,
+    "transformer_feedforward": 32,
+    "location_channels": ModelConfig.location_channels,
+    "location_kernel": ModelConfig.location_kernel,
+}
+
 
 def test_buckets_hold_their_size_in_a_short_ladder() -> None:
     sizes = range(1, 700)
@@ -56,6 +66,13 @@ def test_the_bucketed_listener_gives_the_loss_and_gradients_of_the_plain_one(
 ) -> None:
     settings = {"pyramid_layers": pyramid_layers}
     assert_bucketed_pass_is_the_plain_one("location", 1.0, torch.device("cpu"), False, ("listener",), rows, settings)
+
+
+def test_the_bucketed_listener_under_a_transformer_speller_gives_the_loss_and_gradients_of_the_plain_one() -> None:
+    # train.cuda_graphs graphs the pyramid alone there: the speller spells in one pass.
+    assert_bucketed_pass_is_the_plain_one(
+        "location", 1.0, torch.device("cpu"), False, ("listener",), (4, 6), TRANSFORMER_SPELLER
+    )
 
 
 def assert_bucketed_pass_is_the_plain_one(
@@ -116,12 +133,24 @@ def assert_bucketed_pass_is_the_plain_one(
     [
         (["train.cuda_graphs=true", "train.compile=true"], "choose one way to speed up the speller"),
         (["train.cuda_graphs=true", "train.device=cpu"], "needs a CUDA device"),
-        (["train.cuda_graphs=true", "model.speller=transformer"], "a transformer speller has none"),
+        (
+            ["train.cuda_graphs=true", "model.speller=transformer", "model.listener=conformer"],
+            "a conformer listener with a transformer speller has neither",
+        ),
     ],
 )
 def test_cuda_graphs_with_settings_they_cannot_serve_are_refused(settings: list[str], message: str) -> None:
     with pytest.raises(LasError, match=message):
         load_config(None, settings)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [["model.speller=transformer"], ["model.listener=conformer"], ["model.listener=transformer"]],
+)
+def test_cuda_graphs_take_whichever_of_the_speller_and_listener_they_can(settings: list[str]) -> None:
+    config = load_config(None, ["train.cuda_graphs=true", *settings])
+    assert config.train.cuda_graphs
 
 
 def test_cuda_graphs_without_a_gpu_stop_training_with_one_line(tiny_config: Config) -> None:
