@@ -24,6 +24,10 @@
 # train.cuda_graphs=false`. The Transformer listener's 100 epochs of 3 seeds ran on 2026-11-28
 # (404 s on an H200, `--set model.listener=transformer ...`: 20.6%, docs/BENCHMARKS.md); then here,
 # on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on what comes back.
+# For #28, a short call: `python3 scripts/benchmark.py throughput --device cuda --graphs
+# --batch-frames 8500 --utterances 848 --repeats 1 --set model.speller=transformer` (the pyramid
+# listener as graphs under a Transformer speller, eager and at 2x batches: how near a pass comes
+# to the 1.0 s goal without the LSTMCell speller's loop), beside the same without the --set.
 # After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
 # train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
 # in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
