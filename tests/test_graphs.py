@@ -20,15 +20,8 @@ from las.model.graphs import bucket
 from las.model.las import LAS
 from tests.test_step_equivalence import CASES, INPUT_SIZE, SMALL, VOCABULARY, batch
 
-# model.* settings beside SMALL for a Transformer speller (the LSTM speller's location settings
-# back at their defaults: refused beside it otherwise).
-TRANSFORMER_SPELLER = {
-    "speller": "transformer",
-    "transformer_dim": 16,
-    "transformer_feedforward": 32,
-    "location_channels": ModelConfig.location_channels,
-    "location_kernel": ModelConfig.location_kernel,
-}
+# model.* settings beside SMALL for a Transformer speller.
+TRANSFORMER_SPELLER = {"speller": "transformer", "transformer_dim": 16, "transformer_feedforward": 32}
 
 
 def test_buckets_hold_their_size_in_a_short_ladder() -> None:
