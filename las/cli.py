@@ -220,6 +220,7 @@ def train(
     ] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""
+    from las.initialisation import fine_tuning_base
     from las.train import train as run_training
 
     shorthands = {
@@ -235,6 +236,8 @@ def train(
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
     settings = load_config(config, overrides)
+    if settings.train.init and not resume:
+        settings = load_config(config, overrides, base=fine_tuning_base(settings.train.init))
     run = run_training(settings, resume=resume, assignments=overrides)
     typer.echo(f"best model: {run / 'best.pt'}")
 

@@ -591,9 +591,11 @@ class Config:
         return override(self, values)
 
 
-def load_config(path: str | Path | None = None, assignments: list[str] | tuple[str, ...] = ()) -> Config:
-    """Defaults, then the TOML file, then the `--set` assignments."""
-    config = Config()
+def load_config(
+    path: str | Path | None = None, assignments: list[str] | tuple[str, ...] = (), base: Config | None = None
+) -> Config:
+    """The defaults (or `base`), then the TOML file, then the `--set` assignments."""
+    config = base or Config()
     if path is not None:
         try:
             with open(path, "rb") as file:

@@ -10,6 +10,10 @@ same shape: a model of other `model.*` settings cannot take these weights, and t
 naming the settings that differ. A part of another kind (`model.listener`, `model.speller`) starts
 anew, the rest loaded: a Transformer speller learns on a trained pBLSTM listener. A new listener
 renews the CTC head too, which reads its outputs.
+
+The run's model and features settings start from the checkpoint's (`fine_tuning_base`), and its
+recipe and `--set` change only what they name: a Conformer checkpoint fine-tunes as a Conformer
+without its settings said again, and a recipe that names a Transformer speller puts one on it.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from las.checkpoint import Checkpoint
-from las.config import ModelConfig
+from las.checkpoint import Checkpoint, load_checkpoint
+from las.config import Config, ModelConfig
 from las.errors import LasError
 from las.text import Vocabulary
 
@@ -35,6 +39,14 @@ CHARACTER_ROWS = (
     "ctc_head.weight",
     "ctc_head.bias",
 )
+
+
+def fine_tuning_base(path: str | Path) -> Config:
+    """What a run with `--init path` builds its settings on before its recipe and `--set`: the
+    checkpoint's model and features (what its weights are, and what they learnt to hear), the
+    defaults elsewhere."""
+    trained = load_checkpoint(path).config
+    return dataclasses.replace(Config(), model=trained.model, features=trained.features)
 
 
 def initialise(

@@ -25,9 +25,10 @@ def new_speakers(tmp_path: Path) -> Path:
     return write_manifest(tmp_path / "adapt.tsv", an4_rows("train", 12, longest_seconds=1.6)[4:])
 
 
-def settings(trained_run: dict[str, Path], tmp_path: Path, *extra: str) -> list[str]:
+def settings(trained_run: dict[str, Path], tmp_path: Path, *extra: str, model: bool = True) -> list[str]:
+    """The tiny run's settings for new speakers; without `model`, none of its model.* ones."""
     manifest = new_speakers(tmp_path)
-    chosen = TINY + [
+    chosen = [assignment for assignment in TINY if model or not assignment.startswith("model.")] + [
         f"data.train={manifest}",
         f"data.dev={manifest}",
         f"data.cache_dir={trained_run['root'] / 'cache'}",
@@ -81,6 +82,28 @@ def test_a_part_of_another_kind_starts_anew_and_the_rest_is_loaded(trained_run: 
         assert any(line.startswith(why) for line in lines), lines
         with pytest.raises(LasError, match=f"train.freeze={kind}: the {kind} starts anew .* cannot be frozen"):
             initialise(model, config, trained.vocabulary, trained, "best.pt", frozen=(kind,))
+
+
+def test_fine_tuning_is_the_checkpoints_model_and_features_where_nothing_names_others(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    """No model.* setting given: the tiny model of the checkpoint, not the defaults' model, with
+    every weight loaded. A speller of another kind named: it goes on the checkpoint's listener."""
+    init = trained_run["run"] / "best.pt"
+    trained = load_checkpoint(init)
+    for kind, extra in [("lstm", ()), ("transformer", ("model.speller=transformer", "model.transformer_dim=32"))]:
+        out = tmp_path / kind
+        arguments = settings(trained_run, tmp_path, "train.epochs=1", f"train.out={out}", *extra, model=False)
+        code, _, stderr = run("train", "--init", init, *arguments)
+        assert code == 0, stderr
+        tuned = load_checkpoint(out / "last.pt").config
+        expected = trained.config.model
+        if extra:
+            expected = dataclasses.replace(expected, speller="transformer", transformer_dim=32)
+        assert tuned.model == expected and tuned.features == trained.config.features
+        parts = dict(line.split(": ", 2)[1:] for line in stderr.splitlines() if line.startswith(f"--init {init}: "))
+        assert "initialised" not in parts["listener"] + parts["ctc_head"], parts
+        assert ("initialised (model.speller=lstm there)" in parts["speller"]) == bool(extra), parts
 
 
 def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
