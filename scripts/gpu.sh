@@ -17,17 +17,21 @@
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
-# The next lease's plan, for #30: the Conformer with the Transformer speller from scratch in one
-# run (trained in two here, on the CPU, it matched the LSTMCell speller: 6.4% against 6.5%):
-# `trained "$OUT" conformer-transformer --config data/recipes/conformer-gpu.toml --set
-# model.speller=transformer --set model.speller_dim=192 --set model.speller_feedforward=768 --set
-# train.cuda_graphs=false`. The Transformer listener's 100 epochs of 3 seeds ran on 2026-11-28
-# (404 s on an H200, `--set model.listener=transformer ...`: 20.6%, docs/BENCHMARKS.md); then here,
-# on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on what comes back.
-# For #28, a short call: `python3 scripts/benchmark.py throughput --device cuda --graphs
-# --batch-frames 8500 --utterances 848 --repeats 1 --set model.speller=transformer` (the pyramid
-# listener as graphs under a Transformer speller, eager and at 2x batches: how near a pass comes
-# to the 1.0 s goal without the LSTMCell speller's loop), beside the same without the --set.
+# The next lease's plan. First, for #28 and #30: the pyramid with the Transformer speller from
+# scratch, 100 epochs of 3 seeds, the listener as CUDA graphs (train.cuda_graphs takes the pyramid
+# alone under it since 2026-11-28; never yet run on a GPU): `trained "$OUT" pblstm-transformer
+# --config data/recipes/an4-gpu.toml --set model.speller=transformer --set model.speller_dim=192
+# --set model.speller_feedforward=768`. Its epoch seconds are #28's question (a step without the
+# LSTMCell speller's loop: 2.2-3.1x the eager LSTMCell step on an H200); its dev CER, #30's (from
+# scratch it trailed at 20 epochs, 24.3% against 18.0%; 100 never run). If the lease has 2
+# minutes more: `python3 scripts/benchmark.py throughput --device cuda --graphs --batch-frames
+# 8500 --utterances 848 --repeats 1 --set model.speller=transformer`, and the same without --set.
+# Then the Conformer with the Transformer speller from scratch in one run (trained in two here,
+# on the CPU, it matched the LSTMCell speller: 6.4% against 6.5%): `trained "$OUT"
+# conformer-transformer --config data/recipes/conformer-gpu.toml --set model.speller=transformer
+# --set model.speller_dim=192 --set model.speller_feedforward=768 --set train.cuda_graphs=false`.
+# Then here, on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on the
+# weights that come back. (The Transformer listener's 100 epochs ran on 2026-11-28: 20.6%.)
 # After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
 # train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
 # in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
