@@ -162,8 +162,8 @@ def throughput(
         corpus = load_corpus(config, None, None)
         trainers = {}
         budgets = [0, batch_frames] if batch_frames else [0]
-        graphed_parts = GRAPHED if config.model.speller == "lstm" else GRAPHED_UNDER_A_TRANSFORMER_SPELLER
-        graphed_parts = graphed_parts if graphs else []
+        speller_graphed = config.model.speller == "lstm"
+        graphed_parts = (GRAPHED if speller_graphed else GRAPHED_UNDER_A_TRANSFORMER_SPELLER) if graphs else []
         for precision, graphed, budget in itertools.product(precisions.split(","), ["", *graphed_parts], budgets):
             torch.manual_seed(0)  # the same initial model for every precision
             recipe = corpus.config.replace(
