@@ -21,7 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from las import config as config_module
-from las.config import Config, load_config
+from las.config import Config, load_config, named_setting
 from las.errors import LasError, message_of
 from las.threads import use_threads, wait_passively
 
@@ -235,9 +235,11 @@ def train(
         "train.init": init,
     }
     overrides = as_assignments(shorthands) + list(assignments or [])
-    settings = load_config(config, overrides)
-    if settings.train.init and not resume:
-        settings = load_config(config, overrides, base=fine_tuning_base(settings.train.init))
+    # Fine-tuning changes the checkpoint's model, not the defaults': its settings are the base, read
+    # before the others are checked (a model.* setting may be one only the checkpoint's model takes).
+    init = named_setting(config, overrides, "train.init")
+    base = fine_tuning_base(str(init)) if init and not resume else None
+    settings = load_config(config, overrides, base=base)
     run = run_training(settings, resume=resume, assignments=overrides)
     typer.echo(f"best model: {run / 'best.pt'}")
 

@@ -576,19 +576,37 @@ class Config:
 
     def replace(self, assignments: list[str]) -> Config:
         """Apply `section.field=value` strings, each value parsed to the field's type."""
-        values: dict[str, Any] = {}
-        for assignment in assignments:
-            key, separator, text = assignment.partition("=")
-            if not separator:
-                raise LasError(f"--set {assignment!r}: expected KEY=VALUE, e.g. model.attention=dot")
-            *sections, name = key.strip().split(".")
-            target = values
-            for section in sections:  # train.augment.noise -> {"train": {"augment": {"noise": ...}}}
-                target = target.setdefault(section, {})
-                if not isinstance(target, dict):
-                    raise LasError(f"--set {assignment!r}: {key.strip()} is set twice, as a field and a section")
-            target[name] = text.strip()
-        return override(self, values)
+        return override(self, assignment_table(assignments))
+
+
+def assignment_table(assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """`section.field=value` strings as the nested table a TOML file gives, values unparsed."""
+    values: dict[str, Any] = {}
+    for assignment in assignments:
+        key, separator, text = assignment.partition("=")
+        if not separator:
+            raise LasError(f"--set {assignment!r}: expected KEY=VALUE, e.g. model.attention=dot")
+        *sections, name = key.strip().split(".")
+        target = values
+        for section in sections:  # train.augment.noise -> {"train": {"augment": {"noise": ...}}}
+            target = target.setdefault(section, {})
+            if not isinstance(target, dict):
+                raise LasError(f"--set {assignment!r}: {key.strip()} is set twice, as a field and a section")
+        target[name] = text.strip()
+    return values
+
+
+def read_table(path: str | Path) -> dict[str, Any]:
+    """A TOML settings file as its nested table, or one clear error."""
+    try:
+        with open(path, "rb") as file:
+            return tomllib.load(file)
+    except FileNotFoundError:
+        raise LasError(f"config file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise LasError(f"{path}: invalid TOML: {error}") from None
+    except OSError as error:
+        raise LasError(f"cannot read config file {path}: {error.strerror or error}") from None
 
 
 def load_config(
@@ -597,16 +615,22 @@ def load_config(
     """The defaults (or `base`), then the TOML file, then the `--set` assignments."""
     config = base or Config()
     if path is not None:
-        try:
-            with open(path, "rb") as file:
-                config = override(config, tomllib.load(file))
-        except FileNotFoundError:
-            raise LasError(f"config file not found: {path}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-            raise LasError(f"{path}: invalid TOML: {error}") from None
-        except OSError as error:
-            raise LasError(f"cannot read config file {path}: {error.strerror or error}") from None
+        config = override(config, read_table(path))
     return config.replace(list(assignments))
+
+
+def named_setting(path: str | Path | None, assignments: list[str] | tuple[str, ...], key: str) -> Any:
+    """What the TOML file and then the assignments say of `key`, unparsed (None: nothing), before
+    any settings are built: for a setting that decides what the others apply to (train.init
+    decides the model that model.* settings change)."""
+    value = None
+    for table in (read_table(path) if path is not None else {}, assignment_table(assignments)):
+        found: Any = table
+        for part in key.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if found is not None:
+            value = found
+    return value
 
 
 def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:

@@ -88,7 +88,8 @@ def test_fine_tuning_is_the_checkpoints_model_and_features_where_nothing_names_o
     trained_run: dict[str, Path], tmp_path: Path
 ) -> None:
     """No model.* setting given: the tiny model of the checkpoint, not the defaults' model, with
-    every weight loaded. A speller of another kind named: it goes on the checkpoint's listener."""
+    every weight loaded. A speller of another kind named: it goes on the checkpoint's listener.
+    A setting that only the checkpoint's kind of speller takes: taken, its kind not said again."""
     init = trained_run["run"] / "best.pt"
     trained = load_checkpoint(init)
     for kind, extra in [("lstm", ()), ("transformer", ("model.speller=transformer", "model.transformer_dim=32"))]:
@@ -104,6 +105,15 @@ def test_fine_tuning_is_the_checkpoints_model_and_features_where_nothing_names_o
         parts = dict(line.split(": ", 2)[1:] for line in stderr.splitlines() if line.startswith(f"--init {init}: "))
         assert "initialised" not in parts["listener"] + parts["ctc_head"], parts
         assert ("initialised (model.speller=lstm there)" in parts["speller"]) == bool(extra), parts
+    out = tmp_path / "its-width-said"  # its speller's width, said as only a Transformer speller takes it
+    arguments = settings(
+        trained_run, tmp_path, "train.epochs=1", f"train.out={out}", "model.speller_dim=32", model=False
+    )
+    code, _, stderr = run("train", "--init", tmp_path / "transformer" / "last.pt", *arguments)
+    assert code == 0, stderr
+    tuned_model = load_checkpoint(out / "last.pt").config.model
+    assert (tuned_model.speller, tuned_model.speller_dim) == ("transformer", 32)
+    assert "initialised" not in stderr, stderr  # every weight loaded
 
 
 def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
