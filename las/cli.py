@@ -54,6 +54,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 DEFAULTS = Config()
 Function = TypeVar("Function", bound=Callable[..., Any])
