@@ -264,12 +264,19 @@ trained)
     shift 3
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 500 > "$out/utilisation.csv" &
     sampler=$!
-    runs=()
+    # FIRST_ALONE=1: seed 1 alone on the GPU first, its epochs one run's (#28's epoch time), with
+    # 8 loader workers; then seeds 2 and 3 side by side in what is left of TRAIN_SECONDS.
+    runs=() started=$SECONDS
     for seed in 1 2 3; do
-        timeout -s INT "${TRAIN_SECONDS:-500}" python3 -m las --threads 2 train --out "runs/$name-s$seed" --device cuda \
-            --seed "$seed" --set data.cache_dir="runs/cache-$name-s$seed" --set data.workers=4 "$@" \
-            > "runs/$name-s$seed.log" 2>&1 &
+        alone=$([ "${FIRST_ALONE:-0}" = 1 ] && [ "$seed" = 1 ] && echo 1 || echo 0)
+        timeout -s INT $((${TRAIN_SECONDS:-500} - (SECONDS - started))) python3 -m las --threads 2 train \
+            --out "runs/$name-s$seed" --device cuda --seed "$seed" --set data.cache_dir="runs/cache-$name-s$seed" \
+            --set data.workers=$([ "$alone" = 1 ] && echo 8 || echo 4) "$@" > "runs/$name-s$seed.log" 2>&1 &
         runs+=($!)
+        if [ "$alone" = 1 ]; then  # wall-clock too: an epoch's "seconds" leave out its checkpoint writes
+            wait "$!" || true
+            echo "seed 1 alone: $((SECONDS - started)) s wall-clock, start-up included" >> "$out/seeds.txt"
+        fi
     done
     [ "${CUDA_TESTS:-0}" = 0 ] || cuda_tests 200
     wait "${runs[@]}" || true
