@@ -17,13 +17,16 @@
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
-# The next lease's plan. First, for #28 and #30: the pyramid with the Transformer speller from
-# scratch, 100 epochs of 3 seeds, the listener as CUDA graphs (train.cuda_graphs takes the pyramid
-# alone under it since 2026-11-28; never yet run on a GPU): `trained "$OUT" pblstm-transformer
-# --config data/recipes/an4-gpu.toml --set model.speller=transformer --set model.speller_dim=192
-# --set model.speller_feedforward=768`. Its epoch seconds are #28's question (a step without the
-# LSTMCell speller's loop: 2.2-3.1x the eager LSTMCell step on an H200); its dev CER, #30's (from
-# scratch it trailed at 20 epochs, 24.3% against 18.0%; 100 never run). If the lease has 2
+# The next lease's plan. First, for #28: the pyramid with the Transformer speller, the listener as
+# CUDA graphs (train.cuda_graphs takes the pyramid alone under it since 2026-11-28; never yet run
+# on a GPU), seed 1 alone for one run's epoch, then seeds 2 and 3 side by side: `FIRST_ALONE=1
+# TRAIN_SECONDS=515 bash scripts/gpu.sh trained "$OUT" pblstm-transformer --config
+# data/recipes/an4-gpu.toml --set model.speller=transformer --set model.speller_dim=192 --set
+# model.speller_feedforward=768`, then `tests` if 60 s are left. Its epoch seconds (metrics.jsonl,
+# and seeds.txt's wall-clock) are #28's question: a step without the LSTMCell speller's loop,
+# 2.2-3.1x the eager LSTMCell step on an H200. Its accuracy is known from the CPU (2026-11-28,
+# docs/BENCHMARKS.md "The pyramid and the Transformer speller from scratch": 6.8% against the
+# LSTMCell's 5.6%, 3 seeds), so a lease short of time may stop after seed 1. If the lease has 2
 # minutes more: `python3 scripts/benchmark.py throughput --device cuda --graphs --batch-frames
 # 8500 --utterances 848 --repeats 1 --set model.speller=transformer`, and the same without --set.
 # Then the Conformer with the Transformer speller from scratch in one run (trained in two here,
@@ -31,7 +34,7 @@
 # conformer-transformer --config data/recipes/conformer-gpu.toml --set model.speller=transformer
 # --set model.speller_dim=192 --set model.speller_feedforward=768 --set train.cuda_graphs=false`.
 # Then here, on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on the
-# weights that come back. (The Transformer listener's 100 epochs ran on 2026-11-28: 20.6%.)
+# weights that come back.
 # After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
 # train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
 # in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
