@@ -75,6 +75,10 @@ def test_bad_header_and_unknown_input(tmp_path: Path) -> None:
         read_utterances(path)
     with pytest.raises(LasError, match="input not found"):
         read_utterances(tmp_path / "absent.tsv")
+    for link, target in [("dangling.tsv", "moved.tsv"), ("loop.wav", "loop.wav")]:
+        (tmp_path / link).symlink_to(target)
+        with pytest.raises(LasError, match=f"{link} is a symbolic link to {target}, which does not resolve"):
+            read_utterances(tmp_path / link)
     for empty in ("", "  "):  # not the current directory, whatever it holds
         with pytest.raises(LasError, match="input path is empty"):
             read_utterances(empty)

@@ -46,6 +46,8 @@ def read_utterances(
         raise LasError("input path is empty")
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():  # it names something: say what, or the link looks like a file that vanished
+            raise LasError(f"input not found: {path} is a symbolic link to {os.readlink(path)}, which does not resolve")
         raise LasError(f"input not found: {path}")
     if input_format == "auto":
         reader = _reader_for(path)
