@@ -1033,17 +1033,13 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
     """The training data path's CPU cost per hour of audio, on one thread (one loader worker):
     reading an utterance and its log-mel features, each waveform effect alone, and the
     augmentation as the default recipe draws it (`WaveformAugmentation.features`, every utterance
-    given its own seed); the room also by torchaudio's `fftconvolve`, as before
-    `las.data.channels.convolve`. Median of `rounds` rounds, the variants interleaved."""
-    from torchaudio.functional import fftconvolve
-
+    given its own seed). Median of `rounds` rounds, the variants interleaved."""
     from las.data.audio import load_audio
     from las.data.augment import Source, WaveformAugmentation
     from las.data.channels import (
         add_noise,
         babble,
         pink_noise,
-        power,
         reverberate,
         room_response,
         telephone,
@@ -1061,20 +1057,12 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
     augmentation = WaveformAugmentation.of(config.train.augment, config.features, sources, 0)
     pool = augmentation.pool
 
-    def room_before(waveform: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        response = room_response(RATE, 0.5, generator)
-        wet = fftconvolve(waveform, response)[: len(waveform)]
-        return wet * torch.sqrt(power(waveform) / power(wet))
-
     effects = {
         "read the audio": lambda index, waveform, generator: load_audio(Path(sources[index].audio), RATE),
         "log-mel features": lambda index, waveform, generator: log_mel_features(extractor, waveform, "-"),
         "speed 0.9": lambda index, waveform, generator: change_speed(waveform, 0.9, RATE),
         "room, RT60 0.5 s": lambda index, waveform, generator: reverberate(
             waveform, room_response(RATE, 0.5, generator)
-        ),
-        "room, RT60 0.5 s, by torchaudio.fftconvolve (before)": lambda index, waveform, generator: room_before(
-            waveform, generator
         ),
         "white noise": lambda index, waveform, generator: add_noise(
             waveform, white_noise(len(waveform), generator), 10

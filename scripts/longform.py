@@ -46,7 +46,6 @@ from unittest import mock
 import Levenshtein
 import soundfile
 import torch
-import torchaudio.functional
 import typer
 
 from las import Recognizer
@@ -54,6 +53,7 @@ from las.checkpoint import load_checkpoint
 from las.config import FeatureConfig
 from las.data.channels import brown_noise, pink_noise, power, telephone, white_noise
 from las.data.features import FilterbankExtractor
+from las.data.signal import lowpass
 from las.metrics import character_error_rate
 from las.recognizer import Result
 from las.segmentation import (
@@ -355,7 +355,7 @@ def channels(checkpoint: Path, sets: Path = SETS, threads: int = 1) -> None:
 
 def car_noise(samples: int, generator: torch.Generator) -> torch.Tensor:
     """White noise low-passed at 200 Hz: the rumble of a car, a ventilation, a room's machines."""
-    return torchaudio.functional.lowpass_biquad(white_noise(samples, generator), RATE, 200.0)
+    return lowpass(white_noise(samples, generator), RATE, 200.0)
 
 
 SPARSE_NOISES = {"car (under 200 Hz)": car_noise, "brown": brown_noise, "pink": pink_noise, "white": white_noise}

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import soundfile
 import torch
-import torchaudio.functional
 
 from las.data.manifest import TSV_HEADER, read_utterances
+from las.data.signal import resample
 
 RATES = (16000, 8000, 6000, 4000)
 ROOT = Path("runs/sample-rates")
@@ -37,7 +37,7 @@ def build(rate: int) -> Path:
     rows = ["\t".join(TSV_HEADER)]
     for utterance in read_utterances("data/an4/dev.tsv"):
         samples, original = soundfile.read(utterance.audio_location, dtype="float32")
-        written = torchaudio.functional.resample(torch.from_numpy(samples), original, rate).numpy()
+        written = resample(torch.from_numpy(samples), original, rate).numpy()
         soundfile.write(folder / f"{utterance.id}.flac", written, rate)
         rows.append(f"{utterance.id}\t{utterance.id}.flac\t{len(written) / rate:.2f}\t{utterance.text}")
     manifest.write_text("\n".join(rows) + "\n")

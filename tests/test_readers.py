@@ -212,16 +212,16 @@ def test_audio_narrower_than_a_telephone_line_is_decoded_with_a_warning(
     """A 4 kHz recording keeps 2 kHz of speech, narrower than any channel training hears: it is
     decoded, and one warning names it; 8 kHz (a telephone line) and up are not named."""
     import soundfile
-    import torchaudio.functional
 
     from las.data.audio import samples_to_waveform
     from las.data.manifest import warn_about_audio
+    from las.data.signal import resample
     from las.data.utterances import Utterance
 
     speech, rate = soundfile.read(ROWS[0][1], dtype="float32")
     utterances = []
     for new_rate in (4000, 8000, 6000):
-        resampled = torchaudio.functional.resample(torch.from_numpy(speech), rate, new_rate).numpy()
+        resampled = resample(torch.from_numpy(speech), rate, new_rate).numpy()
         soundfile.write(tmp_path / f"at{new_rate}.flac", resampled, new_rate)
         utterances.append(Utterance(f"at{new_rate}", tmp_path / f"at{new_rate}.flac"))
     warn_about_audio(utterances, tmp_path)
@@ -240,17 +240,17 @@ def test_training_on_audio_narrower_than_a_telephone_line_warns_from_a_sample_of
     """Training reads the headers of AUDIO_CHECKS files of each manifest (all of AN4's; a sample of
     a million, whose start-up stays as fast): a corpus recorded at 4 kHz is named before it trains."""
     import soundfile
-    import torchaudio.functional
 
     from las import corpus
     from las.config import load_config
+    from las.data.signal import resample
 
     from .conftest import TINY
 
     rows = an4_rows("train", 4, longest_seconds=1.6)
     for row in rows:
         speech, rate = soundfile.read(row[1], dtype="float32")
-        narrow = torchaudio.functional.resample(torch.from_numpy(speech), rate, 4000).numpy()
+        narrow = resample(torch.from_numpy(speech), rate, 4000).numpy()
         row[1] = str(tmp_path / f"{row[0]}.flac")
         soundfile.write(row[1], narrow, 4000)
     manifest = write_manifest(tmp_path / "train.tsv", rows)

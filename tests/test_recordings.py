@@ -130,11 +130,11 @@ def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> No
 
 
 def test_a_few_words_in_long_noise_are_cut_out_and_the_noise_is_not() -> None:
-    import torchaudio.functional
 
     from las.config import FeatureConfig
     from las.data.channels import brown_noise, pink_noise, power, white_noise
     from las.data.features import FilterbankExtractor
+    from las.data.signal import lowpass
 
     extractor = FilterbankExtractor(FeatureConfig())
     waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 2)]
@@ -144,7 +144,7 @@ def test_a_few_words_in_long_noise_are_cut_out_and_the_noise_is_not() -> None:
     words = [(start // 160, (start + len(waveform)) // 160) for start, waveform in zip(starts, waveforms, strict=True)]
     generator = torch.Generator().manual_seed(0)
     samples = len(clean)
-    car = torchaudio.functional.lowpass_biquad(white_noise(samples, generator), RATE, 200.0)  # or a ventilation
+    car = lowpass(white_noise(samples, generator), RATE, 200.0)  # or a ventilation
     # Rumbles at 10 dB under the words' power: their total energy swells and fades as speech does.
     # Broadband noise as loud as the words: its bands swing through much of the words' rise.
     noises = [(car, 10), (brown_noise(samples, generator), 10)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import soundfile
 import torch
-import torchaudio.functional
 
 from las.data.channels import TELEPHONE_RATE
+from las.data.signal import resample
 from las.errors import LasError
 from las.progress import warn
 
@@ -74,7 +73,7 @@ def load_audio(
         raise LasError(f"audio file {path} has {non_finite} non-finite samples (NaN or infinity); repair or remove it")
     waveform = mixed_down(torch.from_numpy(samples))
     if rate != sample_rate:
-        waveform = torchaudio.functional.resample(waveform, rate, sample_rate)
+        waveform = resample(waveform, rate, sample_rate)
     return waveform
 
 
@@ -210,20 +209,9 @@ def conversion_hint(path: Path | str) -> str:
     )
 
 
-def resampled_length(length: int, rate: int, new_rate: int) -> int:
-    """Samples after `torchaudio.functional.resample` of `length` samples from `rate` to
-    `new_rate`: its own arithmetic (rounded to float32 before the ceiling, as its tensor is), so
-    that planned lengths are exact."""
-    divisor = math.gcd(rate, new_rate)
-    rate, new_rate = rate // divisor, new_rate // divisor
-    if rate == new_rate:
-        return length
-    return int(np.ceil(np.float32(new_rate * length / rate)))
-
-
 def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | None, target_rate: int) -> torch.Tensor:
     """Mono float waveform `(samples,)` at `target_rate` of samples given in memory: floats in
-    [-1, 1] or integer PCM (scaled to it), `(samples,)`, `(samples, channels)` or torchaudio's
+    [-1, 1] or integer PCM (scaled to it), `(samples,)`, `(samples, channels)` or
     `(channels, samples)` (the shorter side is taken for the channels)."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
         raise LasError(f"samples need their sample_rate, a positive whole number of Hz: got {sample_rate!r}")
@@ -247,7 +235,7 @@ def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | N
     if reason := narrow_band(int(sample_rate)):
         warn(f"samples {reason}")
     if sample_rate != target_rate:
-        waveform = torchaudio.functional.resample(waveform, int(sample_rate), target_rate)
+        waveform = resample(waveform, int(sample_rate), target_rate)
     return waveform
 
 

@@ -42,7 +42,7 @@ import torch
 from tqdm import tqdm
 
 from las.config import FeatureConfig
-from las.data import audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs
+from las.data import audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs, signal
 from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
@@ -74,9 +74,9 @@ LOOKUP_ROWS = 50_000  # utterances whose features are looked up (and computed if
 IN_MEMORY, PLANNED = -1, -2  # StoredFeatures rows that lie in no shard
 
 
-def code_digest(paths: Iterable[str | Path]) -> str:
-    """The sha256 of the files at `paths`, in order."""
-    digest = hashlib.sha256()
+def code_digest(paths: Iterable[str | Path], salt: str = "") -> str:
+    """The sha256 of `salt` and the files at `paths`, in order."""
+    digest = hashlib.sha256(salt.encode())
     for path in paths:
         digest.update(Path(path).read_bytes())
     return digest.hexdigest()
@@ -87,9 +87,10 @@ def code_digest(paths: Iterable[str | Path]) -> str:
 # features computed by other code (an earlier release, an experiment's edit) are never read as
 # this code's. A version number bumped by hand let an experiment's features be read as a later
 # change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
-# minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels).
-FEATURE_MODULES = (audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs)
-FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)])
+# minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels). torch's
+# release counts too: its FFT computes the spectrum, and another release may round it otherwise.
+FEATURE_MODULES = (audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs, signal)
+FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)], torch.__version__)
 
 
 class Planned(NamedTuple):

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 import soundfile
 import torch
-import torchaudio.functional as audio
+
+from las.data.signal import highpass, lowpass, mu_law_decode, mu_law_encode, resample
 
 TELEPHONE_RATE = 8000
 TELEPHONE_BAND = (300.0, 3400.0)  # Hz: what a (narrowband, G.711) telephone line passes
@@ -24,11 +25,10 @@ TELEPHONE_BAND = (300.0, 3400.0)  # Hz: what a (narrowband, G.711) telephone lin
 def telephone(waveform: torch.Tensor, rate: int, low: float = 300.0, high: float = 3400.0) -> torch.Tensor:
     """Through a narrowband telephone line: band-pass `low`-`high` Hz, sampled at 8 kHz with 8-bit
     mu-law companding (G.711), and back to `rate` — the bandwidth of telephone speech."""
-    band = audio.highpass_biquad(waveform, rate, low)
-    band = audio.lowpass_biquad(band, rate, high)
-    narrow = audio.resample(band, rate, TELEPHONE_RATE)
-    narrow = audio.mu_law_decoding(audio.mu_law_encoding(narrow.clamp(-1, 1), 256), 256)
-    return audio.resample(narrow, TELEPHONE_RATE, rate)[: len(waveform)]
+    band = lowpass(highpass(waveform, rate, low), rate, high)
+    narrow = resample(band, rate, TELEPHONE_RATE)
+    narrow = mu_law_decode(mu_law_encode(narrow.clamp(-1, 1), 256), 256)
+    return resample(narrow, TELEPHONE_RATE, rate)[: len(waveform)]
 
 
 # libsndfile's container and encoding of each codec `encoded` knows; its compression level (0-1)
@@ -152,8 +152,8 @@ def reverberate(waveform: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
 
 def convolve(signal: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
     """The full linear convolution `(len(signal) + len(response) - 1,)`, by FFTs of the next power
-    of two: torchaudio's `fftconvolve` takes the exact length, whose FFT can have large prime
-    factors: 2.7x as long on 12.8 s recordings in a 0.5 s room (scripts/benchmark.py augmentation)."""
+    of two: an FFT of the exact length can have large prime factors, and took 2.7x as long on
+    12.8 s recordings in a 0.5 s room (scripts/benchmark.py augmentation, torchaudio's `fftconvolve`)."""
     length = len(signal) + len(response) - 1
     size = 1 << (length - 1).bit_length()
     return torch.fft.irfft(torch.fft.rfft(signal, size) * torch.fft.rfft(response, size), size)[:length]

@@ -17,7 +17,7 @@ import numpy as np
 
 from las.config import FeatureConfig
 from las.data.arrays import array_shape
-from las.data.audio import Segment, audio_length, load_audio, read_bytes, resampled_length
+from las.data.audio import Segment, audio_length, load_audio, read_bytes
 from las.data.cache_index import Entry, FileIdentity, checksum
 from las.data.features import (
     FilterbankExtractor,
@@ -28,6 +28,7 @@ from las.data.features import (
     played_length,
 )
 from las.data.manifest import read_feature_file
+from las.data.signal import resampled_length
 from las.data.utterances import Utterance
 from las.errors import LasError
 from las.files import write_atomically

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torchaudio
 
 from las.config import FeatureConfig
-from las.data.audio import resampled_length
 from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
 from las.data.loudness import within_training_levels
 from las.data.runs import run_bounds
+from las.data.signal import MelPowerSpectrum, resample, resampled_length
 from las.errors import LasError
 
 
@@ -62,14 +61,7 @@ class FilterbankExtractor:
         self.window = window  # samples: shorter audio has no frame to analyse
         # Uncentred: __call__ pads the whole waveform as a centred transform would, then analyses
         # it in blocks, which gives the same frames bit for bit in bounded memory.
-        self.transform = torchaudio.transforms.MelSpectrogram(
-            sample_rate=config.sample_rate,
-            n_fft=window,
-            win_length=window,
-            hop_length=self.hop,
-            n_mels=config.mel_bins,
-            center=False,
-        )
+        self.transform = MelPowerSpectrum(config.sample_rate, window, self.hop, config.mel_bins)
         self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberates else None
 
     def __call__(self, waveform: torch.Tensor, speed: float = 1.0) -> torch.Tensor:
@@ -238,7 +230,7 @@ def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torc
     scaled, by reading the waveform as if it had been recorded at `speed * sample_rate`."""
     if speed == 1.0:
         return waveform
-    return torchaudio.functional.resample(waveform, round(sample_rate * speed), sample_rate)
+    return resample(waveform, round(sample_rate * speed), sample_rate)
 
 
 def played_length(samples: int, speed: float, sample_rate: int) -> int:
