@@ -1,18 +1,30 @@
-# Everything installs into .venv/ under the repository: `make demo` and `make test` work on a fresh clone.
+# Everything installs into .venv/ under the repository: `make demo` and `make test` work on a fresh clone,
+# today and on any later day: every package is the version (and file hash) uv.lock holds.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+UV := $(BIN)/uv
+UV_VERSION := 0.13.9
+EXTRAS := --extra dev --extra export --extra reference
 RUN := runs/an4
 
-.PHONY: install demo test lint benchmark clean
+.PHONY: install lock demo test lint benchmark clean
 
-$(BIN)/las: pyproject.toml
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,export]"
+	$(BIN)/pip install --quiet "uv==$(UV_VERSION)"
+
+# --locked: an error, not a new resolution, where uv.lock is out of date with pyproject.toml;
+# --inexact: uv itself stays in the environment.
+$(BIN)/las: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --locked --inexact $(EXTRAS)
 	touch $@
 
 install: $(BIN)/las
+
+# Resolve every package anew (the newest each range admits) into uv.lock; commit it with what needed it.
+lock: | $(UV)
+	$(UV) lock --upgrade
 
 # Train on the bundled AN4 corpus (resumed when the run already exists), decode dev greedily and
 # with beam search, score both.
@@ -32,6 +44,7 @@ lint: install
 	$(BIN)/ruff format --check las tests scripts
 
 benchmark: install
+	$(UV) sync --locked --inexact $(EXTRAS) --extra benchmark
 	$(BIN)/python scripts/benchmark.py
 
 clean:
