@@ -292,6 +292,55 @@ def test_an_index_that_is_not_one_is_set_aside_and_its_features_recomputed(
     assert "warning" not in capsys.readouterr().err
 
 
+def test_an_index_damaged_at_any_page_in_its_middle_answers_truly_or_is_set_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """SQLite reads a page when a query needs it: a file whose first page is sound opens, and its
+    damage surfaces at a later lookup, count or write ("database disk image is malformed"), which
+    once ended `las decode` in a traceback. Each page past the first in turn is overwritten with
+    garbage (a torn write, a bad sector): every lookup then answers with true entries only, or
+    the index is set aside with one warning and the work goes on with a new one."""
+    import shutil
+
+    from las.data.cache_index import CacheIndex, Entry
+
+    sound = tmp_path / "sound"
+    sound.mkdir()
+    index = CacheIndex(sound)
+    keys = [f"{number:064x}@settings" for number in range(3000)]
+    truth = {
+        key: Entry(f"shard-{number // 512}.npy", number % 512, 10, 80, "0" * 32) for number, key in enumerate(keys)
+    }
+    index.add(truth, [((number, 1, 2, 3), "d" * 64, f"/audio/{number}.flac") for number in range(300)])
+    index.close()
+    page = 4096
+    pages = (sound / "index.sqlite").stat().st_size // page
+    assert pages >= 50, "the index needs pages for damage in its middle"
+    set_aside = 0
+    for damaged_page in range(1, pages):
+        folder = tmp_path / f"page-{damaged_page}"
+        shutil.copytree(sound, folder)
+        with (folder / "index.sqlite").open("r+b") as file:
+            file.seek(damaged_page * page)
+            file.write(bytes(range(256)) * (page // 256))
+        capsys.readouterr()
+        reopened = CacheIndex(folder)
+        found = reopened.entries(keys)
+        assert all(truth[key] == entry for key, entry in found.items())
+        assert reopened.digests([(number, 1, 2, 3) for number in range(300)]).keys() <= {
+            (number, 1, 2, 3) for number in range(300)
+        }
+        reopened.summary()
+        reopened.add({"new@settings": Entry("shard-9.npy", 0, 5, 80, "1" * 32)}, [])
+        assert set(reopened.entries(["new@settings"])) == {"new@settings"}
+        warning = capsys.readouterr().err
+        if (folder / "index.damaged").exists():
+            set_aside += 1
+            assert warning.count("not a readable index") == 1 and "malformed" in warning
+        reopened.close()
+    assert set_aside >= pages // 2  # most pages are read by a lookup of every key
+
+
 FILL_CACHE = """
 import sys, torch
 from las.config import FeatureConfig

@@ -13,7 +13,9 @@ Two tables:
 
 Each row carries a checksum of its fields, as each index line did: a row changed by anything but
 las is dropped (its file hashed again, its features computed again). A file that is not an index
-(damaged storage, another program's) is set aside with a warning and the cache starts anew. An
+(damaged storage, another program's), or one found damaged anywhere in it when a query or a write
+reaches the damage (a torn write, a bad sector: SQLite reads a page only when it needs it), is set
+aside with a warning and the cache starts anew: its features are computed again. An
 index of an older las (`index.jsonl`) is imported once, its lines checked as before. The cache
 folder must be on a local disk or one with working POSIX locks (as SQLite's own rule is).
 """
@@ -25,9 +27,9 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -38,6 +40,7 @@ LEGACY_FILE_NAME = "index.jsonl"
 BUSY_SECONDS = 600.0  # another process writing (extracting a shard of 512 utterances) is waited for
 LOOKUPS = 500  # keys per query: under SQLite's limit on bound parameters
 
+Result = TypeVar("Result")
 FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.extraction.identity
 
 SCHEMA = """
@@ -72,6 +75,7 @@ class CacheIndex:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.connection: sqlite3.Connection | None = None
+        self.inode: int | None = None  # of the file opened, to tell it from one another process made since
         self.damaged = 0  # rows dropped because their checksum did not match
 
     @property
@@ -83,14 +87,35 @@ class CacheIndex:
             try:
                 self.connection = self.opened()
             except sqlite3.DatabaseError as error:  # not an index: set it aside, start anew
-                warn(f"feature cache {self.path}: not a readable index ({error}); set aside, features recomputed")
-                with contextlib.suppress(OSError):
-                    os.replace(self.path, self.path.with_suffix(".damaged"))
-                try:
-                    self.connection = self.opened()
-                except sqlite3.DatabaseError:  # could not be set aside (a read-only folder)
-                    self.connection = in_memory()
+                self.set_aside(error)
         return self.connection
+
+    def set_aside(self, error: sqlite3.DatabaseError) -> None:
+        """Move a damaged index (and its journal) aside as `index.damaged`, and open a new one; an
+        index that cannot be moved (a read-only folder) is replaced by an empty one in memory."""
+        warn(f"feature cache {self.path}: not a readable index ({error}); set aside, features recomputed")
+        opened_inode = self.inode
+        self.close()
+        with contextlib.suppress(OSError):
+            # Another process may have set it aside already, and started the index now there.
+            if opened_inode is None or os.stat(self.path).st_ino == opened_inode:
+                os.replace(self.path, self.path.with_suffix(".damaged"))
+                for suffix in ("-journal", "-wal", "-shm"):
+                    self.path.with_name(FILE_NAME + suffix).unlink(missing_ok=True)
+        try:
+            self.connection = self.opened()
+        except sqlite3.DatabaseError:
+            self.connection = in_memory()
+
+    def recovering(self, work: Callable[[], Result]) -> Result:
+        """`work()`, done again on a new index where it finds this one damaged."""
+        try:
+            return work()
+        except sqlite3.DatabaseError as error:
+            if not is_damage(error):
+                raise
+            self.set_aside(error)
+            return work()
 
     def opened(self) -> sqlite3.Connection:
         """The index, created if needed; read-only where it cannot be written, or an empty one in
@@ -104,7 +129,9 @@ class CacheIndex:
                 connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
             else:
                 connection = in_memory()
-        connection.execute("SELECT 1 FROM entries LIMIT 1").fetchone()  # a damaged file fails here, not later
+        connection.execute("SELECT 1 FROM entries LIMIT 1").fetchone()  # a file damaged at its start fails here
+        with contextlib.suppress(OSError):
+            self.inode = os.stat(self.path).st_ino
         if legacy.exists():
             import_legacy(connection, legacy)
         return connection
@@ -128,7 +155,7 @@ class CacheIndex:
                 "files.mtime = probe.mtime AND files.inode = probe.inode AND files.ctime = probe.ctime"
             )
             parameters = [number for identity in chunk for number in identity]
-            for *identity, digest, path, check in self.connect().execute(query, parameters):
+            for *identity, digest, path, check in self.rows(query, parameters):
                 if check != row_checksum([*identity, digest, path]):
                     self.damaged += 1
                     continue
@@ -151,7 +178,7 @@ class CacheIndex:
 
     def intact(self, query: str, parameters: Sequence[Any]) -> dict[str, Entry]:
         found, damaged = {}, []
-        for key, shard, offset, frames, dimension, frames_checksum, check in self.connect().execute(query, parameters):
+        for key, shard, offset, frames, dimension, frames_checksum, check in self.rows(query, parameters):
             if check != row_checksum([key, shard, offset, frames, dimension, frames_checksum]):
                 damaged.append(key)
                 continue
@@ -162,16 +189,29 @@ class CacheIndex:
                 self.drop(damaged)
         return found
 
+    def rows(self, query: str, parameters: Sequence[Any]) -> list[tuple]:
+        """The rows `query` selects (a lookup's few hundred, fetched whole)."""
+        return self.recovering(lambda: self.connect().execute(query, parameters).fetchall())
+
     def add(self, entries: dict[str, Entry], files: Iterable[tuple[FileIdentity, str, str]]) -> None:
         """Record `entries` (key -> Entry) and `files` ((identity, digest, path)) in one transaction."""
         entry_rows = [[key, *entry] for key, entry in entries.items()]
         file_rows = [[*file, digest, path] for file, digest, path in files]
-        with self.transaction() as connection:
-            write_rows(connection, entry_rows, file_rows)
+
+        def write() -> None:
+            with self.transaction() as connection:
+                write_rows(connection, entry_rows, file_rows)
+
+        self.recovering(write)
 
     def drop(self, keys: Iterable[str]) -> None:
-        with self.transaction() as connection:
-            connection.executemany("DELETE FROM entries WHERE key=?", [[key] for key in keys])
+        rows = [[key] for key in keys]
+
+        def delete() -> None:
+            with self.transaction() as connection:
+                connection.executemany("DELETE FROM entries WHERE key=?", rows)
+
+        self.recovering(delete)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -184,14 +224,17 @@ class CacheIndex:
             yield connection
             connection.execute("COMMIT")
         except sqlite3.OperationalError as error:
-            connection.execute("ROLLBACK")
+            rolled_back(connection)
             raise unwritable(error) from None
         except BaseException:
-            connection.execute("ROLLBACK")
+            rolled_back(connection)
             raise
 
     def summary(self) -> tuple[int, set[str], dict[str, int]]:
         """For `las cache info`: the entry count, the shards named, and entries per source folder."""
+        return self.recovering(self.counted)
+
+    def counted(self) -> tuple[int, set[str], dict[str, int]]:
         connection = self.connect()
         count = connection.execute("SELECT count(*) FROM entries").fetchone()[0]
         shards = {shard for (shard,) in connection.execute("SELECT DISTINCT shard FROM entries")}
@@ -209,6 +252,18 @@ class CacheIndex:
         if self.connection is not None:
             self.connection.close()
             self.connection = None
+
+
+def is_damage(error: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite found the file damaged ("database disk image is malformed", "file is not a
+    database"), as opposed to busy, full or read-only."""
+    return getattr(error, "sqlite_errorname", "").startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def rolled_back(connection: sqlite3.Connection) -> None:
+    """A transaction's rollback, which a damaged file may refuse as well."""
+    with contextlib.suppress(sqlite3.DatabaseError):
+        connection.execute("ROLLBACK")
 
 
 def unwritable(error: sqlite3.OperationalError) -> Exception:
