@@ -104,8 +104,8 @@ DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=bea
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def dev_rows() -> list[list[str]]:
-    lines = DEV.read_text().splitlines()[1:]
+def dev_rows(source: Path = DEV) -> list[list[str]]:
+    lines = source.read_text().splitlines()[1:]
     return [line.split("\t") for line in lines]
 
 
@@ -159,10 +159,11 @@ def build(
     out: Path = SETS,
     seed: int = 0,
     only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns."),
+    source: Path = typer.Option(DEV, help="The utterances to transform (scripts/tuning.py: the choosing speakers)."),
 ) -> None:
     """Write the evaluation sets."""
-    rows = dev_rows()
-    pool = [torch.from_numpy(soundfile.read(DEV.parent / audio, dtype="float32")[0]) for _, audio, _, _ in rows]
+    rows = dev_rows(source)
+    pool = [torch.from_numpy(soundfile.read(source.parent / audio, dtype="float32")[0]) for _, audio, _, _ in rows]
     for name, transform in [(name, made) for name, made in conditions(pool).items() if matches(name, only)]:
         generator = torch.Generator().manual_seed(seed)
         items = [
