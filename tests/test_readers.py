@@ -323,6 +323,33 @@ def test_lhotse_cuts_las_cannot_read_are_one_clear_error(tmp_path: Path, change,
         read_utterances(write_lhotse(tmp_path / "c.jsonl.gz", [cut]))
 
 
+def mixed_cut(cut: dict) -> dict:
+    """A Lhotse MixedCut as `CutSet.to_file` writes it: tracks of cuts, no recording of its own."""
+    return {"id": "mix", "type": "MixedCut", "tracks": [{"cut": cut, "offset": 0.0}, {"cut": cut, "offset": 0.4}]}
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (lambda cut: [mixed_cut(cut)], r"c.jsonl:1: a Lhotse MixedCut is not read"),
+        (lambda cut: [{"id": "pad", "type": "PaddingCut", "duration": 1.0}], "a Lhotse PaddingCut is not read"),
+        (lambda cut: [cut["recording"]], r"c.jsonl: a Lhotse RecordingSet manifest; las reads Lhotse cut manifests"),
+        (
+            lambda cut: [{"id": "s", "recording_id": "r", "start": 0.0, "duration": 1.0, "text": "A"}],
+            "a Lhotse SupervisionSet manifest",
+        ),
+        (lambda cut: [{"text": "B"}], r"c.jsonl:1: expected a JSON object with 'audio_filepath'"),  # NeMo's, unnamed
+    ],
+)
+def test_every_lhotse_manifest_is_named_as_lhotse_when_refused(tmp_path: Path, lines, message: str) -> None:
+    """A refusal names what the file is: a MixedCut first once got the NeMo reader's message."""
+    cut = lhotse_cut(*ROWS[0][:2], float(ROWS[0][2]), ROWS[0][3])
+    manifest = tmp_path / "c.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in [*lines(cut), cut]))
+    with pytest.raises(LasError, match=message):
+        read_utterances(manifest)
+
+
 def object_array(items: list) -> np.ndarray:
     array = np.empty(len(items), dtype=object)
     array[:] = items

@@ -208,10 +208,33 @@ def _json_objects(path: Path) -> Iterator[tuple[str, object]]:
                     raise LasError(f"{where}: not a JSON value") from None
 
 
+# What each of Lhotse's manifests holds, as its first object shows it: a cut of any type (a MixedCut
+# has `tracks`, not a `recording`), or a recording or supervision manifest, which are not cuts.
+LHOTSE_CUT_TYPES = ("MonoCut", "MixedCut", "PaddingCut", "MultiCut", "DataCut")
+LHOTSE_CUT_FIELDS = ("recording", "tracks", "supervisions")
+LHOTSE_OTHER_MANIFESTS = {
+    "RecordingSet": ("sources", "sampling_rate", "num_samples"),
+    "SupervisionSet": ("recording_id", "start", "duration"),
+}
+
+
 def _json_lines_records(path: Path) -> Records:
-    """A NeMo manifest or Lhotse cuts, told apart by the first object (a cut has a `recording`)."""
+    """A NeMo manifest or Lhotse cuts, told apart by the first object (`lhotse_kind`)."""
     first = next((record for _, record in _json_objects(path)), None)
-    yield from (_lhotse_records if isinstance(first, dict) and "recording" in first else _jsonl_records)(path)
+    kind = lhotse_kind(first)
+    if kind in LHOTSE_OTHER_MANIFESTS:
+        raise LasError(f"{path}: a Lhotse {kind} manifest; las reads Lhotse cut manifests (CutSet.to_file)")
+    yield from (_lhotse_records if kind == "CutSet" else _jsonl_records)(path)
+
+
+def lhotse_kind(record: object) -> str | None:
+    """Which Lhotse manifest a JSON object is a line of (CutSet, RecordingSet, SupervisionSet), if
+    any: a NeMo manifest's line has an `audio_filepath`."""
+    if not isinstance(record, dict) or "audio_filepath" in record:
+        return None
+    if record.get("type") in LHOTSE_CUT_TYPES or any(field in record for field in LHOTSE_CUT_FIELDS):
+        return "CutSet"
+    return next((kind for kind, fields in LHOTSE_OTHER_MANIFESTS.items() if all(f in record for f in fields)), None)
 
 
 def _jsonl_records(path: Path) -> Records:
