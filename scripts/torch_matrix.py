@@ -1,7 +1,8 @@
 """las beside the torch a user already has (issue 68): for each torch release, a fresh virtual
 environment with that torch installed first, then `pip install .` (which must keep it), the test
-suite's fast part, one epoch of the default recipe on AN4 and a decoding of dev; then the
-features and transcripts of every release compared with the first's.
+suite's fast part, one epoch of the default recipe on AN4, a decoding of dev, its word times
+(`las align`) and an ONNX export (`las export`); then the features, transcripts and weights of
+every release compared with the first's.
 
     python scripts/torch_matrix.py run 2.11.0 2.13.0 2.14.1    # runs/matrix/torch-VERSION/
     python scripts/torch_matrix.py table 2.11.0 2.13.0 2.14.1  # the table of docs/BENCHMARKS.md
@@ -11,11 +12,11 @@ is kept in runs/matrix/torch-VERSION/result.json, so `table` reads them without 
 
 What is compared, release against release:
 - the log-mel features of AN4 dev as `las decode` computes them (played at decode.speed, so
-  through the resampler): the largest difference from the first release's, and whether equal;
+  through the resampler): the largest difference from the first release's, or "equal";
 - the transcripts of a fixed checkpoint (tests/data/search/model.pt) by the default decoding;
-- the dev CER of one epoch of the default recipe trained in that environment (seed 1): training
-  sums in whatever order each release's kernels sum, so its weights, and with them its
-  transcripts, may differ by rounding; the CER says by how much that matters after one epoch.
+- the weights after one epoch of the default recipe trained in that environment (seed 1), and
+  its transcripts of dev: each release's kernels may sum in another order, and where they do,
+  the weights differ by rounding, and the transcripts may.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 
 import typer
+
+from las.transcripts import read_transcripts
 
 app = typer.Typer(add_completion=False)
 
@@ -101,13 +104,20 @@ def run(versions: list[str], threads: int = 2) -> None:
         kept = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
         run_directory = folder / "run"
         steps["tests"] = run_step(
-            "tests", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FAST_TESTS], log, environment
+            "tests",
+            [python, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", *FAST_TESTS],
+            log,
+            environment,
         )
         train = [las, "--threads", str(threads), "train", "--epochs", "1", "--seed", "1", "--out", str(run_directory)]
         steps["train"] = run_step("train", [*train, "--set", f"data.cache_dir={folder / 'cache'}"], log, environment)
         decoded = folder / "dev.csv"
         decode = [las, "decode", str(run_directory / "last.pt"), "data/an4/dev.tsv", "--out", str(decoded)]
         steps["decode"] = run_step("decode", [*decode, "--set", f"data.cache_dir={folder / 'cache'}"], log, environment)
+        align = [las, "align", str(run_directory / "last.pt"), "data/an4/dev.tsv", "--out", str(folder / "dev.ctm")]
+        steps["align"] = run_step("align", align, log, environment)
+        export = [las, "export", str(run_directory / "last.pt"), str(folder / "export")]
+        steps["export"] = run_step("export", export, log, environment)
         evaluation = subprocess.run(
             [las, "eval", str(decoded), "data/an4/dev.tsv", "--json"], cwd=ROOT, capture_output=True, text=True
         )
@@ -128,35 +138,45 @@ def run(versions: list[str], threads: int = 2) -> None:
         (folder / "result.json").write_text(json.dumps(result, indent=1) + "\n")
 
 
-def largest_difference(features: dict, reference: dict) -> float:
-    return max(float((features[key] - reference[key]).abs().max()) for key in reference)
-
-
 @app.command()
 def table(versions: list[str]) -> None:
-    """The results of `run` as a Markdown table, each release against the first's features and transcripts."""
+    """The results of `run` as a Markdown table, each release against the first's features,
+    transcripts and trained weights."""
     import torch
 
-    results = [json.loads((MATRIX / f"torch-{version}" / "result.json").read_text()) for version in versions]
-    features = [torch.load(MATRIX / f"torch-{version}" / "features.pt") for version in versions]
+    folders = [MATRIX / f"torch-{version}" for version in versions]
+    results = [json.loads((folder / "result.json").read_text()) for folder in folders]
+    features = [torch.load(folder / "features.pt") for folder in folders]
+    weights = [torch.load(folder / "run" / "last.pt", weights_only=False)["model"] for folder in folders]
+    decoded = [read_transcripts(folder / "dev.csv") for folder in folders]
+    word_times = [(folder / "dev.ctm").read_text() if (folder / "dev.ctm").exists() else None for folder in folders]
     print(
-        "| torch asked | torch after `pip install .` | fast tests | 1 epoch: train, decode | dev CER, 1 epoch |"
+        "| torch asked | torch after `pip install .` | fast tests | 1 epoch: train, decode, align, export | dev CER |"
         " features vs the first (max abs) | fixed checkpoint's transcripts vs the first |"
+        " 1 epoch's weights vs the first (max abs) | its transcripts, word times vs the first |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     first = results[0]["probe"]["transcripts"]
-    for result, found in zip(results, features, strict=True):
-        steps = result["steps"]
-        evaluation = result["evaluation"]
+    for result, found, trained, transcripts, times in zip(results, features, weights, decoded, word_times, strict=True):
+        steps, evaluation = result["steps"], result["evaluation"]
+        train, decode, align, export = (steps[name] for name in ("train", "decode", "align", "export"))
         cer = f"{evaluation['cer']:.2f}%" if isinstance(evaluation, dict) else "failed"
         same = sum(first[key] == text for key, text in result["probe"]["transcripts"].items())
-        difference = largest_difference(found, features[0])
-        train, decode = steps["train"], steps["decode"]
+        equal = sum(decoded[0][key] == text for key, text in transcripts.items())
         print(
             f"| {result['version']} | {result['torch_after_install']} | {steps['tests']['last']} | "
-            f"exit {train['exit']} ({train['seconds']:.0f} s), exit {decode['exit']} | {cer} | "
-            f"{'equal' if difference == 0 else f'{difference:.2e}'} | {same}/{len(first)} equal |"
+            f"exit {train['exit']} ({train['seconds']:.0f} s), {decode['exit']}, {align['exit']}, "
+            f"{export['exit']} | {cer} | "
+            f"{difference(found, features[0])} | {same}/{len(first)} equal | "
+            f"{difference(trained, weights[0])} | {equal}/{len(transcripts)} equal, "
+            f"{'none' if times is None else 'equal' if times == word_times[0] else 'different'} |"
         )
+
+
+def difference(tensors: dict, reference: dict) -> str:
+    """The largest absolute difference between tensors of the same names, or "equal"."""
+    largest = max(float((tensors[key].double() - reference[key].double()).abs().max()) for key in reference)
+    return "equal" if largest == 0 else f"{largest:.2e}"
 
 
 if __name__ == "__main__":
