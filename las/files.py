@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +34,21 @@ def read_text(path: str | Path, setting: str = "") -> str:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:
         raise LasError(f"{named}cannot read {path}: {error.strerror or error}") from None
+
+
+def json_records(path: Path) -> list[dict | None]:
+    """The JSON object of each non-empty line of a JSON-lines file las wrote (metrics.jsonl), None
+    for a line that is not one: cut short by a kill, or damaged in the file (a torn write, a bad
+    sector), whose bytes may not even be UTF-8. Each line stands alone: damage costs its own."""
+    records: list[dict | None] = []
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            records.append(record if isinstance(record, dict) else None)
+    return records
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:

@@ -17,7 +17,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from las.config import flat_settings  # noqa: E402
 from las.errors import LasError  # noqa: E402
-from las.files import write_atomically  # noqa: E402
+from las.files import json_records, write_atomically  # noqa: E402
+from las.progress import warn  # noqa: E402
 from las.search.common import Hypothesis  # noqa: E402
 from las.text import EOS, Vocabulary  # noqa: E402
 
@@ -91,14 +92,18 @@ def plot_runs(runs: Sequence[Path], path: str | Path) -> None:
 
 
 def read_metrics(run: Path) -> list[dict]:
-    """The epochs of `run/metrics.jsonl`; a missing or damaged file is one clear error."""
+    """The epochs of `run/metrics.jsonl`, damaged lines left out with a warning; a missing or
+    unreadable file is one clear error."""
     path = run / "metrics.jsonl"
     try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = json_records(path)
     except FileNotFoundError:
         raise LasError(f"{run}: no metrics.jsonl; is it a run directory of las train?") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise LasError(f"cannot read {path}: {error}") from None
+    except OSError as error:
+        raise LasError(f"cannot read {path}: {error.strerror or error}") from None
+    records = [record for record in lines if record is not None]
+    if len(records) < len(lines):
+        warn(f"{path}: {len(lines) - len(records)} damaged line(s) left out of the plot")
     if not records or not all(
         {"epoch", "train_loss", "dev_cer", "elapsed_seconds"} <= record.keys() for record in records
     ):
@@ -124,7 +129,7 @@ def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
     for run in runs:
         try:
             settings.append(flat_settings(json.loads((run / "config.json").read_text())))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):  # missing, or damaged: not UTF-8, not JSON
             settings.append({})
     keys = sorted({key for values in settings for key in values})
     differing = [

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +26,13 @@ from las.data.loading import training_loader
 from las.dev_evaluation import DevResult, evaluate_dev
 from las.distributed import Distributed
 from las.errors import LasError
-from las.files import locked_directory, make_directory, write_text_atomically
+from las.files import json_records, locked_directory, make_directory, write_text_atomically
 from las.initialisation import initialise
 from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.optimisation import Optimisation
-from las.progress import progress_bar, say
+from las.progress import progress_bar, say, warn
 from las.random_states import capture_rng, restore_rng
 from las.search import GreedySearch, Rules, Symbols
 from las.stopping import StopRequests
@@ -461,17 +462,23 @@ def epoch_record(
 
 
 def keep_metrics_until(path: Path, epochs: int) -> None:
-    """Drop metric lines of epochs after the checkpoint (a run killed between log and save), and a
-    line cut short by a kill."""
+    """Drop metric lines of epochs after the checkpoint (a run killed between log and save), and
+    lines that are not whole records: cut short by a kill, or damaged in the middle of the file,
+    which is first kept beside it (`metrics.jsonl.damaged`) with one warning."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if (epoch_of(line) or epochs + 1) <= epochs]
-    write_text_atomically(path, "".join(line + "\n" for line in lines))
+    records = json_records(path)
+    damaged = records[:-1].count(None)  # the last line alone may be cut short by a kill
+    if damaged:
+        shutil.copyfile(path, path.with_name(path.name + ".damaged"))
+        warn(f"{path}: {damaged} damaged line(s) left out (the file as it was: {path.name}.damaged)")
+    kept = [record for record in records if record is not None and (epoch_of(record) or epochs + 1) <= epochs]
+    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in kept))
 
 
-def epoch_of(line: str) -> int | None:
+def epoch_of(record: dict) -> int | None:
     try:
-        return int(json.loads(line)["epoch"])
+        return int(record["epoch"])
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -681,3 +681,38 @@ def test_ctrl_c_while_decoding_stops_and_writes_nothing(
         decode(trained_run["run"] / "best.pt", trained_run["train"], output, "csv", settings, "cpu")
     assert not output.exists() and list(tmp_path.iterdir()) == []
     assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == set()  # the signal mask is as it was
+
+
+# --- Run files damaged in their middle ---------------------------------------------------------
+
+
+def damaged_in_the_middle(path: Path) -> None:
+    """A tenth of the file overwritten in its middle with bytes that are not UTF-8 (a torn write)."""
+    data = bytearray(path.read_bytes())
+    length = max(8, len(data) // 10)
+    start = len(data) // 2 - length // 2
+    data[start : start + length] = bytes((index * 37 + 11) % 256 for index in range(length))
+    path.write_bytes(bytes(data))
+
+
+def test_a_run_whose_metrics_are_damaged_in_their_middle_resumes_and_plots_with_a_warning(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    """metrics.jsonl damaged past its first lines once ended `las train --resume` in a traceback
+    (UnicodeDecodeError) and `las plot` in an error: its intact lines are kept, the file as it was
+    beside it, and the run goes on."""
+    out = tmp_path / "run"
+    shutil.copytree(trained_run["run"], out)
+    metrics = out / "metrics.jsonl"
+    epochs = [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()]
+    damaged_in_the_middle(metrics)
+    code, _, stderr = run("plot", out, "--out", tmp_path / "plot.png")
+    assert code == 0 and "damaged line(s) left out of the plot" in stderr and (tmp_path / "plot.png").exists()
+    code, _, stderr = run(
+        "train", "--resume", "--out", out, "--epochs", str(len(epochs) + 1), "--set", f"data.cache_dir={tmp_path}"
+    )
+    assert code == 0 and "Traceback" not in stderr, stderr[-2000:]
+    assert stderr.count("damaged line(s) left out (the file as it was: metrics.jsonl.damaged)") == 1
+    kept = [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()]
+    assert kept[-1] == len(epochs) + 1 and set(kept) < set(epochs) | {len(epochs) + 1}  # the damaged ones out
+    assert kept[:2] == epochs[:2] and (out / "metrics.jsonl.damaged").exists()
