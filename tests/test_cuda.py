@@ -224,3 +224,24 @@ def test_two_nccl_processes_follow_the_single_process_trajectory(tmp_path: Path)
     single, double = (run_training(tmp_path, count, ("train.device=cuda",)) for count in (1, 2))
     for one, two in zip(metrics(single), metrics(double), strict=True):
         assert two["train_loss"] == pytest.approx(one["train_loss"], rel=1e-3)
+
+
+def test_the_front_end_on_cuda_tensors_computes_what_it_computes_on_the_cpu() -> None:
+    """las.data.signal and the CTC Viterbi take CUDA tensors as they are (torchaudio's did, and a
+    caller on a GPU need not move them back first)."""
+    from las.data.channels import telephone
+    from las.data.signal import MelPowerSpectrum, resample
+    from las.timing import viterbi_path
+
+    waveform = load_audio(Path(an4_rows("dev", 1)[0][1]), 16000)
+    for rate, new_rate in ((16000, 14400), (44100, 16000), (16000, 8000)):
+        on_gpu = resample(waveform.cuda(), rate, new_rate)
+        assert on_gpu.is_cuda
+        torch.testing.assert_close(on_gpu.cpu(), resample(waveform, rate, new_rate), rtol=0, atol=1e-6)
+    spectrum = MelPowerSpectrum(16000, 400, 160, 80)
+    torch.testing.assert_close(spectrum(waveform.cuda()).cpu(), spectrum(waveform), rtol=1e-4, atol=1e-6)
+    line = telephone(waveform.cuda(), 16000).cpu() - telephone(waveform, 16000)
+    assert int((line.abs() > 1e-5).sum()) <= len(waveform) // 1000  # a mu-law code's edge, a step apart
+    log_probs = torch.randn(60, 8, generator=torch.Generator().manual_seed(0)).log_softmax(-1)
+    tokens = [3, 3, 5, 1, 7]
+    assert viterbi_path(log_probs.cuda(), tokens, 0) == viterbi_path(log_probs, tokens, 0)
