@@ -63,7 +63,7 @@ def test_a_clipped_recordings_upper_bands_come_nearer_the_speech_as_recorded() -
 
 
 def test_a_clipped_recording_gets_its_peaks_back_before_it_is_played_slower() -> None:
-    """Decoding plays audio at `decode.speed` (0.9 by default); resampled first, the flat runs that
+    """Decoding may play audio at `decode.speed` (`--speed 0.9`, say); resampled first, the flat runs that
     tell clipping are smoothed away (clipped-20 read 21.0% against 15.1% so, one seed)."""
     from las.data.features import change_speed
 
