@@ -406,7 +406,7 @@ def test_beam_size_is_not_silently_ignored(trained_run: dict[str, Path]) -> None
 def test_the_readme_example_runs(trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     example = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)
-    example = example.replace("runs/an4/best.pt", str(trained_run["run"] / "best.pt"))
+    example = re.sub(r"runs/an4/(\w+\.pt)", lambda match: str(trained_run["run"] / match.group(1)), example)
     example = example.replace("data/an4/dev.tsv", str(trained_run["train"])).replace("data/an4", str(AN4))
     exec(compile(example, "README.md", "exec"), {})
     assert capsys.readouterr().out.strip()
