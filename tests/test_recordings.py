@@ -88,6 +88,21 @@ def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_
             assert "warning: no speech" in capsys.readouterr().err  # said, not only an empty text
 
 
+@pytest.mark.xfail(strict=True, reason="the no-speech rule reads the played audio, not the recording as recorded")
+@pytest.mark.parametrize("speed", [0.95])
+def test_mains_hum_played_slower_holds_no_speech(speed: float) -> None:
+    """A known defect, kept in view until it is mended: played at 0.95 (`--speed 0.95`), 3 s of
+    60 Hz hum beat against the 10 ms frames enough to pass `Levels.speech` (band contrast 0.56
+    against 0.5; 0.24 as recorded), and is decoded as a word. The rule was made on audio as
+    recorded; deciding there, before the speed changes it, would hold at any speed."""
+    from las.config import FeatureConfig
+    from las.data.channels import hum
+    from las.data.features import FilterbankExtractor
+
+    mains = hum(3 * RATE, RATE)
+    assert not has_speech(FilterbankExtractor(FeatureConfig())(0.3 * mains / mains.abs().max(), speed))
+
+
 def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
     from las.config import FeatureConfig
     from las.data.features import FilterbankExtractor
