@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from las.config import FeatureConfig
 from las.data.audio import load_audio
 from las.data.channels import clipped, in_16_bits
-from las.data.declipping import HEADROOM, MIN_RUNS, clipped_runs, declipped
+from las.data.declipping import HEADROOM, MIN_RUNS, clipped_runs, clipped_share, declipped
 from las.data.features import FilterbankExtractor, without_offset
 
 from .conftest import AN4
@@ -39,6 +40,16 @@ def test_recordings_that_are_not_clipped_are_left_exactly_as_they_are() -> None:
     for waveform in (speech, quiet, padded, tone, torch.zeros(RATE), torch.ones(1), torch.zeros(0)):
         assert len(clipped_runs(waveform)[0]) == 0
         assert torch.equal(declipped(waveform), waveform)
+        assert clipped_share(waveform) == 0.0
+
+
+def test_the_clipped_share_grows_with_how_far_over_full_scale_the_recording_was_driven() -> None:
+    speech = load_audio(SPEECH, RATE)
+    shares = [clipped_share(clipped(speech, over_db)) for over_db in (6, 10, 20)]
+    assert 0 < shares[0] < shares[1] < shares[2] < 0.5
+    cut = clipped(speech, 20)
+    starts, ends = clipped_runs(cut)
+    assert shares[2] == pytest.approx(float((ends - starts).sum()) / len(cut))
 
 
 def test_a_clipped_recording_gets_its_peaks_back() -> None:

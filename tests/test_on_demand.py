@@ -43,7 +43,7 @@ def test_lengths_planned_from_headers_are_those_of_the_features(tmp_path: Path) 
         segment = Segment(draw.uniform(0, seconds / 3), draw.choice([None, seconds / 2])) if number % 3 else None
         item = Missing("", path, segment)
         planned = planned_frames(item, config, SPEEDS)
-        computed = [extract_features(item, extractor, speed).shape for speed in SPEEDS]
+        computed = [extract_features(item, extractor, speed).features.shape for speed in SPEEDS]
         assert planned == computed, (rate, samples, segment)
 
 
@@ -100,7 +100,7 @@ def test_a_file_changed_after_start_up_is_read_as_it_is_now(tmp_path: Path) -> N
     samples = samples[: soundfile.info(first).frames]
     soundfile.write(audio, samples, rate)
     os.utime(audio, ns=(times.st_atime_ns, times.st_mtime_ns))
-    expected = extract_features(Missing("", audio, None), FilterbankExtractor(config), 1.0)
+    expected = extract_features(Missing("", audio, None), FilterbankExtractor(config), 1.0).features
     assert torch.equal(planned[0], torch.from_numpy(expected.astype(np.float32)))
 
 

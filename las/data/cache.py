@@ -48,6 +48,7 @@ from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
 from las.data.checked_shards import CheckedShards
 from las.data.extraction import (
+    Computed,
     Extracted,
     Missing,
     Source,
@@ -103,8 +104,9 @@ class Planned(NamedTuple):
 
 class StoredFeatures(FeatureSet):
     """Features read on access: float32 `(frames, dim)` each, memory-mapped from a cache shard
-    (an `Entry`), held in memory (a tensor, when the cache could not be written), or computed
-    when first read (`Planned`, by `on_demand`).
+    (an `Entry`), held in memory (`Computed`, when the cache could not be written), or computed
+    when first read (`Planned`, by `on_demand`); and the share of each recording clipped at full
+    scale (0 for those not computed yet).
 
     Only the requested frames are read, so a corpus far larger than memory trains from the page
     cache; each process (DataLoader workers included) maps a shard once. Where each utterance lies
@@ -113,15 +115,21 @@ class StoredFeatures(FeatureSet):
     """
 
     def __init__(
-        self, directory: Path, items: Sequence[Entry | torch.Tensor | Planned], on_demand: OnDemand | None = None
+        self, directory: Path, items: Sequence[Entry | Computed | Planned], on_demand: OnDemand | None = None
     ) -> None:
         self.directory = directory
         self.on_demand = on_demand
         numbers: dict[str, int] = {}
-        self.memory = {index: item for index, item in enumerate(items) if isinstance(item, torch.Tensor)}
+        self.memory = {
+            index: torch.from_numpy(item.features.astype(np.float32))
+            for index, item in enumerate(items)
+            if isinstance(item, Computed)
+        }
+        shares = (0.0 if isinstance(item, Planned) else item.clipped for item in items)
+        self.clipped = np.fromiter(shares, dtype=np.float32, count=len(items))
         rows = (
-            (IN_MEMORY, 0, *item.shape)
-            if isinstance(item, torch.Tensor)
+            (IN_MEMORY, 0, *item.features.shape)
+            if isinstance(item, Computed)
             else (PLANNED, *item)
             if isinstance(item, Planned)
             else (numbers.setdefault(item.shard, len(numbers)), item.offset, item.frames, item.dimension)
@@ -150,6 +158,7 @@ class StoredFeatures(FeatureSet):
             whole.memory.update({offset + index: item for index, item in part.memory.items()})
             offset += len(part)
         whole.location, whole.shard_names = np.concatenate(locations), list(numbers)
+        whole.clipped = np.concatenate([part.clipped for part in parts])
         return whole
 
     def __len__(self) -> int:
@@ -172,6 +181,9 @@ class StoredFeatures(FeatureSet):
     def dimensions(self) -> set[int]:
         return set(np.unique(self.location[:, 3]).tolist())
 
+    def clipped_shares(self) -> list[float]:
+        return self.clipped.tolist()
+
 
 class FeatureCache:
     def __init__(
@@ -190,7 +202,7 @@ class FeatureCache:
         self.hashed: dict[FileIdentity, tuple[str, str]] = {}  # files hashed by this run, not yet indexed
         self.looked_up: dict[FileIdentity, str] = {}  # files found lately: many rows may link to one
         self.verified: set[str] = set()  # shards this process has checked, or written
-        self.memory: dict[str, torch.Tensor] = {}  # by key: features the cache could not store
+        self.memory: dict[str, Computed] = {}  # by key: features the cache could not store
         self.failed: dict[str, str] = {}  # by key: why an utterance has no features (when skipping)
         self.writable = True
         self.in_use = use(self.directory)  # so that `las cache prune` leaves this folder alone
@@ -246,7 +258,7 @@ class FeatureCache:
                     label = description if speed == 1.0 else f"{description} x{speed:g}"
                     rows = f" (rows {start + 1}-{end} of {len(utterances)})" if len(utterances) > LOOKUP_ROWS else ""
                     found |= self.extract(list(missing.values()), speed, label + rows)
-                items: list[Entry | torch.Tensor | Planned] = []
+                items: list[Entry | Computed | Planned] = []
                 for row, key in enumerate(keys):
                     if key in self.memory:
                         items.append(self.memory[key])
@@ -445,9 +457,9 @@ class FeatureCache:
             for item in extracted:
                 if item.error is not None:
                     self.failed[item.key] = item.error
-                elif item.features is not None:
+                elif item.computed is not None:
                     self.cannot_store("a shard could not be written")
-                    self.memory[item.key] = torch.from_numpy(item.features.astype(np.float32))
+                    self.memory[item.key] = item.computed
             if stored:
                 shard = next(iter(stored.values())).shard  # a chunk is one new shard, whole
                 if self.writable:

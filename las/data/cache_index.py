@@ -9,7 +9,8 @@ Two tables:
 
     files    (size, mtime, inode, ctime) -> digest of the file's bytes, and its path (`las cache
              info`): the identity `las.data.extraction.identity` gives a file without reading it
-    entries  key -> shard, offset, frames, dimension, checksum of the entry's frames
+    entries  key -> shard, offset, frames, dimension, checksum of the entry's frames, and the
+             share of the recording's samples clipped at full scale (told at decoding)
 
 Each row carries a checksum of its fields, as each index line did: a row changed by anything but
 las is dropped (its file hashed again, its features computed again). A file that is not an index
@@ -51,7 +52,7 @@ CREATE TABLE IF NOT EXISTS files (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY, shard TEXT NOT NULL, offset INTEGER NOT NULL, frames INTEGER NOT NULL,
-    dimension INTEGER NOT NULL, checksum TEXT NOT NULL, check_sum TEXT NOT NULL
+    dimension INTEGER NOT NULL, checksum TEXT NOT NULL, clipped REAL NOT NULL, check_sum TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entries_by_shard ON entries (shard);
 """
@@ -63,6 +64,7 @@ class Entry(NamedTuple):
     frames: int
     dimension: int
     checksum: str  # of the entry's frames as stored
+    clipped: float = 0.0  # share of the recording's samples flat at full scale (las.data.declipping)
 
 
 class Unwritable(Exception):
@@ -178,11 +180,11 @@ class CacheIndex:
 
     def intact(self, query: str, parameters: Sequence[Any]) -> dict[str, Entry]:
         found, damaged = {}, []
-        for key, shard, offset, frames, dimension, frames_checksum, check in self.rows(query, parameters):
-            if check != row_checksum([key, shard, offset, frames, dimension, frames_checksum]):
+        for key, *fields, check in self.rows(query, parameters):
+            if check != row_checksum([key, *fields]):
                 damaged.append(key)
                 continue
-            found[key] = Entry(shard, offset, frames, dimension, frames_checksum)
+            found[key] = Entry(*fields)
         if damaged:
             self.damaged += len(damaged)
             with contextlib.suppress(Unwritable):
@@ -314,7 +316,8 @@ def import_legacy(connection: sqlite3.Connection, legacy: Path) -> None:
             record = json.loads(line)
             if record.pop("check") != line_checksum(record):
                 continue
-            entries.append([record[name] for name in ("key", "shard", "offset", "frames", "dimension", "checksum")])
+            fields = [record[name] for name in ("key", "shard", "offset", "frames", "dimension", "checksum")]
+            entries.append([*fields, 0.0])  # its clipping was not measured: none is told
             path, *identity = record["source"]
             if len(identity) == 4:  # older still had no ctime: those files are hashed again once
                 files.append([*identity, record["digest"], path])

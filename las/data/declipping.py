@@ -46,6 +46,14 @@ def clipped_runs(waveform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (start, end) if len(start) >= MIN_RUNS else (none, none)
 
 
+def clipped_share(waveform: torch.Tensor) -> float:
+    """The share of `waveform`'s `(samples,)` samples that lie in clipped runs (`clipped_runs`): 0
+    for a recording that is not clipped. Told to the user, since declipping gives back only part
+    of what the rail took (1.49x and 2.48x AN4 dev's CER 10 and 20 dB over full scale)."""
+    starts, ends = clipped_runs(waveform)
+    return float((ends - starts).sum()) / len(waveform) if len(starts) else 0.0
+
+
 def declipped(waveform: torch.Tensor) -> torch.Tensor:
     """`waveform` `(samples,)` with each clipped run (`clipped_runs`) filled by a cubic fitted to
     NEIGHBOURS samples on each side of it that are not clipped, kept beyond the rail and within

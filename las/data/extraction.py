@@ -19,6 +19,7 @@ from las.config import FeatureConfig
 from las.data.arrays import array_shape
 from las.data.audio import Segment, audio_length, load_audio, read_bytes
 from las.data.cache_index import Entry, FileIdentity, checksum
+from las.data.declipping import clipped_share
 from las.data.features import (
     FilterbankExtractor,
     analysis_sizes,
@@ -47,13 +48,21 @@ class Missing:
 
 
 @dataclass(frozen=True)
+class Computed:
+    """One utterance's features, and what its audio told of itself as recorded."""
+
+    features: np.ndarray  # (frames, dim): float16 log-mels, or float32 precomputed features
+    clipped: float = 0.0  # the share of its samples flat at full scale (`clipped_share`)
+
+
+@dataclass(frozen=True)
 class Extracted:
     """One utterance from a worker: where its shard holds it, or the features themselves when its
     shard could not be written (they then live in memory for this run), or why it has none."""
 
     key: str
     entry: Entry | None = None
-    features: np.ndarray | None = None
+    computed: Computed | None = None
     error: str | None = None  # the utterance cannot be used (only when skipping bad ones)
 
 
@@ -111,16 +120,18 @@ def identity(source: Source | list) -> FileIdentity:
 
 def extract_features(
     item: Missing, extractor: FilterbankExtractor, speed: float, content: bytes | None = None
-) -> np.ndarray:
+) -> Computed:
     """Log-mel features `(frames, mel_bins)` float16 of one utterance, played `speed` times
-    faster; or its precomputed features `(frames, dim)` float32, exactly as its file holds them.
-    From `content` where given: the file's bytes, as read (and hashed) by the caller."""
+    faster, and its clipped share; or its precomputed features `(frames, dim)` float32, exactly as
+    its file holds them. From `content` where given: the file's bytes, as read (and hashed) by the
+    caller."""
     if item.precomputed:
         if speed != 1.0:
             raise LasError(f"{item.file}: precomputed features cannot be played at speed {speed:g}")
-        return read_feature_file(item.file, content)
+        return Computed(read_feature_file(item.file, content))
     waveform = load_audio(item.file, extractor.config.sample_rate, item.segment, content)
-    return log_mel_features(extractor, waveform, describe(item.file, item.segment), speed).numpy().astype(np.float16)
+    features = log_mel_features(extractor, waveform, describe(item.file, item.segment), speed)
+    return Computed(features.numpy().astype(np.float16), clipped_share(waveform))
 
 
 def planned_frames(item: Missing, config: FeatureConfig, speeds: Sequence[float]) -> list[tuple[int, int]]:
@@ -158,25 +169,29 @@ def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], b
     and one dimension: float16 log-mels, or float32 precomputed features (a chunk is one or the other)."""
     directory, config, speed, items, skip_bad = job
     extractor = FilterbankExtractor(config)
-    arrays, entries, failures, offset = [], [], [], 0
+    computed, entries, failures, offset = [], [], [], 0
     name = f"shard-{uuid.uuid4().hex[:16]}.npy"
     for item in items:
         try:
-            features = extract_features(item, extractor, speed)
-            if arrays and features.shape[1] != arrays[0].shape[1]:
-                raise LasError(f"{item.file}: features of dimension {features.shape[1]}, others {arrays[0].shape[1]}")
+            result = extract_features(item, extractor, speed)
+            features = result.features
+            if computed and features.shape[1] != computed[0].features.shape[1]:
+                others = computed[0].features.shape[1]
+                raise LasError(f"{item.file}: features of dimension {features.shape[1]}, others {others}")
         except LasError as error:
             if not skip_bad:
                 raise
             failures.append(Extracted(item.key, error=str(error)))
             continue
-        arrays.append(features)
-        entries.append((item.key, Entry(name, offset, len(features), features.shape[1], checksum(features))))
+        computed.append(result)
+        entry = Entry(name, offset, len(features), features.shape[1], checksum(features), result.clipped)
+        entries.append((item.key, entry))
         offset += len(features)
-    if directory is not None and arrays:
+    if directory is not None and computed:
         try:
-            write_atomically(directory / name, lambda file: np.save(file, np.concatenate(arrays)))
+            whole = np.concatenate([result.features for result in computed])
+            write_atomically(directory / name, lambda file: np.save(file, whole))
             return failures + [Extracted(key, entry) for key, entry in entries]
         except LasError:
             pass  # read-only or full: the caller warns once and keeps these in memory
-    return failures + [Extracted(key, features=features) for (key, _), features in zip(entries, arrays, strict=True)]
+    return failures + [Extracted(key, computed=result) for (key, _), result in zip(entries, computed, strict=True)]

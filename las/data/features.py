@@ -27,6 +27,11 @@ class FeatureSet(Sequence[torch.Tensor]):
     def dimensions(self) -> set[int]:
         raise NotImplementedError
 
+    def clipped_shares(self) -> list[float]:
+        """Each recording's share of samples clipped at full scale, as recorded (0: none, or not
+        known: precomputed features)."""
+        return [0.0] * len(self)
+
 
 class InMemoryFeatures(FeatureSet):
     def __init__(self, items: Sequence[torch.Tensor]) -> None:

@@ -28,7 +28,16 @@ from las.config import FeatureConfig
 from las.data.audio import Segment, read_bytes
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
 from las.data.checked_shards import CheckedShards
-from las.data.extraction import Missing, cache_key, entry_is_intact, extract_features, identity, map_shard, source_at
+from las.data.extraction import (
+    Computed,
+    Missing,
+    cache_key,
+    entry_is_intact,
+    extract_features,
+    identity,
+    map_shard,
+    source_at,
+)
 from las.data.features import FilterbankExtractor
 from las.errors import LasError
 from las.files import write_atomically
@@ -73,9 +82,9 @@ class OnDemand:
         if cached is not None:
             return cached
         item = Missing(key, file, segment, self.precomputed)
-        features = extract_features(item, writer.extractor, self.speed, content)
-        writer.keep(key, features, (identity(source), digest, source[0]))
-        return torch.from_numpy(features.astype(np.float32))
+        computed = extract_features(item, writer.extractor, self.speed, content)
+        writer.keep(key, computed, (identity(source), digest, source[0]))
+        return torch.from_numpy(computed.features.astype(np.float32))
 
     def writer(self) -> Writer:
         if self.process is None or self.process.pid != os.getpid():
@@ -92,7 +101,7 @@ class Writer:
         self.directory = directory
         self.index = CacheIndex(directory) if directory is not None else None
         self.extractor = FilterbankExtractor(config)
-        self.computed: dict[str, np.ndarray] = {}  # by key, in the order computed
+        self.computed: dict[str, Computed] = {}  # by key, in the order computed
         self.files: list[tuple[FileIdentity, str, str]] = []  # (identity, digest, path) of each
         self.shards: dict[str, np.ndarray | None] = {}
         # Run at the process's end: a DataLoader worker's when its epoch ends, or this one's.
@@ -100,7 +109,7 @@ class Writer:
 
     def cached(self, key: str) -> torch.Tensor | None:
         if key in self.computed:
-            return torch.from_numpy(self.computed[key].astype(np.float32))
+            return torch.from_numpy(self.computed[key].features.astype(np.float32))
         if self.index is None:
             return None
         entry = self.index.entries([key]).get(key)
@@ -113,12 +122,12 @@ class Writer:
             return None  # recomputed; the next shard's entry replaces it
         return torch.from_numpy(shard[entry.offset : entry.offset + entry.frames].astype(np.float32))
 
-    def keep(self, key: str, features: np.ndarray, file: tuple[FileIdentity, str, str]) -> None:
+    def keep(self, key: str, computed: Computed, file: tuple[FileIdentity, str, str]) -> None:
         if self.index is None:
             return
-        self.computed[key] = features
+        self.computed[key] = computed
         self.files.append(file)
-        held = sum(array.nbytes for array in self.computed.values())
+        held = sum(item.features.nbytes for item in self.computed.values())
         if len(self.computed) >= SHARD_UTTERANCES or held >= SHARD_BYTES:
             self.write()
 
@@ -128,18 +137,19 @@ class Writer:
         if self.index is None or not self.computed or self.pid != os.getpid():
             return
         groups: dict[tuple[str, int], list[str]] = {}
-        for key, features in self.computed.items():
-            groups.setdefault((features.dtype.str, features.shape[1]), []).append(key)
+        for key, item in self.computed.items():
+            groups.setdefault((item.features.dtype.str, item.features.shape[1]), []).append(key)
         checked = CheckedShards(self.index.directory)
         try:
             for keys in groups.values():
                 name = f"shard-{uuid.uuid4().hex[:16]}.npy"
-                arrays = [self.computed[key] for key in keys]
-                whole = np.concatenate(arrays)
+                computed = [self.computed[key] for key in keys]
+                whole = np.concatenate([item.features for item in computed])
                 write_atomically(self.index.directory / name, lambda file, whole=whole: np.save(file, whole))
                 entries, offset = {}, 0
-                for key, array in zip(keys, arrays, strict=True):
-                    entries[key] = Entry(name, offset, len(array), array.shape[1], checksum(array))
+                for key, item in zip(keys, computed, strict=True):
+                    array = item.features
+                    entries[key] = Entry(name, offset, len(array), array.shape[1], checksum(array), item.clipped)
                     offset += len(array)
                 self.index.add(entries, self.files)
                 self.files = []  # recorded with the first shard
