@@ -539,6 +539,16 @@ class DecodeConfig(Section):
     # gain most (docs/BENCHMARKS.md, "Choosing on held-out speakers"). Precomputed features are
     # decoded as they are; training's dev passes and `las align` read at 1.
     speed: Annotated[float, Range(0.5, 2), Flag("--speed", "Play audio this many times faster before decoding.")] = 1.0
+    # Each recording (each piece of a long one) is also decoded played at this speed, and the
+    # transcript the search ranks higher (`length_normalize`, `length_penalty`) kept: slower lowers
+    # pitch and formants, and which voices gain by it is the voice's own (women's in AN4, trained on
+    # 53 men and 13 women), so no one speed suits all. Chosen on 8 held-out training speakers,
+    # reported on dev (3 seeds): 15.8% against 16.6 at 1 alone or 0.9 alone over clean, telephone,
+    # noise, babble and a room; dev 13.1 against 15.1 at 1 (docs/BENCHMARKS.md, "A speed for each
+    # recording"). Twice the decoding time; 0 (or the speed itself): one pass.
+    other_speed: Annotated[
+        float, Range(0, 2), Flag("--other-speed", "Also decode played at this speed and keep the better (0: off).")
+    ] = 0.9
     # Beam, greedy and random search on a GPU with each step one CUDA graph (las.search.graphs): one
     # launch per step, not one per kernel. CUDA and the LSTM speller only.
     cuda_graphs: bool = False

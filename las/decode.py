@@ -56,7 +56,7 @@ def decode(
     utterances, features = recognizer.utterance_features(utterances, input_path)
     identifiers = [utterance.id for utterance in utterances]
     from_audio = [utterance.audio_location is not None for utterance in utterances]
-    results = recognizer.recognize(identifiers, features, from_audio)
+    results = recognizer.recognize(identifiers, features, from_audio, recognizer.other_features(utterances))
     write_output(results, output_format, out, subtitles_per_file, recognizer.config.decode.subtitle_confidence)
     for result in results[:plot_attention]:
         for number, segment in enumerate(result.segments):

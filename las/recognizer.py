@@ -23,6 +23,7 @@ from las.confidence import overall_confidence, word_confidence
 from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
+from las.data.declipping import clipped_share
 from las.data.features import FeatureSet, FilterbankExtractor, InMemoryFeatures, log_mel_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
 from las.data.surroundings import Surroundings
@@ -33,6 +34,7 @@ from las.inference import transcribe
 from las.progress import warn
 from las.runtime import run_on
 from las.search import Hypothesis, build_strategy
+from las.search.common import Rules
 from las.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
 from las.timing import word_edges
 
@@ -119,11 +121,14 @@ class Recognizer:
         items = [audio] if isinstance(audio, (str, Path, np.ndarray, torch.Tensor)) else list(audio)
         ids: list[str] = []
         features: list[torch.Tensor] = []
+        others: list[torch.Tensor | None] = []
         from_audio: list[bool] = []
         for index, item in enumerate(items):
             if isinstance(item, (np.ndarray, torch.Tensor)):
                 ids.append(f"audio{index}")
-                features.append(self.array_features(item, sample_rate))
+                features.append(self.array_features(item, sample_rate, ids[-1]))
+                other = self.other_speed
+                others.append(self.array_features(item, sample_rate, speed=other) if other else None)
                 from_audio.append(True)
             elif not isinstance(item, (str, Path)):
                 raise LasError(f"cannot transcribe a {type(item).__name__}: give paths, numpy arrays or tensors")
@@ -131,8 +136,9 @@ class Recognizer:
                 utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
                 ids.extend(utterance.id for utterance in utterances)
                 features.extend(found)
+                others.extend(self.other_features(utterances))
                 from_audio.extend(utterance.audio_location is not None for utterance in utterances)
-        results = self.recognize(ids, features, from_audio)
+        results = self.recognize(ids, features, from_audio, others)
         one = isinstance(audio, (np.ndarray, torch.Tensor))
         one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)
         return results[0] if one else results
@@ -155,6 +161,7 @@ class Recognizer:
                 subset = list(cache.usable(subset, source, [speed]))
             if subset:
                 parts.append((subset, cache.load(subset, speed=speed)))
+                warn_about_clipping([utterance.id for utterance in subset], parts[-1][1].clipped_shares())
         if len(parts) == 1:
             kept, features = parts[0]
         else:  # both kinds (or none left): one list, in the input's order
@@ -164,14 +171,45 @@ class Recognizer:
         self.checkpoint.check_features(features, source)
         return kept, features
 
-    def array_features(self, samples: np.ndarray | torch.Tensor, sample_rate: int | None) -> torch.Tensor:
-        """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`)."""
+    def other_features(self, utterances: Sequence[Utterance]) -> list[torch.Tensor | None]:
+        """Each of `utterances`' features played at `decode.other_speed` (`other_speed`), through
+        the feature cache; None for precomputed features, and for all where there is no other speed."""
+        audio = [utterance for utterance in utterances if utterance.audio_location is not None]
+        if not self.other_speed or not audio:
+            return [None] * len(utterances)
+        data = self.config.data
+        cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
+        found = iter(cache.load(audio, "features, played at the other speed", self.other_speed))
+        return [next(found) if utterance.audio_location is not None else None for utterance in utterances]
+
+    def array_features(
+        self,
+        samples: np.ndarray | torch.Tensor,
+        sample_rate: int | None,
+        name: str = "samples",
+        speed: float | None = None,
+    ) -> torch.Tensor:
+        """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`),
+        played at `decode.speed` (what is told of them is told then), or at `speed`."""
         config = self.config.features.at_decoding()
         waveform = samples_to_waveform(samples, sample_rate, config.sample_rate)
-        return log_mel_features(FilterbankExtractor(config), waveform, "samples", self.config.decode.speed)
+        if speed is None:
+            warn_about_clipping([name], [clipped_share(waveform)])
+        played = self.config.decode.speed if speed is None else speed
+        return log_mel_features(FilterbankExtractor(config), waveform, "samples", played)
+
+    @property
+    def other_speed(self) -> float | None:
+        """The speed each recording is also played at (`decode.other_speed`), if any."""
+        other = self.config.decode.other_speed
+        return other if other > 0 and other != self.config.decode.speed else None
 
     def recognize(
-        self, ids: Sequence[str], features: Sequence[torch.Tensor], from_audio: Sequence[bool] | None = None
+        self,
+        ids: Sequence[str],
+        features: Sequence[torch.Tensor],
+        from_audio: Sequence[bool] | None = None,
+        others: Sequence[torch.Tensor | None] | None = None,
     ) -> list[Result]:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
@@ -179,7 +217,9 @@ class Recognizer:
         cut at its pauses of a second or more, and every piece of every recording is decoded in
         the same length-bucketed batches. A recording whose log-mel features come `from_audio`
         (all, by default) and hold no speech — silence, steady noise — gives no text, rather than
-        what the decoder makes of noise; precomputed features of unknown scale are always decoded."""
+        what the decoder makes of noise; precomputed features of unknown scale are always decoded.
+        Where a recording's features played at `decode.other_speed` are given (`others`), each of
+        its pieces is decoded that way too, and the transcript the search ranks higher kept."""
         hop = self.config.features.hop_ms / 1000  # the model's clock: segments and context as trained
         longest = max(1, round(self.config.decode.segment_seconds / hop))
         audio_of = [from_audio is None or from_audio[recording] for recording in range(len(features))]
@@ -197,9 +237,12 @@ class Recognizer:
         if silent:  # an empty transcript is a result too, but not a silent one
             named = ", ".join(silent[:3]) + (", ..." if len(silent) > 3 else "")
             warn(f"no speech (silence, a tone, steady noise) in {len(silent)} recording(s), no text: {named}")
+        played = [(piece, features[piece.recording], self.frame_seconds(audio_of[piece.recording])) for piece in pieces]
+        replayed = self.played_again(pieces, others)
+        heard = played + [item for item in replayed if item is not None]
         dataset = self.dataset(
-            [f"{ids[piece.recording]}:{piece.start}" for piece in pieces],
-            [features[piece.recording][piece.start : piece.end] for piece in pieces],
+            [f"{ids[piece.recording]}:{piece.start}" for piece, _, _ in heard],
+            [source[piece.start : piece.end] for piece, source, _ in heard],
         )
         started = time.perf_counter()
         found = transcribe(
@@ -217,10 +260,12 @@ class Recognizer:
         segments: list[list[Segment]] = [[] for _ in features]
         left_out = 0  # words below decode.min_confidence
         nbests: list[list[Hypothesis]] = [[] for _ in features]
-        for piece, hypotheses in zip(pieces, found, strict=True):
-            audio = audio_of[piece.recording]
-            energy = frame_energy(features[piece.recording][piece.start : piece.end]) if audio else None
-            segment, dropped = self.segment(piece, hypotheses[0], self.frame_seconds(audio), energy)
+        rank, again = Rules.of(self.config.decode).rank, iter(found[len(pieces) :])
+        for (piece, source, seconds), twin, hypotheses in zip(played, replayed, found[: len(pieces)], strict=True):
+            if twin is not None and rank((heard_again := next(again))[0]) > rank(hypotheses[0]):
+                (piece, source, seconds), hypotheses = twin, heard_again
+            energy = frame_energy(source[piece.start : piece.end]) if audio_of[piece.recording] else None
+            segment, dropped = self.segment(piece, hypotheses[0], seconds, energy)
             segments[piece.recording].append(segment)
             left_out += dropped
             nbests[piece.recording] = hypotheses
@@ -249,11 +294,32 @@ class Recognizer:
             ids, features, [None] * len(ids), self.vocabulary, with_targets=False, normalizer=self.checkpoint.normalizer
         )
 
-    def frame_seconds(self, audio: bool = True) -> float:
-        """Seconds of the recording per feature frame: audio played at `decode.speed` before its
-        features spans `speed` hops of its own clock in each frame."""
+    def frame_seconds(self, audio: bool = True, speed: float | None = None) -> float:
+        """Seconds of the recording per feature frame: audio played at `speed` (`decode.speed`)
+        before its features spans `speed` hops of its own clock in each frame."""
         hop = self.config.features.hop_ms / 1000
-        return hop * self.config.decode.speed if audio else hop
+        return hop * (self.config.decode.speed if speed is None else speed) if audio else hop
+
+    def played_again(
+        self, pieces: Sequence[Piece], others: Sequence[torch.Tensor | None] | None
+    ) -> list[tuple[Piece, torch.Tensor, float] | None]:
+        """Each piece as heard played at `decode.other_speed`: the same stretch of its recording
+        in the frames of its features `others[recording]` (None where it has none), with those
+        features and their seconds per frame."""
+        if others is None or self.other_speed is None:
+            return [None] * len(pieces)
+        ratio, seconds = self.config.decode.speed / self.other_speed, self.frame_seconds(True, self.other_speed)
+        found: list[tuple[Piece, torch.Tensor, float] | None] = []
+        for piece in pieces:
+            other = others[piece.recording]
+            if other is None:
+                found.append(None)
+                continue
+            start = min(round(piece.start * ratio), len(other) - 1)
+            end = min(max(start + 1, round(piece.end * ratio)), len(other))
+            own = (max(start, round(piece.own_start * ratio)), min(end, round(piece.own_end * ratio)))
+            found.append((Piece(piece.recording, start, end, *own), other, seconds))
+        return found
 
     def segment(
         self, piece: Piece, hypothesis: Hypothesis, seconds: float, energy: torch.Tensor | None
@@ -312,6 +378,19 @@ class Recognizer:
             Word(start + first * seconds, min(start + last * seconds, end), text, trusted)
             for text, (first, last), trusted in zip(texts, edges, confidences, strict=True)
         ]
+
+
+def warn_about_clipping(ids: Sequence[str], shares: Sequence[float]) -> None:
+    """One warning for the recordings clipped at full scale (`shares` of their samples flat at the
+    rail, as `las.data.declipping` finds them), as for silence and steady noise: their peaks are
+    given back in part only, and AN4 dev so recorded reads 1.4-2.6x its CER."""
+    clipped = [(share, identifier) for identifier, share in zip(ids, shares, strict=True) if share > 0]
+    if clipped:
+        worst, named = max(clipped)
+        warn(
+            f"{len(clipped)} recording(s) clipped at full scale (recorded too loud): transcripts may be less "
+            f"accurate; most in {named}, {worst:.1%} of its samples flat at the rail"
+        )
 
 
 def with_context(recording: int, spans: list[tuple[int, int]], frames: int, context: int) -> list[Piece]:

@@ -4,6 +4,7 @@ compare the final weights and metrics with those of an uninterrupted run: they m
     python scripts/faults.py resume --trials 3 --interrupts 3
     python scripts/faults.py resume --ranks 2 --out runs/faults-ranks
     python scripts/faults.py lstm-signals --runs 30
+    python scripts/faults.py rank-exits --runs 50 --load 2
 
 A small model trains on AN4 utterances (the tests' tiny configuration, a few epochs) with a
 mid-epoch checkpoint every few seconds, so that SIGKILL lands between saves as well as on them.
@@ -17,6 +18,11 @@ With `--ranks 2` every run is `torchrun --nproc-per-node=2` (gloo), the referenc
 starts its workers in sessions of their own, so the signals go as a scheduler sends them: SIGKILL
 to every process of the job at once (a node lost, the OOM killer on the job), SIGINT and SIGTERM
 to the launcher, which passes them on to its workers (Ctrl-C, `scancel`, Kubernetes).
+
+`rank-exits` trains to the end with two processes again and again, beside `--load` busy processes
+(a loaded machine makes one rank finish well after the other), and counts the runs that do not
+exit 0: a rank once aborted at exit (`terminate called without an active exception`) after its
+epochs were done.
 
 `lstm-signals` shows why training blocks SIGINT/SIGTERM on its main thread (las/stopping.py):
 a process trains a BLSTM on the CPU with a Python SIGINT handler, receives SIGINT at a random
@@ -255,6 +261,45 @@ def lstm_signals(runs: int = typer.Option(30, help="Interrupted processes per va
             process.communicate()
             crashed += process.returncode != 0  # it ends normally (0) unless the signal broke it
         print(f"| {variant} | {runs} | {crashed} |")
+
+
+BUSY = "while True: sum(i * i for i in range(10000))"
+
+
+@app.command()
+def rank_exits(
+    runs: int = typer.Option(50, help="Two-process trainings run to the end, one after another."),
+    load: int = typer.Option(2, help="Busy processes beside them (one core each)."),
+    out: Path = typer.Option(ROOT / "runs" / "rank-exits", help="Where the runs go (emptied first)."),
+) -> None:
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    train, dev = write_manifests(out, 16, 4)
+    settings = SETTINGS + [
+        f"data.train={train}",
+        f"data.dev={dev}",
+        f"data.cache_dir={out / 'cache'}",
+        "train.epochs=2",
+    ]
+    run_to_end(out / "warm-cache", settings, 2)
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(load)]
+    failed: list[str] = []
+    try:
+        for number in range(runs):
+            run = out / f"run-{number}"
+            result = subprocess.run(command(run, settings, False, 2), env=environment(), capture_output=True, text=True)
+            if result.returncode != 0:
+                failed.append(f"run {number}: exit {result.returncode}: {result.stderr.strip()[-600:]}")
+                print(failed[-1], flush=True)
+            shutil.rmtree(run, ignore_errors=True)
+    finally:
+        for process in busy:
+            process.kill()
+    print(f"| runs | busy processes beside them | not exiting 0 |\n| --- | --- | --- |\n| {runs} | {load} | {len(failed)} |")
+    if failed:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ import soundfile
 import torch
 
 from las import Recognizer
+from las.checkpoint import load_checkpoint
 from las.errors import LasError
 from las.recognizer import Result, with_context
+from las.search.common import Rules
 from las.segmentation import has_speech, split_at_pauses
 from las.timing import ONSET_FRAMES, sound_start, token_spans, word_edges
 
@@ -283,6 +285,30 @@ def test_samples_beyond_full_scale_are_decoded_with_a_warning(
     assert "beyond full scale" in capsys.readouterr().err
 
 
+def test_recordings_clipped_at_full_scale_are_decoded_with_a_warning_that_says_how_much(
+    trained_run: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from las.data.channels import clipped
+
+    rows = an4_rows("dev", 3)
+    speech = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in rows]
+    soundfile.write(tmp_path / "hot.wav", clipped(speech[0], 20).numpy(), RATE, subtype="PCM_16")
+    soundfile.write(tmp_path / "fine.wav", speech[1].numpy(), RATE, subtype="PCM_16")
+    checkpoint = load_checkpoint(trained_run["run"] / "best.pt")
+    recognizer = Recognizer(checkpoint, "cpu", [f"data.cache_dir={tmp_path / 'cache'}"])
+    files = [tmp_path / "hot.wav", tmp_path / "fine.wav"]
+    for _ in range(2):  # computed, then read from the cache: told both times
+        capsys.readouterr()
+        recognizer.transcribe(files)
+        told = [line for line in capsys.readouterr().err.splitlines() if "clipped" in line]
+        assert len(told) == 1 and "1 recording(s) clipped at full scale" in told[0] and "hot" in told[0]
+        assert re.search(r"\d+\.\d% of its samples", told[0])
+    recognizer.transcribe(clipped(speech[2], 10).numpy(), sample_rate=RATE)  # samples too
+    assert "clipped at full scale" in capsys.readouterr().err
+    recognizer.transcribe(files[1:])  # and nothing said of a recording that is not
+    assert "clipped" not in capsys.readouterr().err
+
+
 def test_a_long_recording_is_decoded_in_pieces_cut_at_its_pauses(
     trained_run: dict[str, Path], recording: dict[str, object]
 ) -> None:
@@ -445,6 +471,35 @@ def test_audio_played_slower_keeps_the_recordings_own_clock(
     slower = Recognizer.load(checkpoint, device="cpu", speed=0.8).array_features(recording["samples"], RATE)
     plain = Recognizer.load(checkpoint, device="cpu", speed=1.0).array_features(recording["samples"], RATE)
     assert len(slower) == pytest.approx(len(plain) / 0.8, abs=2)
+
+
+def test_each_piece_keeps_the_transcript_ranked_higher_of_its_two_speeds(
+    trained_run: dict[str, Path], recording: dict[str, object]
+) -> None:
+    """`decode.other_speed`: every piece is decoded at both speeds and the one the search ranks
+    higher kept, on the recording's own clock; 0, or the speed itself, is one pass."""
+    checkpoint = trained_run["run"] / "best.pt"
+    files = [row[1] for row in an4_rows("dev", 6)] + [recording["path"]]
+    durations = [soundfile.info(file).duration for file in files]
+    one_pass = Recognizer.load(checkpoint, device="cpu", segment_seconds=2.0, other_speed=0).transcribe(files)
+    same = Recognizer.load(checkpoint, device="cpu", segment_seconds=2.0, other_speed=1.0).transcribe(files)
+    assert [result.text for result in same] == [result.text for result in one_pass]
+    rank = Rules().rank  # the search's own: score / (characters + 1)
+    for speed, other in ((1.0, 0.9), (2.0, 1.0)):  # played twice as fast, 1 wins some pieces
+        recognizer = Recognizer.load(checkpoint, device="cpu", segment_seconds=2.0, speed=speed, other_speed=other)
+        both = recognizer.transcribe(files)
+        alone = Recognizer.load(checkpoint, device="cpu", segment_seconds=2.0, speed=speed, other_speed=0)
+        first = alone.transcribe(files)
+        switched = 0  # pieces whose transcript at the other speed ranked higher
+        for chosen, plain, duration in zip(both, first, durations, strict=True):
+            if len(chosen.segments) == len(plain.segments) == 1:
+                ranks = rank(chosen.segments[0].hypothesis), rank(plain.segments[0].hypothesis)
+                assert ranks[0] >= ranks[1] - 1e-4
+                switched += ranks[0] > ranks[1] + 1e-4
+            last = duration + 0.025 * speed  # the last frame's, 2.5 of its hops of the recording
+            assert all(0 <= word.start < word.end <= last for word in chosen.words)
+            assert all(0 <= segment.start < segment.end <= last for segment in chosen.segments)
+        assert switched >= (1 if speed == 2.0 else 0)  # the second pass is heard, not only run
 
 
 def test_audio_and_precomputed_features_together_keep_their_order_and_their_own_speed(
