@@ -297,7 +297,8 @@ def rank_exits(
     finally:
         for process in busy:
             process.kill()
-    print(f"| runs | busy processes beside them | not exiting 0 |\n| --- | --- | --- |\n| {runs} | {load} | {len(failed)} |")
+    print("| runs | busy processes beside them | not exiting 0 |\n| --- | --- | --- |")
+    print(f"| {runs} | {load} | {len(failed)} |")
     if failed:
         raise typer.Exit(1)
 
