@@ -12,13 +12,13 @@ __version__ = "0.1.0"
 __all__ = ["Recognizer", "__version__"]
 
 if TYPE_CHECKING:
-    from las.recognizer import Recognizer
+    from las.recognition.recognizer import Recognizer
 
 
 def __getattr__(name: str) -> object:
     """`las.Recognizer` imported on first use: the CLI starts without loading torch for --help."""
     if name == "Recognizer":
-        from las.recognizer import Recognizer
+        from las.recognition.recognizer import Recognizer
 
         return Recognizer
     raise AttributeError(f"module 'las' has no attribute {name!r}")

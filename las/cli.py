@@ -1,7 +1,7 @@
 """The `las` command line: parse, call, report errors. No training or decoding logic lives here.
 
 Options that name a config field (`--epochs`, `--train`, ...) are shorthands for `--set`: their
-defaults are shown from `las.config`, the one place where defaults are defined.
+defaults are shown from `las.core.config`, the one place where defaults are defined.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Annotated, Any, Literal, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from las import config as config_module
-from las.config import Config, load_config, named_setting
-from las.errors import LasError, message_of
-from las.threads import use_threads, wait_passively
+from las.core import config as config_module
+from las.core.config import Config, load_config, named_setting
+from las.core.errors import LasError, message_of
+from las.core.threads import use_threads, wait_passively
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -181,7 +181,7 @@ def with_default(text: str, value: Any) -> str:
 @reports_errors
 def train(
     config: Annotated[
-        Path | None, typer.Option("--config", help="TOML file of settings (sections as in las.config).")
+        Path | None, typer.Option("--config", help="TOML file of settings (sections as in las.core.config).")
     ] = None,
     train_manifest: Annotated[
         str | None, typer.Option("--train", help=with_default("Training manifest.", DEFAULTS.data.train))
@@ -221,8 +221,8 @@ def train(
     ] = None,
 ) -> None:
     """Train a model; with no arguments, on the bundled AN4 corpus into runs/an4/."""
-    from las.initialisation import fine_tuning_base
-    from las.train import train as run_training
+    from las.training.initialisation import fine_tuning_base
+    from las.training.train import train as run_training
 
     shorthands = {
         "data.train": train_manifest,
@@ -266,10 +266,10 @@ def pretrain(
 ) -> None:
     """Pre-train the speller as a character language model (attention context zeroed); start
     training from it with `las train --set train.speller_init=FILE`."""
+    from las.core.files import check_writable
+    from las.core.text import Vocabulary
     from las.data.manifest import read_utterances
-    from las.files import check_writable
-    from las.pretrain import pretrain_speller, read_text_corpus
-    from las.text import Vocabulary
+    from las.training.pretrain import pretrain_speller, read_text_corpus
 
     check_writable(out, "--out")
     overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
@@ -324,7 +324,7 @@ def decode(
     shorthands: dict[str, Any],
 ) -> None:
     """Transcribe INPUT with a trained model into a submission/transcript file."""
-    from las.decode import decode as run_decoding
+    from las.recognition.decode import decode as run_decoding
 
     strategy = shorthands.get("decode.strategy")
     if "decode.beam_size" in shorthands and strategy not in (None, "beam"):
@@ -364,7 +364,7 @@ def align(
 ) -> None:
     """Word times of the transcripts by CTC forced alignment, as CTM (utterance 1 start duration
     word): for train.augment.words, or to cut and inspect words."""
-    from las.forced_alignment import align_file
+    from las.recognition.forced_alignment import align_file
 
     aligned, _ = align_file(checkpoint, input_path, out, input_format.value, device.value)
     typer.echo(f"aligned {aligned} utterances", err=True)
@@ -381,10 +381,10 @@ def export(
 ) -> None:
     """The model as ONNX graphs (listener, CTC head, speller start and step) for ONNX Runtime:
     `las decode OUT INPUT` decodes with them, every strategy as with the checkpoint."""
-    from las.checkpoint import load_checkpoint
-    from las.export import export as write_export
+    from las.export.runtime import load_model
+    from las.export.writer import export as write_export
 
-    loaded = load_checkpoint(checkpoint)
+    loaded = load_model(checkpoint)
     if loaded.export is not None:
         raise LasError(f"{checkpoint} is an export already; export a checkpoint written by las train")
     write_export(loaded, out, "" if quantize == Quantize.none else quantize.value)
@@ -406,7 +406,7 @@ def evaluate(
     """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances."""
     import json
 
-    from las.evaluate import evaluate_files, format_report
+    from las.recognition.evaluate import evaluate_files, format_report
 
     report = evaluate_files(hypothesis, reference, worst)
     typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report, by_length))
@@ -422,10 +422,10 @@ def info(
     """What a checkpoint (or export) holds: its training progress, vocabulary and full configuration."""
     import json
 
-    from las.checkpoint import load_checkpoint
-    from las.text import SPECIALS
+    from las.core.text import SPECIALS
+    from las.export.runtime import load_model
 
-    loaded = load_checkpoint(checkpoint)
+    loaded = load_model(checkpoint)
     progress = loaded.training_state.get("progress", {})
     if loaded.export is not None:
         quantize = json.loads((loaded.export / "model.json").read_text()).get("quantize") or "fp32"
@@ -447,8 +447,8 @@ def plot(
     out: Annotated[Path, typer.Option("--out", help="The PNG to write.")] = Path("runs.png"),
 ) -> None:
     """Training loss and dev CER of runs side by side, against epochs and against minutes."""
-    from las.files import check_writable
-    from las.plots import plot_runs
+    from las.core.files import check_writable
+    from las.recognition.plots import plot_runs
 
     check_writable(out, "--out")
     plot_runs(runs, out)

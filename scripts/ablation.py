@@ -1,7 +1,7 @@
 """Train recipe variants on AN4 under the same seeds and schedule, stop each after the same number
 of epochs (Ctrl-C, which saves and exits), and print a Markdown table: dev CER, the first epoch at
 which the attention of the fixed dev utterance was diagonal (argmax monotone for >= 90% of steps,
-sweeping >= half the frames: las/alignment.py) and how often it still was in the last five
+sweeping >= half the frames: las/model/alignment.py) and how often it still was in the last five
 epochs, the share of all dev utterances decoded with a diagonal map by the best checkpoint,
 seconds per epoch; and the CER of the long-form dev set (per speaker, the dev utterances joined
 with 0.5 s of silence: scripts/longform.py build) decoded whole, without segmentation, beside the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import typer
 
-from las.alignment import Alignment
+from las.model.alignment import Alignment
 
 SPELLER = "{speller}"  # replaced by the pre-trained speller's path
 SMALL_TRANSFORMER = ["model.transformer_dim=192", "model.transformer_feedforward=768"]
@@ -205,9 +205,10 @@ def best_checkpoint_alignment(run: Path) -> float:
     from las import Recognizer
     from las.data.dataset import SpeechDataset
     from las.data.manifest import read_utterances
-    from las.dev_evaluation import evaluate_dev
+    from las.training.dev_evaluation import evaluate_dev
 
-    recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy", speed=1.0)  # as training's dev pass
+    # as training's dev pass hears it
+    recognizer = Recognizer.load(run / "best.pt", "cpu", strategy="greedy", speed=1.0, other_speed=0)
     config = recognizer.checkpoint.config
     utterances, features = recognizer.utterance_features(read_utterances(config.data.dev), config.data.dev)
     dataset = SpeechDataset(  # with the transcripts, which evaluate_dev scores against

@@ -33,11 +33,12 @@ import soundfile
 import torch
 import typer
 from ablation import records, run_all
+from harness import header
 from robustness import DEV, RATE, ROOT, summary, transcribe, write_set
 
+from las.core.metrics import character_error_rate
 from las.data.channels import telephone
-from las.metrics import character_error_rate
-from las.transcripts import read_transcripts
+from las.recognition.transcripts import read_transcripts
 
 TRAIN = ROOT / "data" / "an4" / "train.tsv"
 OUT = ROOT / "runs" / "adaptation"
@@ -137,8 +138,7 @@ def measure(out: Path = OUT, seeds: int = 3) -> None:
     """CER on the domain's test set (AN4 dev's speakers) per kind of run, as spelled and with case
     folded (the base model has no lower-case letters), mean over the seeds."""
     test = out / "test.tsv"
-    print("| model | test CER, as spelled | test CER, case folded | training epochs | training minutes, each |")
-    print("| --- | --- | --- | --- | --- |")
+    print(header("model", "test CER, as spelled", "test CER, case folded", "training epochs", "training minutes, each"))
     for kind in ("base", "finetuned", "scratch"):
         runs = [run_directory(out, kind, seed) for seed in range(1, seeds + 1)]
         hypotheses = [transcribe(run / "best.pt", test, []) for run in runs]

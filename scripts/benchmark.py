@@ -47,20 +47,21 @@ from pathlib import Path
 
 import torch
 import typer
+from harness import header
 
-from las.checkpoint import Checkpoint, load_checkpoint
-from las.config import Config, load_config
+from las.core.config import Config, load_config
+from las.core.device import resolve_device
 from las.data.cache import FeatureCache
 from las.data.checked_shards import FILE_NAME as CHECKED_SHARDS
 from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
 from las.data.features import Normalizer
 from las.data.manifest import read_utterances
-from las.device import resolve_device
-from las.evaluate import Report, score
-from las.inference import transcribe
+from las.model.checkpoint import Checkpoint, load_checkpoint
 from las.model.las import LAS
 from las.model.listener import Listener
-from las.recognizer import Recognizer
+from las.recognition.evaluate import Report, score
+from las.recognition.inference import transcribe
+from las.recognition.recognizer import Recognizer
 from las.search import Hypothesis, Strategy, build_strategy
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -108,7 +109,7 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
         f"Listener forward+backward, {len(batches)} batches of {batch_size} AN4 utterances ({frames} frames), "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats}:\n"
     )
-    print("| path | seconds | frames/s |\n| --- | --- | --- |")
+    print(header("path", "seconds", "frames/s"))
     print(f"| packed (`pack_padded_sequence`) | {packed:.3f} | {frames / packed:,.0f} |")
     print(f"| padded, reversed within lengths | {padded:.3f} | {frames / padded:,.0f} |")
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
@@ -148,8 +149,8 @@ def throughput(
     the listener's alone), each after a first pass over
     them that captures every bucket (timed apart). With `batch_frames`, the same for batches by
     frames of that budget (fewer, larger batches). `--set`: another model or recipe throughout."""
-    from las.corpus import load_corpus
-    from las.train import Trainer
+    from las.training.corpus import load_corpus
+    from las.training.train import Trainer
 
     target = resolve_device(device)
     cuda = target.type == "cuda"
@@ -279,8 +280,8 @@ def profile(
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiled
 
-    from las.corpus import load_corpus
-    from las.train import Trainer
+    from las.training.corpus import load_corpus
+    from las.training.train import Trainer
 
     with tempfile.TemporaryDirectory() as folder:
         head = subset_manifest(Path("data/an4/train.tsv"), utterances, Path(folder) / "train.tsv")
@@ -431,7 +432,7 @@ def buckets(
     print(f"{manifest}: {len(rows)} utterances, {batches // epochs} batches per epoch, {epochs} epochs\n")
     common = sum(count for _, count in shapes.most_common(10)) / batches
     print(f"distinct buckets (graphs captured): {len(shapes)}; the 10 commonest hold {common:.0%} of the batches")
-    print("\n| padded to | character steps | x own | attention cells | x own |\n| --- | --- | --- | --- | --- |")
+    print("\n" + header("padded to", "character steps", "x own", "attention cells", "x own"))
     for name, (steps, cells) in work.items():
         print(f"| {name} | {steps:,} | {steps / work['own'][0]:.2f} | {cells:,} | {cells / work['own'][1]:.2f} |")
     largest = max(shapes, key=lambda shape: shape[0] * shape[1] * shape[2])
@@ -441,7 +442,7 @@ def buckets(
 def save_batch(path: Path, seconds: float, utterances: int) -> Batch:
     """The `utterances` AN4 training utterances closest to `seconds` long, as one batch saved to
     `path` with the vocabulary's symbols."""
-    from las.corpus import load_corpus
+    from las.training.corpus import load_corpus
 
     rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
     rows.sort(key=lambda row: abs(float(row[2]) - seconds))
@@ -523,7 +524,7 @@ def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
     config = Config()
     utterances = read_utterances(manifest)
     print(f"{len(utterances)} utterances of {manifest}, torch {torch.__version__}, {torch.get_num_threads()} threads\n")
-    print("| step | workers | seconds | utterances/s |\n| --- | --- | --- | --- |")
+    print(header("step", "workers", "seconds", "utterances/s"))
     for count in [int(item) for item in workers.split(",")]:
         with tempfile.TemporaryDirectory() as directory:
             started = time.perf_counter()
@@ -553,7 +554,7 @@ def cache(manifest: str = "data/an4/train.tsv", workers: str = "0,2") -> None:
 OPEN_CACHE = """
 import resource, sys, time
 started = time.perf_counter()
-from las.config import Config, load_config
+from las.core.config import Config, load_config
 from las.data.cache import FeatureCache
 from las.data.manifest import read_utterances
 utterances = read_utterances(sys.argv[2])
@@ -603,7 +604,7 @@ def cache_open(manifest: str = "data/an4/train.tsv", others: str = "0,100000,100
                 ).stdout.split()
                 results[count].append((float(output[0]), int(output[1])))
     print(f"{len(read_utterances(manifest))} utterances of {manifest}, {rounds} rounds, medians\n")
-    print("| other entries in the cache | seconds to the features | peak memory, MiB |\n| --- | --- | --- |")
+    print(header("other entries in the cache", "seconds to the features", "peak memory, MiB"))
     for count, measured in results.items():
         seconds = statistics.median(value for value, _ in measured)
         memory = statistics.median(value for _, value in measured)
@@ -623,7 +624,7 @@ def peak_rss_mb() -> int:
 def curve(run: Path) -> None:
     """The per-epoch table of a training run."""
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    print("| epoch | train loss | dev CER % | seconds | elapsed s |\n| --- | --- | --- | --- | --- |")
+    print(header("epoch", "train loss", "dev CER %", "seconds", "elapsed s"))
     for record in records:
         print(
             f"| {record['epoch']} | {record['train_loss']:.3f} | {record['dev_cer']:.2f} | "
@@ -749,8 +750,7 @@ def strategies(checkpoint: Path, manifest: Path, device: str = "cpu", repeats: i
         f"{len(dataset)} utterances ({audio_seconds:.0f} s of audio), {checkpoint}, {target}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats} runs\n"
     )
-    print("| strategy | dev CER % | mean distance | WER % | utterances/s | real-time factor |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(header("strategy", "dev CER %", "mean distance", "WER %", "utterances/s", "real-time factor"))
     for name, assignments in STRATEGIES.items():
         timings = []
         for _ in range(repeats):
@@ -958,7 +958,7 @@ def busy(utterances: int = 200, epochs: int = 3, rounds: int = 3, spin_counts: s
     loads = ("idle", "busy")
     variants = {f"{load}, {way}": ([], env, load == "busy") for load in loads for way, env in ways.items()}
     medians = timed_epochs(variants, utterances, epochs, rounds, threads=0)
-    print("\n| threads and wait | idle s/epoch | busy s/epoch | busy / idle |\n| --- | --- | --- | --- |")
+    print("\n" + header("threads and wait", "idle s/epoch", "busy s/epoch", "busy / idle"))
     for way in ways:
         idle, loaded = medians[f"idle, {way}"], medians[f"busy, {way}"]
         print(f"| {way} | {idle:.2f} | {loaded:.2f} | {loaded / idle:.2f} |")
@@ -1002,7 +1002,7 @@ def timed_epochs(variants: dict, utterances: int, epochs: int, rounds: int, thre
         medians = epoch_table(EpochTimer(Path(folder), utterances, epochs, threads), variants, rounds)
     threads_used = threads or "las's default"
     print(f"{utterances} AN4 utterances, threads: {threads_used}, median s/epoch over {rounds} paired rounds:\n")
-    print("| variant | s/epoch |\n| --- | --- |")
+    print(header("variant", "s/epoch"))
     for name, seconds in medians.items():
         print(f"| {name} | {seconds:.2f} |")
     return medians
@@ -1088,8 +1088,7 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
         f"{len(waveforms)} utterances of {manifest} ({hours * 3600 / len(waveforms):.1f} s on average), one thread, "
         f"median of {rounds} rounds:\n"
     )
-    print("| on one thread | CPU seconds per hour of audio | x real time |")
-    print("| --- | --- | --- |")
+    print(header("on one thread", "CPU seconds per hour of audio", "x real time"))
     for name, measured in seconds.items():
         median = statistics.median(measured)
         print(f"| {name} | {median / hours:.1f} | {hours * 3600 / median:,.0f} |")
@@ -1103,8 +1102,8 @@ def draws(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 848, ro
     first epoch, which finds where each utterance's speech is (`SharedEdges`), and a later one,
     which reads it. Before that cache, every epoch was a first one. Median of `rounds` rounds,
     the variants interleaved on the same draws."""
-    from las.corpus import load_corpus
     from las.data.dataset import Draw
+    from las.training.corpus import load_corpus
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
@@ -1124,8 +1123,7 @@ def draws(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 848, ro
             seconds[name].append(time.perf_counter() - started)
     hours = sum(dataset.frame_counts()) / config.features.frames(3600)
     print(f"{len(dataset)} utterances of {manifest}, one thread, median of {rounds} rounds:\n")
-    print("| an epoch's draws, one thread | seconds | ms per draw | CPU seconds per hour of audio |")
-    print("| --- | --- | --- | --- |")
+    print(header("an epoch's draws, one thread", "seconds", "ms per draw", "CPU seconds per hour of audio"))
     for name, measured in seconds.items():
         median = statistics.median(measured)
         print(f"| {name} | {median:.2f} | {1000 * median / len(dataset):.1f} | {median / hours:.1f} |")

@@ -5,7 +5,7 @@
 Each checkpoint (one per seed) decodes the manifest with the default decoding, once per
 confidence measure (`decode.confidence`: entropy, probability) and source
 (`decode.confidence_from`: both, speller, ctc). Every hypothesis word is right
-or wrong by the cheapest word alignment to its reference (las.metrics.correct_words). A measure
+or wrong by the cheapest word alignment to its reference (las.core.metrics.correct_words). A measure
 is as good as its AUC-ROC at flagging wrong words: the chance that a wrong word is less confident
 than a right one (0.5 for a coin, 1 for a perfect flag). Beside it, what `decode.min_confidence`
 at a few thresholds would leave out: the share of the wrong words and of the right ones. And
@@ -26,9 +26,9 @@ from pathlib import Path
 import typer
 
 from las import Recognizer
-from las.checkpoint import load_checkpoint
+from las.core.metrics import correct_words
 from las.data.manifest import read_utterances
-from las.metrics import correct_words
+from las.model.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURES = [(measure, source) for source in ("both", "speller", "ctc") for measure in ("entropy", "probability")]

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import typer
+from harness import header
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
@@ -77,7 +78,7 @@ finally:
 LOADED = """
 import sys, time
 import torch
-from las.recognizer import Recognizer
+from las.recognition.recognizer import Recognizer
 torch.set_num_threads(int(sys.argv[2]))
 started = time.perf_counter()
 Recognizer.load(sys.argv[1], device="cpu")
@@ -120,8 +121,7 @@ def main(checkpoints: list[Path], rounds: int = 3) -> None:
             agreement.setdefault(kind, []).append((same, worst, rate))
             sizes[kind] = size_mb(models[kind])
     print(f"AN4 dev, default decoding, {len(checkpoints)} checkpoint(s): mean (min-max) over them\n")
-    print("| model | files, MB | hypotheses as PyTorch's | largest score difference | CER % |")
-    print("| --- | --- | --- | --- | --- |")
+    print(header("model", "files, MB", "hypotheses as PyTorch's", "largest score difference", "CER %"))
     for kind, rows in agreement.items():
         same = [row[0] for row in rows]
         rates = [row[2] for row in rows]
@@ -136,8 +136,11 @@ def main(checkpoints: list[Path], rounds: int = 3) -> None:
             for kind, model in models.items():
                 times.setdefault((kind, threads), []).append(timed(model, threads))
     print(f"\n`las decode` of AN4 dev (100 utterances), default decoding; medians of {rounds} paired rounds\n")
-    print("| model | threads | process, s | model load, s | decoding, s | decoding x PyTorch | peak memory, MB |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        header(
+            "model", "threads", "process, s", "model load, s", "decoding, s", "decoding x PyTorch", "peak memory, MB"
+        )
+    )
     for (kind, threads), measured in times.items():
         wall = statistics.median(item["wall"] for item in measured)
         seconds = statistics.median(item["decoding"] for item in measured)

@@ -24,7 +24,7 @@ to the launcher, which passes them on to its workers (Ctrl-C, `scancel`, Kuberne
 exit 0: a rank once aborted at exit (`terminate called without an active exception`) after its
 epochs were done.
 
-`lstm-signals` shows why training blocks SIGINT/SIGTERM on its main thread (las/stopping.py):
+`lstm-signals` shows why training blocks SIGINT/SIGTERM on its main thread (las/core/stopping.py):
 a process trains a BLSTM on the CPU with a Python SIGINT handler, receives SIGINT at a random
 moment mid-training, and either finishes or crashes; counted per variant.
 """

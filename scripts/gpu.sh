@@ -71,7 +71,7 @@
 # working tree taken by the first phase of a lease (see below).
 set -euo pipefail
 weights_only() {  # PYTHON CHECKPOINT OUT [.half()]: its weights alone, without the optimizer's state (a third the size)
-    "$1" -c "import sys; from las.checkpoint import load_checkpoint, save_checkpoint; \
+    "$1" -c "import sys; from las.model.checkpoint import load_checkpoint, save_checkpoint; \
 c = load_checkpoint(sys.argv[1]); save_checkpoint(sys.argv[2], c.config, c.vocabulary, c.normalizer, c.build_model()${4:-}, {})" \
         "$2" "$3"
 }

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import typer
 
-from las.config import DataConfig
+from las.core.config import DataConfig
 from las.data.dataset import BucketBatchSampler
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,7 @@ import array, json, sys, time
 started = time.perf_counter()
 import torch
 torch.set_num_threads(1)
-from las.config import DataConfig
+from las.core.config import DataConfig
 from las.data.dataset import BucketBatchSampler
 from las.data.manifest import read_utterances
 utterances = read_utterances(sys.argv[1])

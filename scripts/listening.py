@@ -14,13 +14,14 @@ from pathlib import Path
 
 import torch
 import typer
+from harness import header
 
-from las.checkpoint import load_checkpoint
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.data.manifest import read_utterances
-from las.losses import attention_loss
+from las.model.checkpoint import load_checkpoint
 from las.model.listener import ListenerOutput
-from las.recognizer import Recognizer
+from las.model.losses import attention_loss
+from las.recognition.recognizer import Recognizer
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -66,8 +67,7 @@ def main(
 ) -> None:
     """A Markdown row per checkpoint: nats per character with its own memory, with another's."""
     torch.set_num_threads(1)
-    print("| checkpoint | own memory | another utterance's | difference |")
-    print("| --- | --- | --- | --- |")
+    print(header("checkpoint", "own memory", "another utterance's", "difference"))
     for checkpoint in checkpoints:
         own, other = losses(checkpoint, manifest, batch_size)
         print(f"| {checkpoint} | {own:.3f} | {other:.3f} | {other - own:.3f} |", flush=True)

@@ -12,7 +12,7 @@
                      (30-55 s each); the reference is the joined text
     starts.json      per speaker, where each utterance starts in the joined file, where its
                      speech starts (`speech_onset`) and its first frame above the energy threshold
-                     of las.segmentation
+                     of las.data.segmentation
     minutes-5.flac   the whole dev set joined the same way (5.2 minutes), and twice over (10.4)
     minutes-10.flac
 
@@ -47,16 +47,14 @@ import Levenshtein
 import soundfile
 import torch
 import typer
+from harness import header
 
 from las import Recognizer
-from las.checkpoint import load_checkpoint
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.metrics import character_error_rate
 from las.data.channels import brown_noise, pink_noise, power, telephone, white_noise
 from las.data.features import FilterbankExtractor
-from las.data.signal import lowpass
-from las.metrics import character_error_rate
-from las.recognizer import Result
-from las.segmentation import (
+from las.data.segmentation import (
     SHORTEST_FRAMES,
     SPEECH_CONTRAST,
     cut_to_length,
@@ -68,6 +66,9 @@ from las.segmentation import (
     runs,
     split_at_pauses,
 )
+from las.data.signal import lowpass
+from las.model.checkpoint import load_checkpoint
+from las.recognition.recognizer import Result
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
@@ -88,7 +89,7 @@ def dev_rows() -> list[tuple[str, Path, str]]:
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> tuple[float, float]:
     """Seconds to the utterance's speech onset, and to its first loud frame (above the quiet
-    threshold of las.segmentation). The onset is the start of the first 0.1 s that stays above
+    threshold of las.data.segmentation). The onset is the start of the first 0.1 s that stays above
     the middle of the utterance's energy range, moved back through the loud frames just before
     it (the weak start of an "s" or "h"). Most AN4 utterances open with the click of the
     push-to-talk button, a burst and a 0.1-0.3 s decay above the quiet threshold; in 31 of dev's
@@ -222,14 +223,17 @@ def measure(
         print(f"{checkpoint}: one by one {rows[-1][0]:.2f}%, long-form {rows[-1][1]:.2f}%, whole {rows[-1][2]:.2f}%")
     means = [statistics.mean(column) for column in zip(*rows, strict=True)]
     print(f"\n{len(checkpoints)} checkpoint(s), {len(speakers)} recordings of 30-55 s, default decoding:\n")
-    print("| decoding | CER % | x one by one |\n| --- | --- | --- |")
+    print(header("decoding", "CER %", "x one by one"))
     names = ("utterances one by one", "long-form, cut at pauses (default)", "long-form, whole")
     for name, value in zip(names, means, strict=True):
         print(f"| {name} | {value:.2f} | {value / means[0]:.2f} |")
     total = sum(len(starts[speaker]) for speaker, *_ in speakers) * len(checkpoints)
     print(f"\nfirst-word start error (utterances whose first word was decoded right, of {total}):\n")
-    print("| word times | against | utterances | median s | 90th percentile s | within 0.25 s | median signed s |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        header(
+            "word times", "against", "utterances", "median s", "90th percentile s", "within 0.25 s", "median signed s"
+        )
+    )
     for (method, against), signed in errors.items():
         absolute = [abs(error) for error in signed]
         close = 100 * sum(error <= 0.25 for error in absolute) / len(absolute)
@@ -325,7 +329,7 @@ def channels(checkpoint: Path, sets: Path = SETS, threads: int = 1) -> None:
         ids = [speaker for speaker, *_ in speakers]
         cells, left_out = [], []
         for finder in finders.values():
-            with mock.patch("las.recognizer.split_at_pauses", finder):
+            with mock.patch("las.recognition.recognizer.split_at_pauses", finder):
                 cells.append(
                     character_error_rate([item.text for item in recognizer.recognize(ids, features)], references)
                 )
@@ -373,8 +377,7 @@ def sparse(checkpoint: Path, pairs: int = 6, threads: int = 1) -> None:
     waveforms = [torch.from_numpy(soundfile.read(path, dtype="float32")[0]) for _, path, _ in rows]
     finders = {"las": split_at_pauses, "energy alone (before)": energy_only_spans}
     print(f"{checkpoint}: {pairs} recordings per condition, default decoding\n")
-    print("| noise | SNR dB | noise decoded: las | energy alone | CER %: las | energy alone |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(header("noise", "SNR dB", "noise decoded: las", "energy alone", "CER %: las", "energy alone"))
     for name, noise in SPARSE_NOISES.items():
         for snr in (10, 0):
             kept = {finder: [0, 0] for finder in finders}
@@ -397,7 +400,7 @@ def sparse(checkpoint: Path, pairs: int = 6, threads: int = 1) -> None:
                     covered = covering(finder(features, len(features)), len(features))
                     kept[finder_name][0] += int((covered & away).sum())
                     kept[finder_name][1] += int(away.sum())
-                    with mock.patch("las.recognizer.split_at_pauses", finder):
+                    with mock.patch("las.recognition.recognizer.split_at_pauses", finder):
                         texts[finder_name].append(recognizer.recognize(["sparse"], [features])[0].text)
             shares = [f"{100 * inside / total:.1f}%" for inside, total in kept.values()]
             errors = [f"{character_error_rate(found, references):.1f}" for found in texts.values()]

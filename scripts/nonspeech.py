@@ -27,12 +27,13 @@ from pathlib import Path
 import soundfile
 import torch
 import typer
+from harness import header
 from robustness import DEV, RATE, dev_rows, kept, write_audio
 
 from las.data.channels import pink_noise
 from las.data.sounds import SOUNDS, Sound, add_at, at_peak, crowd, events, quiet_room, ringing, uniform
-from las.decode import decode
-from las.transcripts import read_transcripts
+from las.recognition.decode import decode
+from las.recognition.transcripts import read_transcripts
 
 SETS = DEV.parent.parent.parent / "runs" / "robustness" / "nonspeech-sounds"
 SECONDS = (3, 8)
@@ -165,8 +166,7 @@ def measure(
     """Per family: recordings given no text, and characters decoded, over the checkpoints."""
     results = [decoded(checkpoint, sets) for checkpoint in checkpoints]
     print(f"{len(checkpoints)} checkpoint(s), {len(SECONDS) * DRAWS} recordings per family each\n")
-    print("| group | family | no text, % | characters: mean | most |")
-    print("| --- | --- | --- | --- | --- |")
+    print(header("group", "family", "no text, %", "characters: mean", "most"))
     for group in GROUPS:
         counts: dict[str, list[int]] = {}
         for result in results:

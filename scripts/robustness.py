@@ -65,7 +65,8 @@ import torch
 import typer
 
 import las
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.files import write_text_atomically
 from las.data.audio import load_audio
 from las.data.channels import (
     add_noise,
@@ -84,12 +85,11 @@ from las.data.channels import (
     white_noise,
 )
 from las.data.features import FilterbankExtractor, change_speed, log_mel_features
-from las.decode import decode
-from las.files import write_text_atomically
-from las.forced_alignment import align
-from las.recognizer import Recognizer
-from las.segmentation import BAND_CONTRAST, SPEECH_BANDS, SPEECH_CONTRAST, Levels
-from las.transcripts import read_transcripts
+from las.data.segmentation import BAND_CONTRAST, SPEECH_BANDS, SPEECH_CONTRAST, Levels
+from las.recognition.decode import decode
+from las.recognition.forced_alignment import align
+from las.recognition.recognizer import Recognizer
+from las.recognition.transcripts import read_transcripts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "data" / "an4" / "dev.tsv"
@@ -188,7 +188,7 @@ def transcribe(checkpoint: Path, source: Path, settings: list[str], device: str 
 
 def character_error_rate(hypotheses: dict[str, str], manifest: Path) -> float:
     """CER of `hypotheses` against the transcripts of `manifest`."""
-    from las.metrics import character_error_rate as rate
+    from las.core.metrics import character_error_rate as rate
 
     references = read_transcripts(manifest)
     identifiers = sorted(references)
@@ -527,7 +527,7 @@ def alone(noise: Callable[[int, torch.Generator], torch.Tensor], lengths: list[i
 @app.command()
 def contrast(sets: Path = SETS) -> None:
     """Per condition, how far frame energy and band activity rise from their floor (95th - 5th
-    percentile, in nats), by which `las.segmentation.has_speech` tells speech from silence, tones
+    percentile, in nats), by which `las.data.segmentation.has_speech` tells speech from silence, tones
     and steady noise: recordings under BAND_CONTRAST, or under SPEECH_CONTRAST and SPEECH_BANDS,
     are not decoded at all, so no speech should fall there and nothing else above them."""
     extractor = FilterbankExtractor(FeatureConfig())

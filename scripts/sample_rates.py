@@ -18,6 +18,8 @@ from pathlib import Path
 
 import soundfile
 import torch
+import typer
+from harness import header
 
 from las.data.manifest import TSV_HEADER, read_utterances
 from las.data.signal import resample
@@ -58,10 +60,10 @@ def measure(checkpoint: str, manifest: Path) -> tuple[dict, bool]:
     return json.loads(report.stdout), "warning:" in decoded.stderr
 
 
-def main() -> None:
-    checkpoints = sys.argv[1:] or sys.exit(__doc__)
+def main(checkpoints: list[Path] = typer.Argument(..., help="Checkpoints to decode each rate's set with.")) -> None:
+    """Decode AN4 dev written at 16, 8, 6 and 4 kHz with each checkpoint; a row per rate."""
     manifests = {rate: build(rate) for rate in RATES}
-    print("| checkpoint | written at | CER | x 16 kHz | WER | warning |\n| --- | --- | --- | --- | --- | --- |")
+    print(header("checkpoint", "written at", "CER", "x 16 kHz", "WER", "warning"))
     for checkpoint in checkpoints:
         reference = None
         for rate, manifest in manifests.items():
@@ -75,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

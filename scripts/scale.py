@@ -37,9 +37,10 @@ import numpy as np
 import soundfile
 import torch
 import typer
+from harness import header
 from tqdm import tqdm
 
-from las.config import DataConfig, FeatureConfig, load_config
+from las.core.config import DataConfig, FeatureConfig, load_config
 from las.data.audio import load_audio
 from las.data.channels import own_background
 from las.data.dataset import BucketBatchSampler
@@ -153,7 +154,7 @@ def build(
 def histogram(manifest: Path = typer.Argument(OUT / "train.tsv")) -> None:
     """Recordings per 2-second band of length, as a Markdown table."""
     lengths = [float(line.split("\t")[2]) for line in manifest.read_text().splitlines()[1:]]
-    print("| seconds | recordings | share |\n| --- | --- | --- |")
+    print(header("seconds", "recordings", "share"))
     for low in range(0, 26, 2):
         count = sum(low <= length < low + 2 for length in lengths)
         print(f"| {low}-{low + 2} | {count} | {100 * count / len(lengths):.1f}% |")
@@ -171,8 +172,7 @@ def padding(
     default = DataConfig()
     ways = {f"by count: {default.batch_size} within {default.max_batch_frames} frames": default}
     ways |= {f"by frames: data.batch_frames={budget}": DataConfig(batch_frames=budget) for budget in budgets}
-    print("| batching | batches | utterances per batch, median | padded frames per batch, median | padding |")
-    print("| --- | --- | --- | --- | --- |")
+    print(header("batching", "batches", "utterances per batch, median", "padded frames per batch, median", "padding"))
     for name, data in ways.items():
         batches = BucketBatchSampler.for_training(lengths, data, seed=1).batches()
         padded = [max(lengths[index] for index in batch) * len(batch) for batch in batches]
@@ -183,7 +183,7 @@ def padding(
 
 FIRST_STEP = """
 import sys, time
-import las.train
+import las.training.train
 
 class FirstStep(Exception):
     pass
@@ -191,10 +191,10 @@ class FirstStep(Exception):
 def step(self, *arguments, **settings):
     raise FirstStep
 
-las.train.Trainer.step = step
-from las.config import load_config
+las.training.train.Trainer.step = step
+from las.core.config import load_config
 try:
-    las.train.train(load_config(None, sys.argv[1:]))
+    las.training.train.train(load_config(None, sys.argv[1:]))
 except FirstStep:
     pass
 """
@@ -208,7 +208,7 @@ def startup(
 ) -> None:
     """Seconds from starting `las train` to its first training step, and the process's peak
     memory by then, for each manifest (a fresh process each, the feature cache as it is)."""
-    print("| training manifest | rows | seconds to the first step | peak memory, MiB |\n| --- | --- | --- | --- |")
+    print(header("training manifest", "rows", "seconds to the first step", "peak memory, MiB"))
     for manifest in manifests:
         with tempfile.TemporaryDirectory() as out:
             settings = [f"data.train={manifest}", f"data.dev={dev}", f"train.out={out}/run", "train.device=cpu"]
@@ -249,8 +249,8 @@ def report(before: int, **extra) -> None:
 TRAIN_STEPS = (
     PEAK
     + """
-import las.train
-original = las.train.Trainer.step
+import las.training.train
+original = las.training.train.Trainer.step
 state = {"steps": 0}
 
 class Done(Exception):
@@ -266,10 +266,10 @@ def step(self, *arguments, **settings):
         raise Done
     return result
 
-las.train.Trainer.step = step
-from las.config import load_config
+las.training.train.Trainer.step = step
+from las.core.config import load_config
 try:
-    las.train.train(load_config(sys.argv[1], sys.argv[2:]))
+    las.training.train.train(load_config(sys.argv[1], sys.argv[2:]))
 except Done:
     pass
 """
@@ -279,7 +279,7 @@ DECODE = (
     PEAK
     + """
 import soundfile
-from las.recognizer import Recognizer
+from las.recognition.recognizer import Recognizer
 checkpoint, audio, device, strategy = sys.argv[1:5]
 recognizer = Recognizer.load(checkpoint, device, strategy=strategy, segment_seconds=30)
 samples, rate = soundfile.read(audio, dtype="float32")

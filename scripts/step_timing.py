@@ -140,7 +140,7 @@ def las_parts(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Cal
     """The step, and its parts each with its own backward pass: the listener (gradients of its
     outputs given), the speller loop and its loss (from a fixed listener output), the CTC head and
     loss, and the optimizer (clipping and Adam)."""
-    from las.losses import attention_loss, ctc_loss, joint_loss
+    from las.model.losses import attention_loss, ctc_loss, joint_loss
 
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     features, feature_lengths = batch["features"], batch["feature_lengths"]
@@ -183,9 +183,9 @@ def las_parts(model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, Cal
 def las_beam(model: nn.Module, features: torch.Tensor, symbols: list[str], ctc_weight: float) -> Callable[[], object]:
     """Beam search of BEAM_STEPS steps on every utterance (the length rules allow <eos> at that
     step only), as `las decode` runs it."""
-    from las.config import DecodeConfig
+    from las.core.config import DecodeConfig
+    from las.core.text import Vocabulary
     from las.search import build_strategy
-    from las.text import Vocabulary
 
     lengths = torch.full((len(features),), features.shape[1])
     memory = model.listener(features, lengths)
@@ -280,8 +280,8 @@ def main(
     print(json.dumps(result))
 
 
-def model_config(settings: list[str]):  # -> las.config.ModelConfig, imported from the source chosen
-    from las.config import Config
+def model_config(settings: list[str]):  # -> las.core.config.ModelConfig, imported from the source chosen
+    from las.core.config import Config
 
     return Config().replace(settings).model
 

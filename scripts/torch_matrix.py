@@ -31,7 +31,7 @@ from pathlib import Path
 
 import typer
 
-from las.transcripts import read_transcripts
+from las.recognition.transcripts import read_transcripts
 
 app = typer.Typer(add_completion=False)
 
@@ -52,13 +52,13 @@ FAST_TESTS = [
 # checkpoint's default transcripts.
 PROBE = """
 import json, sys, torch
-from las.checkpoint import load_checkpoint
-from las.recognizer import Recognizer
+from las.model.checkpoint import load_checkpoint
+from las.recognition.recognizer import Recognizer
 from tests.test_front_end_regression import decode_dev
 from las.data.audio import load_audio
 from las.data.features import FilterbankExtractor, log_mel_features
 from las.data.manifest import read_utterances
-from las.config import Config
+from las.core.config import Config
 
 checkpoint = load_checkpoint("tests/data/search/model.pt")
 extractor = FilterbankExtractor(checkpoint.config.features)

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import typer
 
-from las.decode import decode
-from las.metrics import character_error_rate
-from las.transcripts import read_transcripts
+from las.core.metrics import character_error_rate
+from las.recognition.decode import decode
+from las.recognition.transcripts import read_transcripts
 
 app = typer.Typer(add_completion=False)
 

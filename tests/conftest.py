@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from las import threads
 from las.cli import app
-from las.config import Config, load_config
+from las.core import threads
+from las.core.config import Config, load_config
 
 AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
 
 
 @pytest.fixture(autouse=True)
 def fixed_threads() -> Iterator[None]:
-    """A command run through the CLI leaves its load follower behind (las.threads): tests that
+    """A command run through the CLI leaves its load follower behind (las.core.threads): tests that
     train in-process, bit-exactness among them, run on the threads they start with."""
     yield
     threads.follower = None
@@ -75,7 +75,7 @@ def transcript_words(manifest: Path) -> set[str]:
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny model trained for a few seconds on four real utterances, shared by the tests."""
-    from las.train import train
+    from las.training.train import train
 
     root = tmp_path_factory.mktemp("trained")
     rows = an4_rows("train", 4, longest_seconds=1.6)

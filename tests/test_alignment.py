@@ -1,6 +1,6 @@
 import torch
 
-from las.alignment import Alignment
+from las.model.alignment import Alignment
 
 
 def test_a_diagonal_map_is_diagonal() -> None:

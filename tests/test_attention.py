@@ -3,8 +3,8 @@ import typing
 import pytest
 import torch
 
-from las.config import AttentionName, load_config
-from las.errors import LasError
+from las.core.config import AttentionName, load_config
+from las.core.errors import LasError
 from las.model.attention import MultiHeadAttention
 from las.model.attentions import ATTENTIONS, build_attention
 

@@ -8,7 +8,7 @@ import pytest
 import soundfile
 import torch
 
-from las.config import AugmentConfig, FeatureConfig
+from las.core.config import AugmentConfig, FeatureConfig
 from las.data.augment import Source, WaveformAugmentation
 from las.data.channels import (
     add_noise,
@@ -185,8 +185,8 @@ def test_a_compressor_is_drawn_last_in_16_bits_and_leaves_the_other_draws_as_the
 
 
 def test_augmentation_settings_are_checked() -> None:
-    from las.config import load_config
-    from las.errors import LasError
+    from las.core.config import load_config
+    from las.core.errors import LasError
 
     assert load_config(None, []).train.augment.enabled  # the default
     off = ["train.augment.noise=0", "train.augment.telephone=0", "train.augment.reverberation=0"]

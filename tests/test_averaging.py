@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
-from las.checkpoint import load_checkpoint
+from las.export.runtime import load_model
+from las.training.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
 
 
 def test_ranking_keeps_the_lowest_cer_and_prefers_later_epochs_on_ties() -> None:
@@ -54,8 +54,8 @@ def test_training_keeps_the_best_epochs_and_writes_their_average(trained_run: di
     assert summary["epochs"] == best_epochs
     assert summary["best_epoch_dev_cer"] == ranked[0]["dev_cer"]
     assert 0 <= summary["dev_cer"]
-    averaged = load_checkpoint(run / "averaged.pt")
+    averaged = load_model(run / "averaged.pt")
     states = [torch.load(path, weights_only=True) for path in snapshots]
     for name, value in averaged.model_state.items():
         assert torch.allclose(value, sum(state[name] for state in states) / len(states), atol=1e-6), name
-    assert averaged.config == load_checkpoint(run / "best.pt").config
+    assert averaged.config == load_model(run / "best.pt").config

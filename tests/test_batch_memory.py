@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from las.batch_memory import GIB, QUANTUM, largest_budget
-from las.config import Config
-from las.errors import LasError
-from las.train import train
+from las.core.config import Config
+from las.core.errors import LasError
+from las.training.batch_memory import GIB, QUANTUM, largest_budget
+from las.training.train import train
 
 
 class Curve:

@@ -10,7 +10,8 @@ import pytest
 import soundfile
 import torch
 
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.errors import LasError
 from las.data import cache as cache_module
 from las.data import extraction
 from las.data.audio import load_audio
@@ -21,7 +22,6 @@ from las.data.dereverberation import Dereverberation
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
 from las.data.runs import run_bounds
-from las.errors import LasError
 
 from .conftest import an4_rows, write_manifest
 
@@ -343,7 +343,7 @@ def test_an_index_damaged_at_any_page_in_its_middle_answers_truly_or_is_set_asid
 
 FILL_CACHE = """
 import sys, torch
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
 from las.data.cache import FeatureCache
 from las.data.manifest import read_utterances
 features = FeatureCache(sys.argv[1], FeatureConfig()).load(read_utterances(sys.argv[2]))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from las.checkpoint import load_checkpoint
-from las.config import DecodeConfig
+from las.core.config import DecodeConfig
+from las.export.runtime import load_model
 
 from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, transcript_words, write_manifest
 
@@ -125,8 +125,8 @@ def test_ctc_weight_needs_a_ctc_head(trained: dict[str, Path], tmp_path: Path) -
     code, _, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam", "--ctc-weight", "0.5")
     assert_clear_error(code, stderr, "needs a model trained with a CTC head")
     # The default joint CTC weight applies only to models that have the head.
-    assert load_checkpoint(without_ctc).decoding_config().decode.ctc_weight == 0.0
-    assert load_checkpoint(trained["run"] / "best.pt").decoding_config().decode.ctc_weight > 0
+    assert load_model(without_ctc).decoding_config().decode.ctc_weight == 0.0
+    assert load_model(trained["run"] / "best.pt").decoding_config().decode.ctc_weight > 0
     code, stdout, stderr = run("decode", without_ctc, trained["train"], "--strategy", "beam")
     assert code == 0 and stdout.startswith("id,label\n"), stderr
 
@@ -139,9 +139,9 @@ def test_a_model_decodes_whole_the_lengths_its_recipe_trained_on(trained: dict[s
     payload["config"]["decode"]["beam_size"] = 3  # a run's other decoding settings give way to today's
     long_recipe = tmp_path / "long.pt"
     torch.save(payload, long_recipe)
-    decoding = load_checkpoint(long_recipe).decoding_config().decode
+    decoding = load_model(long_recipe).decoding_config().decode
     assert decoding.segment_seconds == 30.0 and decoding.beam_size == DecodeConfig().beam_size
-    assert load_checkpoint(long_recipe).decoding_config(["decode.segment_seconds=12"]).decode.segment_seconds == 12
+    assert load_model(long_recipe).decoding_config(["decode.segment_seconds=12"]).decode.segment_seconds == 12
 
 
 def test_decode_with_a_lexicon_spells_only_its_words(trained: dict[str, Path], tmp_path: Path) -> None:
@@ -258,7 +258,7 @@ def test_info_describes_a_checkpoint(trained: dict[str, Path]) -> None:
 def test_decode_options_are_the_config_fields_that_declare_them(trained: dict[str, Path], tmp_path: Path) -> None:
     """Every `Flag` of DecodeConfig is an option of las decode, with the field's default, and an
     option sets what `--set decode.FIELD=...` sets."""
-    from las.config import DecodeConfig, Flag, field_hints
+    from las.core.config import DecodeConfig, Flag, field_hints
 
     code, stdout, _ = run("decode", "--help")
     flags = [rule for hint in field_hints(DecodeConfig).values() for rule in getattr(hint, "__metadata__", ())]

@@ -1,4 +1,4 @@
-"""Confidences of characters, words and recordings (las.confidence), in JSONL, and words below
+"""Confidences of characters, words and recordings (las.recognition.confidence), in JSONL, and words below
 `decode.min_confidence` left out."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.confidence import confidences, overall_confidence, word_confidence
-from las.metrics import correct_words
+from las.core.metrics import correct_words
+from las.recognition.confidence import confidences, overall_confidence, word_confidence
 
 from .conftest import run
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from las.config import Config, load_config
-from las.errors import LasError
+from las.core.config import Config, load_config
+from las.core.errors import LasError
 
 
 def test_overrides_are_typed_and_leave_other_fields_alone() -> None:

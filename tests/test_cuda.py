@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from las import Recognizer
-from las.checkpoint import load_checkpoint
-from las.config import Config
+from las.core.config import Config
 from las.data.audio import load_audio
 from las.data.manifest import read_utterances
-from las.inference import transcribe
+from las.export.runtime import load_model
 from las.model.listener import BidirectionalLSTM
+from las.recognition.inference import transcribe
 from las.search import build_strategy
-from las.train import train
+from las.training.train import train
 
 from .conftest import an4_rows
 
@@ -87,7 +87,7 @@ def test_searches_as_cuda_graphs_find_the_eager_hypotheses(trained_run: dict[str
 def test_random_search_on_cuda_draws_valid_hypotheses(trained_run: dict[str, Path]) -> None:
     """Its draws come from the GPU's generator, not the CPU's: the same rules, not the same paths."""
     results = decode_on("cuda", trained_run, ["decode.strategy=sample", "decode.samples=8", "decode.nbest=3"])
-    vocabulary = load_checkpoint(trained_run["run"] / "last.pt").vocabulary
+    vocabulary = load_model(trained_run["run"] / "last.pt").vocabulary
     for hypotheses in results:
         assert 1 <= len(hypotheses) <= 3
         assert all(0 < token < len(vocabulary) and token != vocabulary.pad for h in hypotheses for token in h.tokens)
@@ -119,7 +119,7 @@ def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool, spe
     config = replace(tiny_config, train=settings, model=replace(tiny_config.model, speller=speller))
     config = replace(config, data=replace(config.data, workers=2))
     run = train(config)
-    assert load_checkpoint(run / "last.pt").training_state["progress"]["epoch"] == 3
+    assert load_model(run / "last.pt").training_state["progress"]["epoch"] == 3
     captured = [record.get("captured_graphs") for record in map(json.loads, (run / "metrics.jsonl").open())]
     assert all(captured) if graphs else not any(captured)
 
@@ -127,10 +127,10 @@ def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool, spe
 def test_a_model_on_cuda_starts_from_a_checkpoints_weights(trained_run: dict[str, Path]) -> None:
     """`las train --init` on a GPU: the model is there before the checkpoint's weights (on the
     CPU) are copied in, rows of shared characters included."""
-    from las.initialisation import initialise
     from las.model.las import LAS
+    from las.training.initialisation import initialise
 
-    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    trained = load_model(trained_run["run"] / "best.pt")
     vocabulary = trained.vocabulary.extended(["QZ9"])
     models = [LAS.build(trained.config.model, trained.input_size, len(vocabulary)) for _ in range(2)]
     models[1].load_state_dict(models[0].state_dict())  # the same rows for the new characters
@@ -190,9 +190,9 @@ def test_a_resumed_cuda_run_continues_where_it_stopped(
 
 
 def test_batches_sized_from_the_gpus_memory_fit_it_and_a_resumed_run_keeps_them(tiny_config: Config) -> None:
-    from las.batch_memory import StepProbe
-    from las.corpus import load_corpus
     from las.model.las import LAS
+    from las.training.batch_memory import StepProbe
+    from las.training.corpus import load_corpus
 
     from .test_train import with_training
 
@@ -204,10 +204,10 @@ def test_batches_sized_from_the_gpus_memory_fit_it_and_a_resumed_run_keeps_them(
     config = with_training(tiny_config, device="cuda", epochs=1)
     config = replace(config, data=replace(config.data, batch_memory=share))
     run = train(config)
-    budget = load_checkpoint(run / "last.pt").config.data.batch_frames
+    budget = load_model(run / "last.pt").config.data.batch_frames
     assert budget > 0 and budget % 1000 == 0
     train(config, resume=True, assignments=["train.epochs=2"])
-    assert load_checkpoint(run / "last.pt").config.data.batch_frames == budget  # not probed again
+    assert load_model(run / "last.pt").config.data.batch_frames == budget  # not probed again
 
     corpus = load_corpus(config, None, None)
     device = torch.device("cuda")
@@ -231,7 +231,7 @@ def test_the_front_end_on_cuda_tensors_computes_what_it_computes_on_the_cpu() ->
     caller on a GPU need not move them back first)."""
     from las.data.channels import telephone
     from las.data.signal import MelPowerSpectrum, resample
-    from las.timing import viterbi_path
+    from las.recognition.timing import viterbi_path
 
     waveform = load_audio(Path(an4_rows("dev", 1)[0][1]), 16000)
     for rate, new_rate in ((16000, 14400), (44100, 16000), (16000, 8000)):

@@ -8,7 +8,9 @@ import pytest
 import soundfile
 import torch
 
-from las.config import Config, DataConfig, FeatureConfig
+from las.core.config import Config, DataConfig, FeatureConfig
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.data import extraction
 from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
@@ -16,8 +18,6 @@ from las.data.dataset import BatchDraws, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
 from las.data.loudness import LOUD_LEVEL_DB, QUIET_PEAK, mean_level_db
 from las.data.manifest import read_utterances
-from las.errors import LasError
-from las.text import Vocabulary
 
 from .conftest import AN4, an4_rows, write_manifest
 
@@ -234,7 +234,7 @@ def test_a_mean_prior_keeps_a_short_utterance_its_spectrum_and_the_statistics_ex
 
 
 def test_training_fits_the_mean_prior_of_its_setting_and_the_datasets_use_it(tiny_config: Config) -> None:
-    from las.corpus import load_corpus
+    from las.training.corpus import load_corpus
 
     corpus = load_corpus(tiny_config, None, None)
     assert corpus.normalizer.prior_frames == 30 and corpus.normalizer.prior is not None  # 0.3 s by default
@@ -405,8 +405,8 @@ def test_a_joined_second_utterance_is_brought_to_the_first_ones_level() -> None:
     """Log-mel of audio: the second recording 20 dB quieter (a second voice as babble would be)
     joins at the first's level, its digital silence still silence; precomputed features of
     unknown scale are joined as they are."""
-    from las.data.features import POWER_FLOOR
-    from las.segmentation import frame_energy
+    from las.data.segmentation import frame_energy
+    from las.data.signal import POWER_FLOOR
 
     generator = torch.Generator().manual_seed(0)
     loud = torch.rand(50, 8, generator=generator) + 0.1
@@ -428,7 +428,7 @@ def test_a_joined_second_utterance_is_brought_to_the_first_ones_level() -> None:
 
 def test_repeated_characters_are_counted_per_utterance_as_ctc_needs_them() -> None:
     from las.data.dataset import PackedTokens
-    from las.losses import ctc_frames_needed
+    from las.model.losses import ctc_frames_needed
 
     draw = random.Random(0)
     for _ in range(200):

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
 from las.data.audio import load_audio
 from las.data.channels import clipped, in_16_bits
 from las.data.declipping import HEADROOM, MIN_RUNS, clipped_runs, clipped_share, declipped

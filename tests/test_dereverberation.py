@@ -13,7 +13,7 @@ import torch
 
 import las.data.dereverberation as dereverberation
 from las import Recognizer
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
 from las.data.channels import hum, power, reverberate, room_response
 from las.data.dereverberation import Dereverberation
 from las.data.features import FilterbankExtractor, dereverberated

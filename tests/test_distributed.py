@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.checkpoint import load_checkpoint
-from las.distributed import Distributed
+from las.export.runtime import load_model
+from las.training.distributed import Distributed
 from tests.conftest import TINY, an4_rows, write_manifest
 
 
@@ -70,7 +70,7 @@ def test_two_gloo_processes_follow_the_single_process_trajectory(tmp_path: Path)
             assert two[key] == pytest.approx(one[key], rel=1e-4), key
         assert two["step"] == one["step"] and two["train_frames_per_second"] > 0
     # Same gradients every step, so the same weights at the end.
-    weights = [load_checkpoint(run / "last.pt").model_state for run in (single, double)]
+    weights = [load_model(run / "last.pt").model_state for run in (single, double)]
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, rtol=1e-3, atol=1e-4, msg=name)
     # Rank 0 alone wrote the run: one metrics line per epoch, one attention plot per epoch.
@@ -88,10 +88,10 @@ def test_two_processes_resume_bit_exactly_with_every_ranks_random_state(tmp_path
     # the schedule alone: what must carry over is every rank's random state and the optimizer.
     straight = run_training(tmp_path, 2, (*RANDOM, "train.epochs=2"), name="straight")
     split = run_training(tmp_path, 2, (*RANDOM, "train.epochs=1"), name="split")
-    ranks = load_checkpoint(split / "last.pt").training_state["progress"]["rng"]["ranks"]
+    ranks = load_model(split / "last.pt").training_state["progress"]["rng"]["ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["torch"], ranks[1]["torch"])
     run_training(tmp_path, 2, (*RANDOM, "train.epochs=2"), name="split", resume=True)
-    weights = [load_checkpoint(run / "last.pt").model_state for run in (straight, split)]
+    weights = [load_model(run / "last.pt").model_state for run in (straight, split)]
     for name, value in weights[0].items():
         torch.testing.assert_close(weights[1][name], value, rtol=0, atol=0, msg=name)
     timings = ("seconds", "elapsed_seconds", "train_frames_per_second", "peak_memory_mb")

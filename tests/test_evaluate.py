@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from las.errors import LasError
-from las.evaluate import evaluate_files, format_report, score
-from las.metrics import EditCounts, character_error_rate, edit_counts
-from las.transcripts import Transcript, read_transcripts, write_transcripts
+from las.core.errors import LasError
+from las.core.metrics import EditCounts, character_error_rate, edit_counts
+from las.recognition.evaluate import evaluate_files, format_report, score
+from las.recognition.transcripts import Transcript, read_transcripts, write_transcripts
 
 
 @pytest.mark.parametrize(

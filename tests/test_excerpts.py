@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.config import load_config
+from las.core.config import load_config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.data.ctm import WordTime, read_ctm, read_digests, write_ctm
 from las.data.dataset import Draw, SpeechDataset
 from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path
 from las.data.extraction import content_digest
 from las.data.manifest import read_utterances
-from las.errors import LasError
-from las.text import Vocabulary
 
 from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, write_manifest
 

@@ -11,9 +11,9 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
-from las.checkpoint import load_checkpoint  # noqa: E402
-from las.export import export  # noqa: E402
-from las.recognizer import Recognizer  # noqa: E402
+from las.export.runtime import load_model  # noqa: E402
+from las.export.writer import export  # noqa: E402
+from las.recognition.recognizer import Recognizer  # noqa: E402
 
 from .conftest import assert_clear_error, run, transcript_words  # noqa: E402
 
@@ -44,8 +44,8 @@ def test_an_export_decodes_as_its_checkpoint_with_every_strategy(exported: dict[
     lexicon = exported["fp32"].parent / "words.txt"  # the training transcripts' words but the first
     lexicon.write_text("".join(f"{word}\n" for word in sorted(transcript_words(exported["data"]))[1:]))
     settings = [item.replace("LEXICON", str(lexicon)) for item in STRATEGIES[strategy]] + ["decode.word_times=ctc"]
-    torch_results = Recognizer(load_checkpoint(exported["checkpoint"]), "cpu", settings).transcribe(exported["data"])
-    onnx_results = Recognizer(load_checkpoint(exported["fp32"]), "cpu", settings).transcribe(exported["data"])
+    torch_results = Recognizer(load_model(exported["checkpoint"]), "cpu", settings).transcribe(exported["data"])
+    onnx_results = Recognizer(load_model(exported["fp32"]), "cpu", settings).transcribe(exported["data"])
     for expected, found in zip(torch_results, onnx_results, strict=True):
         assert found.text == expected.text
         assert found.score == pytest.approx(expected.score, abs=1e-3)
@@ -59,8 +59,8 @@ def test_an_export_decodes_as_its_checkpoint_with_every_strategy(exported: dict[
 
 @pytest.mark.parametrize("batch", [1, 5])
 def test_the_listener_graph_holds_for_any_batch_and_length(exported: dict[str, Path], batch: int) -> None:
-    model = load_checkpoint(exported["checkpoint"]).build_model()
-    graphs = load_checkpoint(exported["fp32"]).build_model()
+    model = load_model(exported["checkpoint"]).build_model()
+    graphs = load_model(exported["fp32"]).build_model()
     features = torch.randn(batch, 41, model.input_size)
     lengths = torch.tensor([41, 40, 17, 9, 30][:batch])
     with torch.no_grad():
@@ -119,7 +119,7 @@ def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[
 def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(
     exported: dict[str, Path], tmp_path: Path
 ) -> None:
-    from las.files import locked_directory
+    from las.core.files import locked_directory
 
     out = copy_of(exported["fp32"], tmp_path / "out")
     with locked_directory(out):  # another process exporting into it now
@@ -141,4 +141,4 @@ def test_without_onnx_runtime_exporting_names_the_extra(
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails as where it is not installed
     assert_clear_error(*run("export", exported["checkpoint"], tmp_path / "out")[::2], "pip install 'las[export]'")
     with pytest.raises(Exception, match=r"las\[export\]"):
-        export(load_checkpoint(exported["checkpoint"]), tmp_path / "out2")
+        export(load_model(exported["checkpoint"]), tmp_path / "out2")

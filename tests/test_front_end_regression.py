@@ -24,11 +24,12 @@ DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam_ctc": ["decode.strategy
 
 
 def decode_dev(decoding: str, cache: Path) -> dict[str, str]:
-    from las.checkpoint import load_checkpoint
-    from las.recognizer import Recognizer
+    from las.export.runtime import load_model
+    from las.recognition.recognizer import Recognizer
 
-    settings = [*DECODINGS[decoding], "decode.ctc_weight=0.5", "decode.speed=0.9", f"data.cache_dir={cache}"]
-    recognizer = Recognizer(load_checkpoint(DATA / "model.pt"), "cpu", settings)
+    settings = [*DECODINGS[decoding], "decode.ctc_weight=0.5", "decode.speed=0.9", "decode.other_speed=0"]
+    settings.append(f"data.cache_dir={cache}")
+    recognizer = Recognizer(load_model(DATA / "model.pt"), "cpu", settings)
     return {result.id: result.text for result in recognizer.transcribe(DEV)}
 
 

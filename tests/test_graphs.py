@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import nn
 
-from las.config import Config, ModelConfig, load_config
-from las.errors import LasError
-from las.losses import joint_loss
+from las.core.config import Config, ModelConfig, load_config
+from las.core.errors import LasError
 from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller, bucket_shape, padded
 from las.model.graphs import bucket
 from las.model.las import LAS
+from las.model.losses import joint_loss
 from tests.test_step_equivalence import CASES, INPUT_SIZE, SMALL, VOCABULARY, batch
 
 # model.* settings beside SMALL for a Transformer speller.
@@ -147,7 +147,7 @@ def test_cuda_graphs_take_whichever_of_the_speller_and_listener_they_can(setting
 
 
 def test_cuda_graphs_without_a_gpu_stop_training_with_one_line(tiny_config: Config) -> None:
-    from las.train import train
+    from las.training.train import train
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: tests/test_cuda.py trains with graphs")

@@ -19,18 +19,18 @@ import pytest
 import soundfile
 import torch
 
-from las.checkpoint import load_checkpoint
-from las.config import Config, FeatureConfig
+from las.core.config import Config, FeatureConfig
+from las.core.errors import LasError
+from las.core.files import locked_directory, write_atomically
 from las.data import extraction
 from las.data.audio import load_audio
 from las.data.cache import FeatureCache
 from las.data.cache_index import row_checksum
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.manifest import read_utterances
-from las.decode import json_score
-from las.errors import LasError
-from las.files import locked_directory, write_atomically
-from las.train import train
+from las.export.runtime import load_model
+from las.recognition.decode import json_score
+from las.training.train import train
 
 from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
 
@@ -97,7 +97,7 @@ def test_a_run_directory_is_locked_while_a_process_holds_it(tiny_config: Config)
     out = Path(tiny_config.train.out)
     out.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from las.files import locked_directory; from pathlib import Path; import time\n"
+        [sys.executable, "-c", f"from las.core.files import locked_directory; from pathlib import Path; import time\n"
          f"with locked_directory(Path({str(out)!r})):\n    print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -328,7 +328,7 @@ class FillingFile:
 
 def fill_the_disk_after(monkeypatch: pytest.MonkeyPatch, room: int) -> None:
     """Every file las publishes from now on shares `room` bytes of free disk."""
-    from las import files
+    from las.core import files
 
     left = [room]
     monkeypatch.setattr(files, "open", lambda path, mode="r": FillingFile(open(path, mode), left), raising=False)
@@ -348,7 +348,7 @@ def small_disk(tmp_path: Path):
 
 
 def test_a_checkpoint_on_a_full_file_system_is_one_line_and_keeps_the_old_one(small_disk: Path) -> None:
-    from las.files import save_atomically
+    from las.core.files import save_atomically
 
     target = small_disk / "last.pt"
     save_atomically(target, {"weights": torch.zeros(10)})
@@ -365,21 +365,21 @@ def test_training_on_a_filling_disk_stops_with_one_line_and_resumes_from_the_las
     settings = ["train.average_best=0", "train.tensorboard=false"]
     config = replace(tiny_config.replace(settings), train=replace(tiny_config.train, epochs=1, average_best=0))
     run_directory = train(config)
-    saved = load_checkpoint(run_directory / "last.pt").training_state["progress"]["step"]
+    saved = load_model(run_directory / "last.pt").training_state["progress"]["step"]
     fill_the_disk_after(monkeypatch, room=100_000)  # less than a checkpoint
     with pytest.raises(LasError, match=r"cannot write .*\.pt: No space left on device"):
         train(config, resume=True, assignments=["train.epochs=2"])
-    assert load_checkpoint(run_directory / "last.pt").training_state["progress"]["step"] == saved  # the last good
+    assert load_model(run_directory / "last.pt").training_state["progress"]["step"] == saved  # the last good
     assert not [path for path in run_directory.rglob("*.tmp")]
     monkeypatch.undo()  # room again
     train(config, resume=True, assignments=["train.epochs=2"])
-    assert load_checkpoint(run_directory / "last.pt").training_state["progress"]["epoch"] == 2
+    assert load_model(run_directory / "last.pt").training_state["progress"]["epoch"] == 2
 
 
 def write_each_kind(kind: str, folder: Path) -> None:
     """What las writes, each through the function that writes it, with more than a small disk holds."""
-    from las.files import save_atomically, write_text_atomically
-    from las.train import append_line
+    from las.core.files import save_atomically, write_text_atomically
+    from las.training.train import append_line
 
     big = "x" * 400_000
     if kind == "checkpoint, snapshot, averaged weights":
@@ -391,9 +391,9 @@ def write_each_kind(kind: str, folder: Path) -> None:
     elif kind == "cache shard":
         write_atomically(folder / "shard-0.npy", lambda file: np.save(file, np.zeros(100_000, dtype=np.float32)))
     elif kind == "attention plot":
-        from las.plots import plot_hypothesis
+        from las.core.text import Vocabulary
+        from las.recognition.plots import plot_hypothesis
         from las.search import Hypothesis
-        from las.text import Vocabulary
 
         vocabulary = Vocabulary.from_texts(["AB"])
         attention = torch.rand(40, 200)  # a PNG of about 70 KB: its noise does not compress
@@ -422,7 +422,7 @@ def test_every_kind_of_file_on_a_full_file_system_is_one_line_and_keeps_the_old_
 def test_tensorboard_on_a_full_file_system_is_one_warning_and_the_run_goes_on(
     small_disk: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from las.monitor import Monitor
+    from las.training.monitor import Monitor
 
     monitor = Monitor(Config(), small_disk, total_steps=10)
     for step in range(400):  # each flush writes a transcript table of 1 KB: the disk fills up
@@ -502,7 +502,7 @@ def test_a_pickle_payload_in_an_npy_file_never_runs(trained_run: dict[str, Path]
 
 
 def test_last_pt_is_saved_mid_epoch_every_few_minutes(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    from las import train as train_module
+    from las.training import train as train_module
 
     saved: list[tuple[str, int, int]] = []
     original = train_module.Trainer.save
@@ -519,11 +519,11 @@ def test_last_pt_is_saved_mid_epoch_every_few_minutes(tiny_config: Config, monke
     train(config)
     mid_epoch = [entry for entry in saved if entry[0] == "last.pt" and entry[1] == 0]
     assert any(0 < batch < 4 for _, _, batch in mid_epoch)
-    assert load_checkpoint(Path(config.train.out) / "last.pt").training_state["progress"]["epoch"] == 1
+    assert load_model(Path(config.train.out) / "last.pt").training_state["progress"]["epoch"] == 1
 
 
 def test_a_second_signal_stops_at_once_without_saving(tiny_config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
-    from las.optimisation import Optimisation
+    from las.training.optimisation import Optimisation
 
     def interrupted_twice(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # what StopRequests raises on a second signal
@@ -642,7 +642,7 @@ def test_bad_utterances_can_be_skipped_with_a_counted_warning(
 
 
 def test_training_skips_bad_utterances_at_every_speed(tiny_config: Config, tmp_path: Path) -> None:
-    from las.corpus import load_corpus
+    from las.training.corpus import load_corpus
 
     samples = waveform()
     samples[5] = np.inf
@@ -662,7 +662,7 @@ def test_ctrl_c_while_decoding_stops_and_writes_nothing(
     import signal
     import threading
 
-    from las.decode import decode
+    from las.recognition.decode import decode
     from las.search import GreedySearch
 
     original = GreedySearch.search

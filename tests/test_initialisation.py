@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.checkpoint import load_checkpoint
-from las.config import load_config
-from las.errors import LasError
-from las.initialisation import CHARACTER_ROWS, initialise
+from las.core.config import load_config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
+from las.export.runtime import load_model
 from las.model.las import LAS
-from las.text import Vocabulary
+from las.training.initialisation import CHARACTER_ROWS, initialise
 
 from .conftest import TINY, an4_rows, assert_clear_error, run, write_manifest
 
@@ -38,7 +38,7 @@ def settings(trained_run: dict[str, Path], tmp_path: Path, *extra: str, model: b
 
 
 def test_every_weight_that_fits_is_loaded_and_shared_characters_keep_their_rows(trained_run: dict[str, Path]) -> None:
-    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    trained = load_model(trained_run["run"] / "best.pt")
     vocabulary = trained.vocabulary.extended(["QZ9"])  # three new characters
     config = trained.config.model
     model = LAS.build(config, trained.input_size, len(vocabulary))
@@ -66,7 +66,7 @@ def test_every_weight_that_fits_is_loaded_and_shared_characters_keep_their_rows(
 def test_a_part_of_another_kind_starts_anew_and_the_rest_is_loaded(trained_run: dict[str, Path]) -> None:
     """A Transformer speller on the trained pBLSTM listener; a Transformer listener renews the
     CTC head that reads it, and keeps the speller."""
-    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    trained = load_model(trained_run["run"] / "best.pt")
     assert trained.config.model.speller == "lstm" and trained.config.model.listener == "pblstm"
     for kind, renewed, why in [
         ("speller", {"speller"}, "speller: 31 initialised (model.speller=lstm there), 11 skipped"),
@@ -91,13 +91,13 @@ def test_fine_tuning_is_the_checkpoints_model_and_features_where_nothing_names_o
     every weight loaded. A speller of another kind named: it goes on the checkpoint's listener.
     A setting that only the checkpoint's kind of speller takes: taken, its kind not said again."""
     init = trained_run["run"] / "best.pt"
-    trained = load_checkpoint(init)
+    trained = load_model(init)
     for kind, extra in [("lstm", ()), ("transformer", ("model.speller=transformer", "model.transformer_dim=32"))]:
         out = tmp_path / kind
         arguments = settings(trained_run, tmp_path, "train.epochs=1", f"train.out={out}", *extra, model=False)
         code, _, stderr = run("train", "--init", init, *arguments)
         assert code == 0, stderr
-        tuned = load_checkpoint(out / "last.pt").config
+        tuned = load_model(out / "last.pt").config
         expected = trained.config.model
         if extra:
             expected = dataclasses.replace(expected, speller="transformer", transformer_dim=32)
@@ -111,13 +111,13 @@ def test_fine_tuning_is_the_checkpoints_model_and_features_where_nothing_names_o
     )
     code, _, stderr = run("train", "--init", tmp_path / "transformer" / "last.pt", *arguments)
     assert code == 0, stderr
-    tuned_model = load_checkpoint(out / "last.pt").config.model
+    tuned_model = load_model(out / "last.pt").config.model
     assert (tuned_model.speller, tuned_model.speller_dim) == ("transformer", 32)
     assert "initialised" not in stderr, stderr  # every weight loaded
 
 
 def test_a_letter_in_the_other_case_starts_from_the_checkpoints_rows(trained_run: dict[str, Path]) -> None:
-    trained = load_checkpoint(trained_run["run"] / "best.pt")
+    trained = load_model(trained_run["run"] / "best.pt")
     upper = [symbol for symbol in trained.vocabulary.symbols if symbol.isupper()]
     vocabulary = trained.vocabulary.extended([symbol.lower() for symbol in upper] + ["9"])
     config = trained.config.model
@@ -154,7 +154,7 @@ def test_fine_tuning_keeps_the_normalisation_adds_characters_and_freezes_the_lis
     code, _, stderr = run("train", "--init", init, *settings(trained_run, tmp_path, "train.freeze=listener"))
     assert code == 0, stderr
     assert f"--init {init}: listener: " in stderr and "new" in stderr
-    trained, tuned = load_checkpoint(init), load_checkpoint(tmp_path / "run" / "last.pt")
+    trained, tuned = load_model(init), load_model(tmp_path / "run" / "last.pt")
     assert tuned.vocabulary.symbols[: len(trained.vocabulary)] == trained.vocabulary.symbols
     assert len(tuned.vocabulary) > len(trained.vocabulary)  # the new speakers' characters
     assert torch.equal(tuned.normalizer.mean, trained.normalizer.mean)
@@ -170,7 +170,7 @@ def test_a_listener_frozen_for_one_epoch_moves_after_it(trained_run: dict[str, P
     extra = ("train.freeze=listener,ctc_head", "train.freeze_epochs=1")
     code, _, stderr = run("train", "--init", init, *settings(trained_run, tmp_path, *extra))
     assert code == 0, stderr
-    trained, tuned = load_checkpoint(init), load_checkpoint(tmp_path / "run" / "last.pt")
+    trained, tuned = load_model(init), load_model(tmp_path / "run" / "last.pt")
     name = "listener.key.weight"
     assert not torch.equal(tuned.model_state[name], trained.model_state[name])
 

@@ -7,14 +7,14 @@ from typing import NamedTuple
 import pytest
 import torch
 
-from las.config import DecodeConfig
-from las.errors import LasError
+from las.core.config import DecodeConfig
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.search import Rules, build_strategy
 from las.search.common import Heard
 from las.search.lexicon import ABSENT, AFTER_SPACE, ENDED, START, Lexicon, read_lexicon
-from las.text import Vocabulary
 
 from .conftest import transcript_words
 from .test_model import VOCABULARY, batch, make_model

@@ -1,10 +1,10 @@
 import torch
 
-from las.config import load_config
-from las.losses import attention_loss, ctc_loss, joint_loss
+from las.core.config import load_config
+from las.core.text import Vocabulary
 from las.model.las import LAS
+from las.model.losses import attention_loss, ctc_loss, joint_loss
 from las.search import GreedySearch, Rules, Symbols
-from las.text import Vocabulary
 
 from .conftest import TINY
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from las.config import Config
-from las.monitor import duration
-from las.plots import run_labels
-from las.train import train
+from las.core.config import Config
+from las.recognition.plots import run_labels
+from las.training.monitor import duration
+from las.training.train import train
 
 from .conftest import assert_clear_error, run
 

@@ -138,7 +138,7 @@ def test_beam_size_one_equals_greedy(name: str) -> None:
 @pytest.mark.parametrize("name", FORWARD_ONLY)
 def test_a_model_with_it_learns(name: str) -> None:
     """A few steps on a fixed batch lower the loss: the gradient flows through the recurrences."""
-    from las.losses import attention_loss
+    from las.model.losses import attention_loss
 
     model = make_model(name).train()
     features, lengths, targets_in, targets_out = batch()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from las.config import Config, FeatureConfig, load_config
+from las.core.config import Config, FeatureConfig, load_config
 from las.data.channels import babble
 from las.data.features import FilterbankExtractor, log_mel_features
+from las.data.segmentation import Levels
 from las.data.sounds import PEAK, SOUNDS, NonSpeech, crowd
-from las.segmentation import Levels
 
 from .test_augment import speech
 
@@ -68,10 +68,10 @@ def nonspeech_config(tiny_config: Config, share: float) -> Config:
 
 
 def test_a_drawn_sound_trains_with_an_empty_transcript_and_a_finite_loss(tiny_config: Config) -> None:
-    from las.corpus import load_corpus
     from las.data.dataset import Draw
-    from las.losses import joint_loss
     from las.model.las import LAS
+    from las.model.losses import joint_loss
+    from las.training.corpus import load_corpus
 
     corpus = load_corpus(nonspeech_config(tiny_config, 1.0), None, None)
     example = corpus.train[Draw(0, 0, 5)]

@@ -14,15 +14,15 @@ import pytest
 import soundfile
 import torch
 
-from las import corpus as corpus_module
-from las.config import Config
+from las.core.config import Config
+from las.core.errors import LasError
 from las.data import cache as cache_module
 from las.data.audio import Segment
 from las.data.cache import FeatureCache
 from las.data.extraction import Missing, extract_features, planned_frames
 from las.data.features import FilterbankExtractor
 from las.data.manifest import read_utterances
-from las.errors import LasError
+from las.training import corpus as corpus_module
 
 from .conftest import TINY, an4_rows, assert_clear_error, run, write_manifest
 

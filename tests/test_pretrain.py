@@ -8,15 +8,15 @@ import torch
 from typer.testing import CliRunner
 
 from las.cli import app
-from las.config import Config
-from las.corpus import load_corpus
-from las.errors import LasError
+from las.core.config import Config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.model.listener import ListenerOutput
 from las.model.pretrained import load_language_model, silent_memory
-from las.pretrain import pretrain_speller
 from las.search import build_strategy
-from las.text import Vocabulary
-from las.train import Trainer
+from las.training.corpus import load_corpus
+from las.training.pretrain import pretrain_speller
+from las.training.train import Trainer
 
 from .conftest import TINY
 

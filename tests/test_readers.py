@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from las.core.errors import LasError
 from las.data.audio import Segment
 from las.data.manifest import read_utterances
-from las.errors import LasError
 
 from .conftest import AN4, an4_rows, write_manifest
 
@@ -241,9 +241,9 @@ def test_training_on_audio_narrower_than_a_telephone_line_warns_from_a_sample_of
     a million, whose start-up stays as fast): a corpus recorded at 4 kHz is named before it trains."""
     import soundfile
 
-    from las import corpus
-    from las.config import load_config
+    from las.core.config import load_config
     from las.data.signal import resample
+    from las.training import corpus
 
     from .conftest import TINY
 
@@ -443,8 +443,8 @@ def test_input_format_overrides_detection_and_is_checked(tmp_path: Path, expecte
     ],
 )
 def test_chosen_speed_perturbation_and_augmentation_need_audio(hw4_features: Path, setting: str, name: str) -> None:
-    from las.config import load_config
-    from las.corpus import load_corpus
+    from las.core.config import load_config
+    from las.training.corpus import load_corpus
 
     split = hw4_features / "train.npy"
     config = load_config(None, [f"data.train={split}", f"data.dev={split}", setting])
@@ -455,8 +455,8 @@ def test_chosen_speed_perturbation_and_augmentation_need_audio(hw4_features: Pat
 def test_default_waveform_effects_are_off_for_precomputed_features(
     hw4_features: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from las.config import load_config
-    from las.corpus import load_corpus
+    from las.core.config import load_config
+    from las.training.corpus import load_corpus
 
     split = hw4_features / "train.npy"
     config = load_config(None, [f"data.train={split}", f"data.dev={split}", "data.workers=0"])
@@ -481,8 +481,8 @@ def test_default_waveform_effects_are_off_for_precomputed_features(
 def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Path) -> None:
     from typer.testing import CliRunner
 
-    from las.checkpoint import load_checkpoint
     from las.cli import app
+    from las.export.runtime import load_model
 
     from .conftest import TINY
 
@@ -493,7 +493,7 @@ def test_hw4_features_train_and_decode_with_their_own_dimension(hw4_features: Pa
     arguments = ["train", "--train", hw4_features / "train.npy", "--dev", hw4_features / "dev.npy"]
     result = runner.invoke(app, [str(item) for item in [*arguments, "--out", out, "--epochs", "2", *settings]])
     assert result.exit_code == 0, result.stderr
-    assert load_checkpoint(out / "last.pt").input_size == 40
+    assert load_model(out / "last.pt").input_size == 40
     result = runner.invoke(app, ["decode", str(out / "last.pt"), str(hw4_features / "test.npy")])
     assert result.exit_code == 0, result.stderr
     # The same features as a folder of per-utterance files, named by --input-format.

@@ -13,12 +13,12 @@ import soundfile
 import torch
 
 from las import Recognizer
-from las.checkpoint import load_checkpoint
-from las.errors import LasError
-from las.recognizer import Result, with_context
+from las.core.errors import LasError
+from las.data.segmentation import has_speech, split_at_pauses
+from las.export.runtime import load_model
+from las.recognition.recognizer import Result, with_context
+from las.recognition.timing import ONSET_FRAMES, sound_start, token_spans, word_edges
 from las.search.common import Rules
-from las.segmentation import has_speech, split_at_pauses
-from las.timing import ONSET_FRAMES, sound_start, token_spans, word_edges
 
 from .conftest import AN4, an4_rows, assert_clear_error, run, write_manifest
 
@@ -60,7 +60,7 @@ def test_speech_without_a_pause_is_cut_at_its_quietest_points_into_pieces_no_lon
 def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_in_them_does(
     trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from las.config import FeatureConfig
+    from las.core.config import FeatureConfig
     from las.data.channels import add_noise, brown_noise, hum, pink_noise, white_noise
     from las.data.features import FilterbankExtractor
 
@@ -97,7 +97,7 @@ def test_mains_hum_played_slower_holds_no_speech(speed: float) -> None:
     60 Hz hum beat against the 10 ms frames enough to pass `Levels.speech` (band contrast 0.56
     against 0.5; 0.24 as recorded), and is decoded as a word. The rule was made on audio as
     recorded; deciding there, before the speed changes it, would hold at any speed."""
-    from las.config import FeatureConfig
+    from las.core.config import FeatureConfig
     from las.data.channels import hum
     from las.data.features import FilterbankExtractor
 
@@ -106,7 +106,7 @@ def test_mains_hum_played_slower_holds_no_speech(speed: float) -> None:
 
 
 def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
-    from las.config import FeatureConfig
+    from las.core.config import FeatureConfig
     from las.data.features import FilterbankExtractor
 
     extractor = FilterbankExtractor(FeatureConfig())
@@ -122,10 +122,10 @@ def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
 
 
 def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> None:
-    from las.config import FeatureConfig
+    from las.core.config import FeatureConfig
     from las.data.channels import add_noise, white_noise
     from las.data.features import FilterbankExtractor
-    from las.segmentation import digital_silence, energy_range, frame_energy
+    from las.data.segmentation import digital_silence, energy_range, frame_energy
 
     extractor = FilterbankExtractor(FeatureConfig())
     waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 8)]
@@ -148,7 +148,7 @@ def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> No
 
 def test_a_few_words_in_long_noise_are_cut_out_and_the_noise_is_not() -> None:
 
-    from las.config import FeatureConfig
+    from las.core.config import FeatureConfig
     from las.data.channels import brown_noise, pink_noise, power, white_noise
     from las.data.features import FilterbankExtractor
     from las.data.signal import lowpass
@@ -294,7 +294,7 @@ def test_recordings_clipped_at_full_scale_are_decoded_with_a_warning_that_says_h
     speech = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in rows]
     soundfile.write(tmp_path / "hot.wav", clipped(speech[0], 20).numpy(), RATE, subtype="PCM_16")
     soundfile.write(tmp_path / "fine.wav", speech[1].numpy(), RATE, subtype="PCM_16")
-    checkpoint = load_checkpoint(trained_run["run"] / "best.pt")
+    checkpoint = load_model(trained_run["run"] / "best.pt")
     recognizer = Recognizer(checkpoint, "cpu", [f"data.cache_dir={tmp_path / 'cache'}"])
     files = [tmp_path / "hot.wav", tmp_path / "fine.wav"]
     for _ in range(2):  # computed, then read from the cache: told both times

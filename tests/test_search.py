@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from las import Recognizer
-from las.config import DecodeConfig, StrategyName, load_config
+from las.core.config import DecodeConfig, StrategyName, load_config
 from las.data.dataset import Batch
 from las.data.manifest import read_utterances
 from las.model.las import LAS

@@ -13,11 +13,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from las.config import load_config
-from las.errors import LasError
+from las.core.config import load_config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.search import build_strategy
 from las.search.lexicon import Lexicon
-from las.text import Vocabulary
 
 from .conftest import TINY
 from .test_search import (  # noqa: F401 (a fixture)

@@ -41,13 +41,13 @@ CASES: dict[str, dict[str, object]] = {
 
 def decode_dev(case: str, cache: Path) -> dict[str, list[list[object]]]:
     """Per dev utterance, its n-best list as [text, score] pairs."""
-    from las.checkpoint import load_checkpoint
-    from las.recognizer import Recognizer
+    from las.export.runtime import load_model
+    from las.recognition.recognizer import Recognizer
 
     settings = [f"decode.{key}={value}" for key, value in CASES[case].items()] + [f"data.cache_dir={cache}"]
     settings.append("features.trim_surroundings=false")  # the outputs were decoded from whole utterances
-    settings.append("decode.speed=1")  # ... as they were said
-    recognizer = Recognizer(load_checkpoint(DATA / "model.pt"), "cpu", settings)
+    settings += ["decode.speed=1", "decode.other_speed=0"]  # ... as they were said, in one pass
+    recognizer = Recognizer(load_model(DATA / "model.pt"), "cpu", settings)
     return {result.id: [[text, score] for text, score in result.nbest] for result in recognizer.transcribe(DEV)}
 
 

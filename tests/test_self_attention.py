@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from las.checkpoint import load_checkpoint
-from las.config import Config, load_config
-from las.errors import LasError
-from las.export import export
+from las.core.config import Config, load_config
+from las.core.errors import LasError
+from las.export.runtime import load_model
+from las.export.writer import export
 from las.model.attention_listener import AttentionListener
 from las.model.las import LAS
-from las.recognizer import Recognizer
+from las.recognition.recognizer import Recognizer
 from las.search import BeamSearch, GreedySearch, Rules, Scoring, Symbols
-from las.train import train
+from las.training.train import train
 
 from .conftest import TINY, run
 from .test_model import VOCABULARY
@@ -221,14 +221,14 @@ def test_a_tiny_self_attention_model_learns_real_utterances(tiny_config: Config,
     assert all(record["words"] for record in records if record["text"])
     if importlib.util.find_spec("onnxruntime") is None:
         return
-    export(load_checkpoint(trained / "best.pt"), tmp_path / "export")  # its caches of keys and values as graph state
+    export(load_model(trained / "best.pt"), tmp_path / "export")  # its caches of keys and values as graph state
     for strategy in (
         ["decode.strategy=greedy"],
         ["decode.strategy=beam", "decode.beam_size=4", "decode.ctc_weight=0.3"],
     ):
         settings = [*strategy, "decode.word_times=attention"]
-        expected = Recognizer(load_checkpoint(trained / "best.pt"), "cpu", settings).transcribe(tiny_config.data.train)
-        found = Recognizer(load_checkpoint(tmp_path / "export"), "cpu", settings).transcribe(tiny_config.data.train)
+        expected = Recognizer(load_model(trained / "best.pt"), "cpu", settings).transcribe(tiny_config.data.train)
+        found = Recognizer(load_model(tmp_path / "export"), "cpu", settings).transcribe(tiny_config.data.train)
         assert [result.text for result in found] == [result.text for result in expected]
         assert [result.score for result in found] == pytest.approx([result.score for result in expected], abs=1e-3)
         assert [[word.start for word in result.words] for result in found] == [
@@ -254,9 +254,9 @@ def test_a_self_attention_listener_exports_and_its_graph_gives_the_listeners_out
     choices = [f"model.listener={listener}", f"model.time_reduction={reduction}", *speller]
     model = load_config(None, TINY + SELF_ATTENTION + choices).model
     trained = train(replace(tiny_config, model=model, train=replace(tiny_config.train, epochs=1)))
-    checkpoint = load_checkpoint(trained / "last.pt")
+    checkpoint = load_model(trained / "last.pt")
     export(checkpoint, tmp_path / "export")
-    graphs, pytorch = load_checkpoint(tmp_path / "export").build_model(), checkpoint.build_model()
+    graphs, pytorch = load_model(tmp_path / "export").build_model(), checkpoint.build_model()
     torch.manual_seed(2)
     for features, lengths in [(torch.randn(3, 41, checkpoint.input_size), torch.tensor([41, 30, 9])),
                               (torch.randn(1, 17, checkpoint.input_size), torch.tensor([17]))]:  # fmt: skip

@@ -1,4 +1,4 @@
-"""The torch-only front end (las.data.signal, the CTC Viterbi of las.timing) against torchaudio,
+"""The torch-only front end (las.data.signal, the CTC Viterbi of las.recognition.timing) against torchaudio,
 which it replaced: bit for bit where torchaudio's arithmetic was plain torch (resampling, the mel
 spectrum, mu-law), within float32 rounding where it ran a compiled loop (the biquads), and the
 same spans from forced alignment. The comparisons run wherever torchaudio imports (the locked
@@ -22,7 +22,7 @@ from las.data.signal import (
     resample,
     resampled_length,
 )
-from las.timing import runs, token_spans, viterbi_path
+from las.recognition.timing import runs, token_spans, viterbi_path
 
 from .conftest import an4_rows
 

@@ -64,9 +64,9 @@ def batch() -> dict[str, torch.Tensor]:
 
 def loss_and_gradients(case: str, state: dict[str, torch.Tensor] | None) -> tuple[dict, float, dict]:
     """The model's state, the joint loss of `batch()` and every parameter's gradient."""
-    from las.config import ModelConfig
-    from las.losses import joint_loss
+    from las.core.config import ModelConfig
     from las.model.las import LAS
+    from las.model.losses import joint_loss
 
     settings, forcing = CASES[case]
     config = dataclasses.replace(ModelConfig(), **SMALL, **settings)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from las.subtitles import LINE_CHARACTERS, write_subtitles
+from las.recognition.subtitles import LINE_CHARACTERS, write_subtitles
 
 srt = pytest.importorskip("srt")
 webvtt = pytest.importorskip("webvtt")
@@ -78,7 +78,7 @@ def test_transcripts_read_back_as_written_whatever_the_text_holds(output_format:
     """Commas, quotes, `-->` and any script survive every format; whitespace is read back as
     transcripts are read (one space between words: `clean_transcript`), which Kaldi text also
     writes."""
-    from las.transcripts import Transcript, read_transcripts, write_transcripts
+    from las.recognition.transcripts import Transcript, read_transcripts, write_transcripts
 
     texts = {
         "a": 'COMMA, "QUOTES" AND -->',

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from las.config import FeatureConfig, load_config
+from las.core.config import FeatureConfig, load_config
+from las.core.text import Vocabulary
 from las.data.audio import load_audio
 from las.data.channels import add_noise, hum, in_16_bits, own_background, power, white_noise
 from las.data.dataset import Draw, SpeechDataset
 from las.data.features import FilterbankExtractor
+from las.data.segmentation import Levels, sound_regions
 from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
-from las.segmentation import Levels, sound_regions
-from las.text import Vocabulary
 
 from .conftest import AN4
 
@@ -93,7 +93,8 @@ def test_an_exports_dither_is_digital_silence_and_a_quiet_recordings_background_
     any room (1.20x the CER of AN4 dev, zeros 1.00x). It is cut as zeros are. But a recording 40
     dB quieter, in 16 bits, has a background at the quantiser's steps too: at its ends, and
     inside its soft sounds, it is the recording's (taken for silence, it read 1.1-2.4x worse)."""
-    from las.data.features import long_runs, recorded
+    from las.data.features import recorded
+    from las.data.runs import long_runs
 
     speech = load_audio(SPEECH, RATE)
     zeros = torch.zeros(RATE)
@@ -170,7 +171,7 @@ def test_a_click_a_pause_away_from_the_speech_is_not_kept(side: str) -> None:
 
 
 def test_the_loud_runs_kept_leave_out_a_click_a_pause_away_but_not_a_release_after_its_closure() -> None:
-    from las.segmentation import without_clicks
+    from las.data.segmentation import without_clicks
 
     assert without_clicks([(10, 80), (110, 115)]) == (10, 80)  # 0.3 s away, 50 ms long: a click
     assert without_clicks([(3, 8), (40, 100), (120, 124)]) == (40, 124)  # a release 0.2 s on stays
@@ -181,7 +182,7 @@ def test_the_loud_runs_kept_leave_out_a_click_a_pause_away_but_not_a_release_aft
 def test_no_frame_of_speech_is_taken_for_a_tone() -> None:
     """Speech never holds its spectrum still for 0.1 s: in all of AN4, for 2 frames at most; the
     longest hold, a "V" of an212, for 11 frames under 0.05 nats a frame, and it is no tone."""
-    from las.segmentation import tones
+    from las.data.segmentation import tones
 
     for name in ("an212-ftmj-b", "an10-fjmd-b", "an121-fjdn-b", "cen8-flmm2-b"):
         features = features_of(load_audio(AN4 / "audio" / f"{name}.flac", RATE))
@@ -266,7 +267,7 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
     (`decode.speed=0.9`), 1.37 s of padding lasts 152.2 frames, not a whole number of
     them: the speech's frames fall elsewhere on the grid, and one word edge of this weak model's
     moved by 0.09 s (the same texts)."""
-    from las.recognizer import Recognizer
+    from las.recognition.recognizer import Recognizer
 
     from .test_search_regression import DATA
 

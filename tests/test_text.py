@@ -1,7 +1,7 @@
 import pytest
 
-from las.errors import LasError
-from las.text import SPECIALS, Vocabulary, clean_transcript
+from las.core.errors import LasError
+from las.core.text import SPECIALS, Vocabulary, clean_transcript
 
 
 def test_vocabulary_has_specials_first_and_sorted_characters() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from las import threads
+from las.core import threads
 
 from .conftest import run
 

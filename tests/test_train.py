@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from las import corpus as corpus_module
-from las import optimisation as optimisation_module
-from las.checkpoint import load_checkpoint
-from las.config import AugmentConfig, Config
-from las.device import bf16_supported, resolve_precision
-from las.errors import LasError
-from las.optimisation import learning_rate_scale
-from las.train import teacher_forcing_rate, train
+from las.core.config import AugmentConfig, Config
+from las.core.device import bf16_supported, resolve_precision
+from las.core.errors import LasError
+from las.export.runtime import load_model
+from las.training import corpus as corpus_module
+from las.training import optimisation as optimisation_module
+from las.training.optimisation import learning_rate_scale
+from las.training.train import teacher_forcing_rate, train
 
 
 def with_training(config: Config, **changes: object) -> Config:
@@ -44,7 +44,7 @@ def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
     assert all(0 <= record[f"dev_{name}"] <= 1 for record in records for name in names)
     assert (run / "best.pt").exists() and (run / "last.pt").exists()
     assert len(list((run / "attention").glob("epoch_*.png"))) == 150
-    checkpoint = load_checkpoint(run / "best.pt")
+    checkpoint = load_model(run / "best.pt")
     assert checkpoint.config == config and checkpoint.training_state["progress"]["best_cer"] == min(
         r["dev_cer"] for r in records
     )
@@ -58,7 +58,7 @@ def without_timings(records: list[dict]) -> list[dict]:
 
 
 def final_weights(run: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(run / "last.pt").model_state
+    return load_model(run / "last.pt").model_state
 
 
 def assert_identical_runs(expected: Path, resumed: Path) -> None:
@@ -119,7 +119,7 @@ def test_a_stop_signal_saves_at_a_batch_boundary_and_resumes_bit_exactly(
         LasError, match=f"stopped by {name}: saved .*last.pt at epoch 2, batch 2; continue with --resume"
     ):
         train(interrupted)
-    progress = load_checkpoint(tmp_path / "interrupted" / "last.pt").training_state["progress"]
+    progress = load_model(tmp_path / "interrupted" / "last.pt").training_state["progress"]
     assert (progress["epoch"], progress["batch_in_epoch"], progress["step"]) == (1, 2, 6)
     monkeypatch.setattr(optimisation_module, "clip_gradients", original)
     train(interrupted, resume=True)
@@ -212,11 +212,11 @@ def test_the_gradient_scaler_round_trips_through_a_checkpoint(
     real_scaler = torch.amp.GradScaler
     monkeypatch.setattr(torch.amp, "GradScaler", enabled_scaler)
     run = train(with_training(tiny_config, epochs=1))
-    saved = load_checkpoint(run / "last.pt").training_state["scaler"]
+    saved = load_model(run / "last.pt").training_state["scaler"]
     assert saved["scale"] == scalers[0].get_scale() and saved["_growth_tracker"] == scalers[0]._get_growth_tracker()
     assert saved["scale"] > 2.0**12  # doubled after every step with finite gradients
     train(with_training(tiny_config, epochs=1), resume=True, assignments=["train.epochs=2"])
-    resumed = load_checkpoint(run / "last.pt").training_state["scaler"]
+    resumed = load_model(run / "last.pt").training_state["scaler"]
     assert resumed["scale"] == saved["scale"] ** 2 / 2.0**12  # grew on from the saved scale, not from 2**12
 
 
@@ -239,8 +239,8 @@ def test_compiled_speller_step_trains_like_the_eager_one(
 
 
 def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: Path, capsys) -> None:
-    from las.corpus import load_corpus
-    from las.losses import ctc_frames_needed
+    from las.model.losses import ctc_frames_needed
+    from las.training.corpus import load_corpus
 
     from .conftest import an4_rows, write_manifest
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from las.errors import LasError
+from las.core.errors import LasError
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,10 @@ Dereverberation = Literal["off", "decoding", "always"]  # las.data.dereverberati
 TimeReduction = Literal["concat", "conv"]  # las.model.attention_listener
 AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location", "gmm", "monotonic", "monotonic_chunk"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
-# auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.device.resolve_precision).
+# auto: bf16 where it runs, else fp16 on CUDA, else fp32 (las.core.device.resolve_precision).
 Precision = Literal["fp32", "bf16", "fp16", "auto"]
 WordTimes = Literal["ctc", "attention"]
-ConfidenceMeasure = Literal["entropy", "probability"]  # las/confidence.py
+ConfidenceMeasure = Literal["entropy", "probability"]  # las/recognition/confidence.py
 ConfidenceSource = Literal["both", "speller", "ctc"]  # whose distributions (ctc: needs a CTC head)
 
 
@@ -184,7 +184,7 @@ class DataConfig(Section):
     batch_frames: NonNegative = 0
     # Batches by frames sized from the GPU (> 0): a new run on CUDA sets data.batch_frames to the
     # most padded frames whose training step peaks within this share of the GPU's memory, probed
-    # on the corpus's longest utterances (las/batch_memory.py), and no more than a data.batch_frames
+    # on the corpus's longest utterances (las/training/batch_memory.py), and no more than a data.batch_frames
     # already set (a recipe's: its learning rate and schedule were found for it). The run's config
     # keeps the result, so a resumed run batches as it began. Leave room for what the probe does
     # not see: the allocator's slack, train.cuda_graphs' memory per bucket. On a CPU: no change.
@@ -412,7 +412,7 @@ class TrainConfig(Section):
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
     average_best: NonNegative = 5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
-    # Fine-tuning (las/initialisation.py): start from the weights of this trained checkpoint, for
+    # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).
     init: str = ""
     # Parts whose weights stay as they are for the first `freeze_epochs` epochs (0: the whole run):
@@ -473,11 +473,11 @@ class DecodeConfig(Section):
     # greedy is the fast choice; ctc: CTC greedy, needs a CTC head.
     strategy: Annotated[StrategyName, Flag("--strategy", "Search strategy.")] = "beam"
     batch_size: Annotated[Count, Flag("--batch-size", "Utterances per batch.")] = 32
-    # Recordings longer than this are cut at their pauses into pieces no longer (las/segmentation.py):
+    # Recordings longer than this are cut at their pauses into pieces no longer (las/data/segmentation.py):
     # attention trained on utterances of seconds loses its place on minutes.
     segment_seconds: Annotated[float, Range(1)] = 10.0
     # Word times from CTC forced alignment of the decoded text (attention peaks for a model without
-    # a CTC head), or from the attention peak of each character (las/timing.py).
+    # a CTC head), or from the attention peak of each character (las/recognition/timing.py).
     word_times: WordTimes = "ctc"
     # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`;
     # with a CTC head, also by ctc_length_ratio times its greedy transcript's length (plus 5: 0 off),
@@ -488,7 +488,7 @@ class DecodeConfig(Section):
     # Attention only from 2 frames behind its last peak to this many ahead, in every strategy (0: off).
     attention_window: NonNegative = 0
     # Per character, word and recording, from the speller's and the CTC head's distributions
-    # (las/confidence.py); words below min_confidence are left out, with a count on stderr. The
+    # (las/recognition/confidence.py); words below min_confidence are left out, with a count on stderr. The
     # probability flagged AN4 dev's wrong words better than the entropy (AUC 0.805 against 0.774,
     # 3 seeds; docs/BENCHMARKS.md, "Confidence"), and its scale reads as a probability.
     confidence: ConfidenceMeasure = "probability"

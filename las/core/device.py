@@ -6,7 +6,7 @@ import contextlib
 
 import torch
 
-from las.errors import LasError
+from las.core.errors import LasError
 
 
 def resolve_device(name: str) -> torch.device:

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import torch
 
-from las.errors import LasError
+from las.core.errors import LasError
 
 
 def read_text(path: str | Path, setting: str = "") -> str:

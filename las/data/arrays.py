@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from las.errors import LasError
+from las.core.errors import LasError
 
 # Everything the pickle of an object array of numeric or string arrays refers to.
 ARRAY_GLOBALS = {

@@ -14,10 +14,10 @@ import numpy as np
 import soundfile
 import torch
 
+from las.core.errors import LasError
+from las.core.progress import warn
 from las.data.channels import TELEPHONE_RATE
 from las.data.signal import resample
-from las.errors import LasError
-from las.progress import warn
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
 # Audio that phones, browsers and video hold, which libsndfile cannot read (AAC, AMR, WMA, ...):

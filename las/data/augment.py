@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from las.config import AugmentConfig, FeatureConfig
+from las.core.config import AugmentConfig, FeatureConfig
 from las.data.audio import Segment, load_audio
 from las.data.channels import (
     add_noise,

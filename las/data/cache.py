@@ -41,8 +41,22 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from las.config import FeatureConfig
-from las.data import audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs, signal
+from las.core.config import FeatureConfig
+from las.core.errors import LasError
+from las.core.files import make_directory
+from las.core.progress import progress_bar, warn
+from las.data import (
+    audio,
+    cache_index,
+    declipping,
+    dereverberation,
+    extraction,
+    features,
+    loudness,
+    runs,
+    segmentation,
+    signal,
+)
 from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
@@ -65,9 +79,6 @@ from las.data.features import FeatureSet, InMemoryFeatures
 from las.data.manifest import report_skipped
 from las.data.on_demand import OnDemand
 from las.data.utterances import Utterance, Utterances
-from las.errors import LasError
-from las.files import make_directory
-from las.progress import progress_bar, warn
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
@@ -90,7 +101,18 @@ def code_digest(paths: Iterable[str | Path], salt: str = "") -> str:
 # change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
 # minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels). torch's
 # release counts too: its FFT computes the spectrum, and another release may round it otherwise.
-FEATURE_MODULES = (audio, cache_index, declipping, dereverberation, extraction, features, loudness, runs, signal)
+FEATURE_MODULES = (
+    audio,
+    cache_index,
+    declipping,
+    dereverberation,
+    extraction,
+    features,
+    loudness,
+    runs,
+    segmentation,
+    signal,
+)
 FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)], torch.__version__)
 
 

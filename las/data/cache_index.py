@@ -34,7 +34,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from las.progress import warn
+from las.core.progress import warn
 
 FILE_NAME = "index.sqlite"
 LEGACY_FILE_NAME = "index.jsonl"

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from las.core.errors import LasError
 from las.data.cache_index import FILE_NAME, LEGACY_FILE_NAME, CacheIndex
-from las.errors import LasError
 
 LOCK = ".lock"
 LAST_USED = "last-used"

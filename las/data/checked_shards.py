@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from las.errors import LasError
-from las.files import write_text_atomically
+from las.core.errors import LasError
+from las.core.files import write_text_atomically
 
 FILE_NAME = "checked.json"
 

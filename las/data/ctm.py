@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-from las.errors import LasError
-from las.files import read_text
+from las.core.errors import LasError
+from las.core.files import read_text
 
 
 class WordTime(NamedTuple):

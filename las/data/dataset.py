@@ -14,15 +14,16 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from las.config import DataConfig
+from las.core.config import DataConfig
+from las.core.text import Vocabulary
 from las.data.augment import Source, WaveformAugmentation
 from las.data.excerpts import WordExcerpts
-from las.data.features import POWER_FLOOR, FeatureSet, InMemoryFeatures, Normalizer
+from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
+from las.data.segmentation import Levels, frame_energy
+from las.data.signal import POWER_FLOOR
 from las.data.sounds import NonSpeech
 from las.data.surroundings import SharedEdges, Surroundings
 from las.data.utterances import Utterance, Utterances
-from las.segmentation import Levels, frame_energy
-from las.text import Vocabulary
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
+from las.core.progress import warn
 from las.data.ctm import WordTime, read_ctm, read_digests
 from las.data.utterances import Utterance
-from las.progress import warn
 
 MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it on each side
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.errors import LasError
+from las.core.files import write_atomically
 from las.data.arrays import array_shape
 from las.data.audio import Segment, audio_length, load_audio, read_bytes
 from las.data.cache_index import Entry, FileIdentity, checksum
@@ -31,8 +33,6 @@ from las.data.features import (
 from las.data.manifest import read_feature_file
 from las.data.signal import resampled_length
 from las.data.utterances import Utterance
-from las.errors import LasError
-from las.files import write_atomically
 
 Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import torch
 
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.errors import LasError
 from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
 from las.data.loudness import within_training_levels
-from las.data.runs import run_bounds
-from las.data.signal import MelPowerSpectrum, resample, resampled_length
-from las.errors import LasError
+from las.data.runs import leading, long_runs
+from las.data.segmentation import has_speech
+from las.data.signal import POWER_FLOOR, MelPowerSpectrum, resample, resampled_length
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -50,7 +51,6 @@ class InMemoryFeatures(FeatureSet):
         return {item.shape[1] for item in self.items}
 
 
-POWER_FLOOR = 1e-6  # added to mel power before the log: digital silence sits exactly there
 DITHER_STEPS = 2  # an export's dither: +-1 step of 16 bits (triangular), a step more where shaped
 BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
 
@@ -79,7 +79,7 @@ class FilterbankExtractor:
         as_recorded = self.log_mel(waveform) if speed == 1.0 or self.dereverberation else None
         # A recording without speech keeps its features: a tone, a hum or brown noise is all
         # predictable from its past, and what WPE leaves of it can pass for speech.
-        if self.dereverberation and holds_speech(as_recorded):
+        if self.dereverberation and has_speech(as_recorded):
             waveform = dereverberated(waveform, self.dereverberation, self.window)
             as_recorded = None
         if speed == 1.0 and as_recorded is not None:
@@ -101,14 +101,6 @@ class FilterbankExtractor:
                 dim=1,
             )  # (mel_bins, frames)
         return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
-
-
-def holds_speech(features: torch.Tensor) -> bool:
-    """las.segmentation's no-speech rule on log-mel features `(frames, mel_bins)` (imported here:
-    it reads this module's floor)."""
-    from las.segmentation import has_speech
-
-    return has_speech(features)
 
 
 def analysis_sizes(config: FeatureConfig) -> tuple[int, int]:
@@ -143,12 +135,6 @@ def recorded(waveform: torch.Tensor, silent_run: int) -> torch.Tensor:
     return ~silent
 
 
-def leading(flags: torch.Tensor) -> int:
-    """How many of the flags `(samples,)` are True before the first False."""
-    false = (~flags).nonzero()
-    return int(false[0]) if len(false) else len(flags)
-
-
 def louder_than_dither(waveform: torch.Tensor, window: int) -> bool:
     """Whether every stretch of `window` samples of `waveform` `(samples,)` that is not digital
     silence is louder than DITHER_STEPS of 16 bits (RMS): a background a quantiser's steps cannot
@@ -159,16 +145,6 @@ def louder_than_dither(waveform: torch.Tensor, window: int) -> bool:
     stretches = waveform.double().unfold(0, window, window // 2)  # (stretches, window)
     sound = stretches.abs().amax(dim=1) > 0
     return bool(sound.any()) and float(stretches[sound].pow(2).mean(dim=1).sqrt().min()) > DITHER_STEPS * 2**-15
-
-
-def long_runs(flags: torch.Tensor, length: int) -> torch.Tensor:
-    """`(samples,)` True inside the runs of True in `flags` `(samples,)` `length` or longer."""
-    starts, ends = run_bounds(flags)
-    long = ends - starts >= length
-    edges = torch.zeros(len(flags) + 1, dtype=torch.int32)
-    edges.index_add_(0, starts[long], torch.ones(int(long.sum()), dtype=torch.int32))
-    edges.index_add_(0, ends[long], -torch.ones(int(long.sum()), dtype=torch.int32))
-    return edges.cumsum(0)[:-1] > 0
 
 
 def dither(waveform: torch.Tensor) -> torch.Tensor:

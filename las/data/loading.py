@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
 from las.data.dataset import BatchDraws, Draw, SpeechDataset
 
 

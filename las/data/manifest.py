@@ -15,6 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from las.core.errors import LasError
+from las.core.progress import warn
+from las.core.text import Vocabulary, clean_transcript
 from las.data.arrays import load_array
 from las.data.audio import (
     AUDIO_SUFFIXES,
@@ -27,9 +30,6 @@ from las.data.audio import (
     sample_rate,
 )
 from las.data.utterances import Utterance, Utterances
-from las.errors import LasError
-from las.progress import warn
-from las.text import Vocabulary, clean_transcript
 
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 

@@ -24,7 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from las.config import FeatureConfig
+from las.core.config import FeatureConfig
+from las.core.errors import LasError
+from las.core.files import write_atomically
+from las.core.progress import warn
 from las.data.audio import Segment, read_bytes
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
 from las.data.checked_shards import CheckedShards
@@ -39,9 +42,6 @@ from las.data.extraction import (
     source_at,
 )
 from las.data.features import FilterbankExtractor
-from las.errors import LasError
-from las.files import write_atomically
-from las.progress import warn
 
 SHARD_UTTERANCES = 512  # a process writes a shard of what it computed once it holds this many
 SHARD_BYTES = 256 << 20  # ... or this many bytes of features, whichever comes first

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from las.data.features import POWER_FLOOR, leading, long_runs
-from las.data.runs import run_bounds
+from las.data.runs import leading, long_runs, run_bounds
+from las.data.signal import POWER_FLOOR
 
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 # Inside a recording shorter than a segment, only a pause this long is cut at (1 s): at 0.5 s the

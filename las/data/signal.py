@@ -21,6 +21,7 @@ import torch
 
 # Band-limited interpolation (Smith's resample, as torchaudio's default): a Hann-windowed sinc
 # reaching LOWPASS_ZEROS zero crossings each side, cut off at ROLLOFF of the lower Nyquist rate.
+POWER_FLOOR = 1e-6  # added to mel power before the log: digital silence sits exactly there
 LOWPASS_ZEROS = 6
 ROLLOFF = 0.99
 

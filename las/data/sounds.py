@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
 from las.data.channels import babble, pink_noise
 from las.data.features import FilterbankExtractor, log_mel_features
 

@@ -1,4 +1,4 @@
-"""An exported model (las.export) run by ONNX Runtime behind the interface of `LAS`: a listener,
+"""An exported model (las.export.writer) run by ONNX Runtime behind the interface of `LAS`: a listener,
 a CTC head and a speller with `initial_state` and `step`, so that every decoding strategy, the CTC
 prefix scorer, word times and confidences run on it unchanged. Tensors cross as CPU arrays."""
 
@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from las.checkpoint import Checkpoint, check_format, payload_checkpoint
-from las.config import ModelConfig
-from las.errors import LasError
-from las.export import (
+from las.core.config import ModelConfig
+from las.core.errors import LasError
+from las.export.writer import (
     FORMAT,
     MANIFEST,
     VERSION,
@@ -26,9 +25,23 @@ from las.export import (
     state_names,
     unflatten,
 )
+from las.model.checkpoint import Checkpoint, check_format, load_checkpoint, payload_checkpoint
+from las.model.las import LAS
 from las.model.listener import ListenerOutput, length_mask
 from las.model.speller import SpellerState
 from las.model.transformer_speller import CrossMemory, TransformerState, empty_state
+
+
+def load_model(path: str | Path) -> Checkpoint:
+    """A checkpoint written by `las train`, or an export folder written by `las export`."""
+    return load_export(path) if Path(path).is_dir() else load_checkpoint(path)
+
+
+class ExportedCheckpoint(Checkpoint):
+    """An export's settings, vocabulary and normalisation, whose weights are in its graphs."""
+
+    def build_model(self, device: torch.device | str = "cpu") -> LAS:
+        return ExportedModel(self.export, self)  # type: ignore[return-value]: it decodes as LAS does
 
 
 def load_export(folder: str | Path) -> Checkpoint:
@@ -55,7 +68,7 @@ def load_export(folder: str | Path) -> Checkpoint:
         if digest(path) != expected:
             raise LasError(f"{folder}: damaged export: {graph} is not the file that was exported")
     training = manifest.get("training") if isinstance(manifest.get("training"), dict) else {}
-    return payload_checkpoint(manifest, {}, training, manifest_path, export=folder)
+    return payload_checkpoint(manifest, {}, training, manifest_path, export=folder, kind=ExportedCheckpoint)
 
 
 def run_on(device: str | torch.device) -> torch.device:

@@ -1,7 +1,7 @@
 """`las export CHECKPOINT OUT/`: a trained model as ONNX graphs that ONNX Runtime runs without
 PyTorch's autograd or Python model code: the listener, the CTC head, and the speller's first state
 (a Transformer speller: its memory's projections) and one step, with the state (each layer's cache
-of keys and values) explicit in and out. The search stays in host code (las.runtime):
+of keys and values) explicit in and out. The search stays in host code (las.export.runtime):
 a whole decoding loop does not export (pytorch issues 42404, 88801), and every strategy, the CTC
 prefix scorer, word times and confidences then work on an export as on a checkpoint.
 
@@ -22,14 +22,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from las.checkpoint import Checkpoint
-from las.errors import LasError
-from las.files import locked_directory, make_directory, write_text_atomically
+from las.core.errors import LasError
+from las.core.files import locked_directory, make_directory, write_text_atomically
+from las.core.progress import say
+from las.model.checkpoint import Checkpoint
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
 from las.model.transformer_speller import CrossMemory, TransformerSpeller, TransformerState
-from las.progress import say
 
 FORMAT = "las-onnx"
 VERSION = 1  # bump when the graphs' inputs and outputs or model.json change incompatibly

@@ -13,7 +13,7 @@ from las.model.attention import (
 )
 from las.model.monotonic import GMMAttention, MonotonicAttention, MonotonicChunkAttention
 
-ATTENTIONS: dict[str, type[Attention]] = {  # las.config.AttentionName lists the same names
+ATTENTIONS: dict[str, type[Attention]] = {  # las.core.config.AttentionName lists the same names
     "dot": DotAttention,
     "scaled_dot": ScaledDotAttention,
     "general": GeneralAttention,

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from las.config import Config, DecodeConfig
+from las.core.config import Config, DecodeConfig
+from las.core.errors import LasError
+from las.core.files import save_atomically
+from las.core.text import Vocabulary
 from las.data.features import FeatureSet, Normalizer, feature_dimension
-from las.errors import LasError
-from las.files import save_atomically
 from las.model.las import LAS
-from las.text import Vocabulary
 
 FORMAT = "las-checkpoint"
 VERSION = 1  # bump when the layout below or the model's parameters change incompatibly
@@ -29,7 +29,7 @@ class Checkpoint:
     model_state: dict[str, torch.Tensor]
     training_state: dict[str, Any]  # empty for a model-only file
     input_size: int  # feature dimension the model reads
-    export: Path | None = None  # an ONNX export folder (las.export) whose graphs hold the weights
+    export: Path | None = None  # an ONNX export folder (las.export.writer) whose graphs hold the weights
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
@@ -60,11 +60,7 @@ class Checkpoint:
             raise LasError(f"{path}: damaged checkpoint: normalisation statistics do not match input_size")
 
     def build_model(self, device: torch.device | str = "cpu") -> LAS:
-        """The model in PyTorch on `device`; for an export, its graphs in ONNX Runtime (las.runtime)."""
-        if self.export is not None:
-            from las.runtime import ExportedModel
-
-            return ExportedModel(self.export, self)  # type: ignore[return-value]: it decodes as LAS does
+        """The model in PyTorch on `device` (an export's `ExportedCheckpoint` runs its graphs)."""
         model = LAS.build(self.config.model, self.input_size, len(self.vocabulary))
         try:
             model.load_state_dict(self.model_state)
@@ -112,12 +108,8 @@ def unreadable_checkpoint(path: Path, error: Exception) -> str:
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """A checkpoint written by `las train`, or an export folder written by `las export`."""
+    """A checkpoint written by `las train` (an export folder too: `las.export.runtime.load_model`)."""
     path = Path(path)
-    if path.is_dir():
-        from las.runtime import load_export
-
-        return load_export(path)
     if not path.is_file():
         raise LasError(f"checkpoint not found: {path}")
     try:
@@ -151,11 +143,12 @@ def payload_checkpoint(
     training_state: dict[str, Any],
     path: Path,
     export: Path | None = None,
+    kind: type[Checkpoint] = Checkpoint,
 ) -> Checkpoint:
     """The settings, vocabulary and normalisation of a checkpoint's (or an export's) `payload`,
-    with these weights; one clear error where they are damaged."""
+    with these weights, as a `kind`; one clear error where they are damaged."""
     try:
-        return Checkpoint(
+        return kind(
             Config.from_dict(payload["config"]),
             Vocabulary.from_list(payload["vocabulary"]),
             Normalizer.from_dict(payload["normalizer"]),

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from las.config import ModelConfig
+from las.core.config import ModelConfig
 from las.model.attention_listener import AttentionListener
 from las.model.attentions import build_attention
 from las.model.listener import Listener, ListenerOutput

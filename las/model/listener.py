@@ -129,7 +129,7 @@ class Listener(nn.Module):
         for layer in self.pyramid:
             x, lengths = self.dropout(x), halve_lengths(lengths)
             # A zero frame to pair with an odd last one; padding by the parity, not under an `if`,
-            # keeps the graph one for every length (las.export).
+            # keeps the graph one for every length (las.export.writer).
             x = nn.functional.pad(x, (0, 0, 0, x.shape[1] % 2))
             batch, frames, size = x.shape
             x = layer(x.reshape(batch, frames // 2, 2 * size), lengths)  # (batch, frames / 2, 2H)

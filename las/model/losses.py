@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from las.core.text import PAD_INDEX as PAD
 from las.model.las import LASOutput
-from las.text import PAD_INDEX as PAD
 
 
 def ctc_frames_needed(tokens: list[int]) -> int:

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from las.config import Config
-from las.errors import LasError
+from las.core.config import Config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.model.las import LAS, AnySpeller
 from las.model.listener import ListenerOutput
-from las.text import Vocabulary
 
 FORMAT = "las-speller"
 

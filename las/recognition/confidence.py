@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from las.config import ConfidenceMeasure
+from las.core.config import ConfidenceMeasure
 
 ENTROPY_ORDER = 1 / 3  # Tsallis's alpha: below 1, the entropy weighs the unlikely symbols more
 DIGITS = 4  # a confidence's precision, in the output and against decode.min_confidence alike
@@ -46,7 +46,7 @@ def confidences(
 def ctc_confidences(
     log_probs: torch.Tensor,  # (frames, vocabulary) of the CTC head
     tokens: Sequence[int],
-    spans: Sequence[tuple[int, int]],  # [start, end) frames of each token (las.timing.token_spans)
+    spans: Sequence[tuple[int, int]],  # [start, end) frames of each token (las.recognition.timing.token_spans)
     measure: ConfidenceMeasure,
 ) -> torch.Tensor:
     """`(tokens,)` each token's confidence at the frame of its span where it is likeliest."""

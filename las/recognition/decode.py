@@ -10,15 +10,15 @@ import re
 import sys
 from pathlib import Path
 
-from las.checkpoint import load_checkpoint
-from las.confidence import DIGITS, overall_confidence
+from las.core.errors import LasError
+from las.core.files import check_writable, make_directory, write_text_atomically
 from las.data.manifest import read_utterances
-from las.errors import LasError
-from las.files import check_writable, make_directory, write_text_atomically
-from las.plots import plot_hypothesis
-from las.recognizer import Recognizer, Result, Segment, Timing
-from las.subtitles import SUBTITLE_FORMATS, write_subtitles
-from las.transcripts import Transcript, write_transcripts
+from las.export.runtime import load_model
+from las.recognition.confidence import DIGITS, overall_confidence
+from las.recognition.plots import plot_hypothesis
+from las.recognition.recognizer import Recognizer, Result, Segment, Timing
+from las.recognition.subtitles import SUBTITLE_FORMATS, write_subtitles
+from las.recognition.transcripts import Transcript, write_transcripts
 
 
 def decode(
@@ -34,7 +34,7 @@ def decode(
 ) -> tuple[int, Timing]:
     """Transcribe `input_path` with the `decode.*` defaults and `assignments` on top of them:
     how many recordings, and the time their decoding took."""
-    checkpoint = load_checkpoint(checkpoint_path)
+    checkpoint = load_model(checkpoint_path)
     recognizer = Recognizer(checkpoint, device_name, assignments or [])
     if out is not None:
         for precious, what in ((checkpoint_path, "the checkpoint"), (input_path, "the input")):

@@ -8,9 +8,9 @@ from typing import Any
 
 import Levenshtein
 
-from las.errors import LasError
-from las.metrics import EditCounts, align, edit_counts
-from las.transcripts import read_transcripts
+from las.core.errors import LasError
+from las.core.metrics import EditCounts, align, edit_counts
+from las.recognition.transcripts import read_transcripts
 
 
 @dataclass(frozen=True)

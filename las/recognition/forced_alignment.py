@@ -1,6 +1,6 @@
 """Word times of known transcripts (`las align`): CTC forced alignment of each reference, each
 word's edges moved to where its sound rises and falls, never into a neighbour
-(las.timing.word_edges), written as CTM (las.data.ctm)."""
+(las.recognition.timing.word_edges), written as CTM (las.data.ctm)."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ from pathlib import Path
 
 import torch
 
-from las.checkpoint import load_checkpoint
+from las.core.errors import LasError
+from las.core.files import check_writable, write_text_atomically
+from las.core.progress import progress_bar, warn
+from las.core.text import PAD_INDEX
 from las.data.ctm import WordTime, write_ctm
 from las.data.extraction import content_digest
 from las.data.manifest import read_utterances, unknown_characters
-from las.errors import LasError
-from las.files import check_writable, write_text_atomically
-from las.losses import ctc_frames_needed
-from las.progress import progress_bar, warn
-from las.recognizer import Recognizer
+from las.data.segmentation import frame_energy
+from las.export.runtime import load_model
+from las.model.losses import ctc_frames_needed
+from las.recognition.recognizer import Recognizer
+from las.recognition.timing import token_spans
 from las.search import Hypothesis
-from las.segmentation import frame_energy
-from las.text import PAD_INDEX
-from las.timing import token_spans
 
 
 def align(recognizer: Recognizer, features: torch.Tensor, text: str, audio: bool = True) -> list[WordTime]:
@@ -56,7 +56,7 @@ def align_file(
     """Write the word times of every transcribed utterance of `input_path` as CTM to `out`
     (stdout for None): how many utterances were aligned, and how many left out (characters the
     model never saw, or too few frames for their characters)."""
-    recognizer = Recognizer(load_checkpoint(checkpoint), device, ["decode.speed=1"])  # as training reads them
+    recognizer = Recognizer(load_model(checkpoint), device, ["decode.speed=1"])  # as training reads them
     if out is not None:
         check_writable(out, "--out")
     skip = recognizer.config.data.bad_utterances == "skip"

@@ -7,17 +7,17 @@ import dataclasses
 
 import torch
 
-from las.confidence import confidences, ctc_confidences
-from las.config import ConfidenceMeasure, ConfidenceSource, WordTimes
+from las.core.config import ConfidenceMeasure, ConfidenceSource, WordTimes
+from las.core.progress import progress_bar
+from las.core.stopping import deferred_interrupts
+from las.core.text import PAD_INDEX, SOS_INDEX
+from las.core.threads import follow_load
 from las.data.dataset import BucketBatchSampler, SpeechDataset
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.progress import progress_bar
+from las.recognition.confidence import confidences, ctc_confidences
+from las.recognition.timing import token_spans
 from las.search import Hypothesis, Strategy
-from las.stopping import deferred_interrupts
-from las.text import PAD_INDEX, SOS_INDEX
-from las.threads import follow_load
-from las.timing import token_spans
 
 
 @torch.no_grad()
@@ -63,7 +63,7 @@ def aligned(
 ) -> list[list[Hypothesis]]:
     """`found` with the best hypothesis of each utterance aligned to its encoder frames by
     `method`, or the other one where that is impossible (no CTC head; no attention weights); with
-    `confidence` (a measure, and whose distributions), each of its tokens' (las.confidence)."""
+    `confidence` (a measure, and whose distributions), each of its tokens' (las.recognition.confidence)."""
     ctc_log_probs = None
     measure, source = confidence if confidence else (None, None)
     wanted = method == "ctc" or source in ("both", "ctc") or any(nbest[0].attention is None for nbest in found)

@@ -15,12 +15,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from las.config import flat_settings  # noqa: E402
-from las.errors import LasError  # noqa: E402
-from las.files import json_records, write_atomically  # noqa: E402
-from las.progress import warn  # noqa: E402
+from las.core.config import flat_settings  # noqa: E402
+from las.core.errors import LasError  # noqa: E402
+from las.core.files import json_records, write_atomically  # noqa: E402
+from las.core.progress import warn  # noqa: E402
+from las.core.text import EOS, Vocabulary  # noqa: E402
 from las.search.common import Hypothesis  # noqa: E402
-from las.text import EOS, Vocabulary  # noqa: E402
 
 
 def plot_attention(weights: torch.Tensor, labels: Sequence[str], path: str | Path, title: str) -> None:

@@ -18,25 +18,25 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from las.checkpoint import Checkpoint, load_checkpoint
-from las.confidence import overall_confidence, word_confidence
+from las.core.device import resolve_device
+from las.core.errors import LasError
+from las.core.progress import warn
 from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.declipping import clipped_share
 from las.data.features import FeatureSet, FilterbankExtractor, InMemoryFeatures, log_mel_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
+from las.data.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
 from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
-from las.device import resolve_device
-from las.errors import LasError
-from las.inference import transcribe
-from las.progress import warn
-from las.runtime import run_on
+from las.export.runtime import load_model, run_on
+from las.model.checkpoint import Checkpoint
+from las.recognition.confidence import overall_confidence, word_confidence
+from las.recognition.inference import transcribe
+from las.recognition.timing import word_edges
 from las.search import Hypothesis, build_strategy
 from las.search.common import Rules
-from las.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
-from las.timing import word_edges
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
 CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
@@ -47,7 +47,7 @@ class Word:
     start: float  # seconds from the start of the recording
     end: float
     word: str
-    confidence: float | None = None  # in [0, 1] (las.confidence)
+    confidence: float | None = None  # in [0, 1] (las.recognition.confidence)
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Recognizer:
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", **settings: object) -> Recognizer:
         """The model at `path`; `settings` name `decode.*` keys: `Recognizer.load(path, beam_size=4)`."""
-        return cls(load_checkpoint(path), device, [f"decode.{key}={value}" for key, value in settings.items()])
+        return cls(load_model(path), device, [f"decode.{key}={value}" for key, value in settings.items()])
 
     def transcribe(self, audio: Audio | Sequence[Audio], sample_rate: int | None = None) -> Result | list[Result]:
         """One result for one recording (an audio file, or samples at `sample_rate`); a list of
@@ -356,7 +356,7 @@ class Recognizer:
     ) -> list[Word]:
         """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
         recording from `start` to `end` seconds, `seconds` per frame; each word's edges moved to where
-        its sound begins and ends (`las.timing.word_edges`) when the piece's frame `energy` `(frames,)`
+        its sound begins and ends (`las.recognition.timing.word_edges`) when the piece's frame `energy` `(frames,)`
         is known."""
         reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
         trust = hypothesis.confidences or [None] * len(hypothesis.tokens)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from las.segmentation import QUIET_SHARE, digital_silence
+from las.data.segmentation import QUIET_SHARE, digital_silence
 
 ONSET_FRAMES = 50  # a word's sound begins at most 0.5 s (10 ms frames) before CTC emits it
 BACKGROUND_FRAMES = 100  # the background level is read over the second before that
@@ -88,7 +88,7 @@ def runs(path: list[int], blank: int) -> list[Span]:
 
 def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int) -> int:
     """The feature frame where the sound of a word begins, given the frames' energies `(frames,)`
-    (las.segmentation.frame_energy) and the frame `emitted` where its first character is aligned.
+    (las.data.segmentation.frame_energy) and the frame `emitted` where its first character is aligned.
 
     CTC emits a character late in its sound, often at the vowel: a spelled "C" at its "ee", a
     third of a second after the "s". So walk back from `emitted` while frames stay above the quiet
@@ -115,7 +115,7 @@ def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int
 def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) -> list[Span]:
     """`[start, end)` feature frames of each word's sound, from the frames `emitted` where its
     characters were aligned (first to last, in order) and the frames' energies `(frames,)`
-    (las.segmentation.frame_energy); the emitted frames themselves without `energy`.
+    (las.data.segmentation.frame_energy); the emitted frames themselves without `energy`.
 
     A word's sound runs on both sides of its characters: its start walks back and its end on while
     the audio stays loud (`sound_start`). Two words spoken without a pause between them are never

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from las.core.errors import LasError
+from las.core.files import read_text
+from las.core.text import clean_transcript
 from las.data.manifest import manifest_rows
-from las.errors import LasError
-from las.files import read_text
-from las.text import clean_transcript
 
 FORMATS = ("csv", "kaldi", "jsonl")
 

@@ -4,6 +4,8 @@ The loop that drives a strategy (training's dev pass, `las decode`) never knows 
 Every strategy works on a whole batch of utterances at once — beam search on utterances x beams
 in one tensor batch per step — on CPU and CUDA alike, and every one but CTC greedy scores with
 the same scorers (las.search.scorers) under the same rules (las.search.common.Rules).
+
+Layer 3: may use las.core, las.data and las.model.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import dataclasses
 
 import torch
 
-from las.config import DecodeConfig
-from las.errors import LasError
+from las.core.config import DecodeConfig
+from las.core.errors import LasError
+from las.core.text import Vocabulary
 from las.model.las import LAS
 from las.model.pretrained import load_language_model
 from las.model.speller import Speller
@@ -23,7 +26,6 @@ from las.search.ctc_greedy import CTCGreedySearch
 from las.search.lexicon import Lexicon, read_lexicon
 from las.search.paths import GreedySearch, SamplingSearch
 from las.search.scorers import Scoring
-from las.text import Vocabulary
 
 __all__ = [
     "STRATEGIES",
@@ -40,7 +42,7 @@ __all__ = [
     "build_strategy",
 ]
 
-# decode.strategy names (las.config.StrategyName lists the same, for the CLI without torch).
+# decode.strategy names (las.core.config.StrategyName lists the same, for the CLI without torch).
 STRATEGIES: dict[str, type[Strategy]] = {
     "greedy": GreedySearch,
     "sample": SamplingSearch,

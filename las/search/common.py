@@ -7,9 +7,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from las.core.text import PAD_INDEX, Vocabulary
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
-from las.text import PAD_INDEX, Vocabulary
 
 
 @dataclass(frozen=True)
@@ -17,10 +17,10 @@ class Hypothesis:
     tokens: list[int]  # character ids, without <sos> and <eos>
     score: float  # log-likelihood of tokens + <eos> under the model (joint with CTC if enabled)
     attention: torch.Tensor | None  # (tokens + 1, encoder_frames) weights per emitted symbol, CPU
-    # [start, end) encoder frames of each token, when aligned (las.timing), and by what: ctc|attention
+    # [start, end) encoder frames of each token, when aligned (las.recognition.timing), and by what: ctc|attention
     spans: list[tuple[int, int]] | None = None
     aligned_by: str = ""
-    confidences: list[float] | None = None  # of each token, when measured (las.confidence)
+    confidences: list[float] | None = None  # of each token, when measured (las.recognition.confidence)
 
 
 class Heard(NamedTuple):

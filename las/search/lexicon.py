@@ -16,11 +16,11 @@ from typing import NamedTuple
 
 import torch
 
-from las.errors import LasError
-from las.files import read_text
-from las.progress import warn
+from las.core.errors import LasError
+from las.core.files import read_text
+from las.core.progress import warn
+from las.core.text import Vocabulary, clean_transcript
 from las.search.common import Heard, Rules
-from las.text import Vocabulary, clean_transcript
 
 START, ENDED, AFTER_SPACE = 0, 1, 2  # the prefix tree's fixed nodes; a word's characters follow
 ABSENT = -1  # no such edge: the symbol may not come here

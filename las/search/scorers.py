@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from las.errors import LasError
+from las.core.errors import LasError
 from las.model.las import LAS, AnySpeller
 from las.model.listener import ListenerOutput
 from las.model.pretrained import silent_memory

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from las.files import save_atomically
-from las.progress import warn
+from las.core.files import save_atomically
+from las.core.progress import warn
 
 Snapshot = tuple[float, int]  # (dev CER, epoch)
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
+from las.core.errors import LasError
+from las.core.progress import say
 from las.data.dataset import Draw, SpeechDataset, in_pairs
-from las.distributed import Distributed
-from las.errors import LasError
 from las.model.las import LAS
-from las.progress import say
+from las.training.distributed import Distributed
 
 QUANTUM = 1000  # budgets are whole thousands of frames
 GIB = 2**30
@@ -85,8 +85,8 @@ class StepProbe:
     model's weights and the run's random state are left as they were."""
 
     def __init__(self, config: Config, model: LAS, dataset: SpeechDataset, device: torch.device) -> None:
-        # Imported here: las.optimisation's graphed passes are not this module's to load.
-        from las.optimisation import Optimisation
+        # Imported here: las.training.optimisation's graphed passes are not this module's to load.
+        from las.training.optimisation import Optimisation
 
         eager = dataclasses.replace(config.train, cuda_graphs=False, compile=False)
         self.optimisation = Optimisation(dataclasses.replace(config, train=eager), model, device, Distributed(), 1)

@@ -8,7 +8,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from las.config import AugmentConfig, Config, TrainConfig
+from las.core.config import AugmentConfig, Config, TrainConfig
+from las.core.errors import LasError
+from las.core.progress import warn
+from las.core.text import Vocabulary, characters_of
 from las.data.augment import WaveformAugmentation
 from las.data.cache import FeatureCache
 from las.data.dataset import Sources, SpeechDataset
@@ -17,10 +20,7 @@ from las.data.features import Normalizer, feature_dimension
 from las.data.manifest import check_characters, read_utterances, warn_about_audio
 from las.data.sounds import NonSpeech
 from las.data.surroundings import Surroundings
-from las.errors import LasError
-from las.initialisation import check_shared_characters
-from las.progress import warn
-from las.text import Vocabulary, characters_of
+from las.training.initialisation import check_shared_characters
 
 
 @dataclass

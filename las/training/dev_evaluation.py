@@ -8,15 +8,15 @@ from pathlib import Path
 
 import torch
 
-from las.alignment import Alignment
-from las.config import Config
+from las.core.config import Config
+from las.core.metrics import character_error_rate, word_error_rate
 from las.data.dataset import SpeechDataset
-from las.distributed import Distributed
-from las.inference import transcribe
-from las.metrics import character_error_rate, word_error_rate
+from las.model.alignment import Alignment
 from las.model.las import LAS
-from las.plots import plot_hypothesis
+from las.recognition.inference import transcribe
+from las.recognition.plots import plot_hypothesis
 from las.search import GreedySearch, Hypothesis
+from las.training.distributed import Distributed
 
 
 def evaluate_dev(

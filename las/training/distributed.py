@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from las.device import resolve_device
+from las.core.device import resolve_device
 
 Item = TypeVar("Item")
 

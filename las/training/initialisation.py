@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from las.checkpoint import Checkpoint, load_checkpoint
-from las.config import Config, ModelConfig
-from las.errors import LasError
-from las.text import Vocabulary
+from las.core.config import Config, ModelConfig
+from las.core.errors import LasError
+from las.core.text import Vocabulary
+from las.export.runtime import load_model
+from las.model.checkpoint import Checkpoint
 
 # Weights indexed by character in their first dimension.
 CHARACTER_ROWS = (
@@ -45,7 +46,7 @@ def fine_tuning_base(path: str | Path) -> Config:
     """What a run with `--init path` builds its settings on before its recipe and `--set`: the
     checkpoint's model and features (what its weights are, and what they learnt to hear), the
     defaults elsewhere."""
-    trained = load_checkpoint(path).config
+    trained = load_model(path).config
     return dataclasses.replace(Config(), model=trained.model, features=trained.features)
 
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from las.config import Config, flat_settings
-from las.errors import LasError
-from las.progress import say, warn
+from las.core.config import Config, flat_settings
+from las.core.errors import LasError
+from las.core.progress import say, warn
 
 EXAMPLES = 4  # dev transcripts shown beside their references each epoch
 

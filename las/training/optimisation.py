@@ -1,7 +1,7 @@
 """What a training step does to the model: the loss of a batch as the model runs in training
 (compiled, data-parallel, or with its speller as CUDA graphs; SpecAugment; mixed precision), and
 the update: Adam, the learning rate's schedule, fp16's loss scaler, frozen parts and gradient
-clipping. `las.train.Trainer` decides which batches, and what the ranks agree on between the two."""
+clipping. `las.training.train.Trainer` decides which batches, and what the ranks agree on between the two."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from collections.abc import Sequence
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
+from las.core.device import autocast, resolve_precision
+from las.core.errors import LasError
 from las.data.augment import spec_augment
 from las.data.dataset import Batch
-from las.device import autocast, resolve_precision
-from las.distributed import Distributed
-from las.errors import LasError
-from las.losses import joint_loss
 from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller
 from las.model.las import LAS
 from las.model.listener import Listener
+from las.model.losses import joint_loss
 from las.model.speller import Speller
+from las.training.distributed import Distributed
 
 
 def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_scale: float) -> float:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import torch
 
-from las.config import Config
+from las.core.config import Config
+from las.core.errors import LasError
+from las.core.files import make_directory, read_text, save_atomically
+from las.core.progress import progress_bar, warn
+from las.core.text import Vocabulary, clean_transcript
 from las.data.dataset import speller_targets
-from las.errors import LasError
-from las.files import make_directory, read_text, save_atomically
-from las.losses import attention_loss
 from las.model.las import LAS
+from las.model.losses import attention_loss
 from las.model.pretrained import FORMAT, silent_memory
-from las.progress import progress_bar, warn
-from las.text import Vocabulary, clean_transcript
 
 
 def read_text_corpus(path: str | Path, vocabulary: Vocabulary) -> list[str]:

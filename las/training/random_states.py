@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from las.distributed import Distributed
+from las.training.distributed import Distributed
 
 
 def capture_rng() -> dict[str, Any]:

@@ -16,27 +16,28 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from las.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
-from las.batch_memory import sized_batches
-from las.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from las.config import Config, TrainConfig
-from las.corpus import Corpus, load_corpus
+from las.core.config import Config, TrainConfig
+from las.core.errors import LasError
+from las.core.files import json_records, locked_directory, make_directory, write_text_atomically
+from las.core.progress import progress_bar, say, warn
+from las.core.stopping import StopRequests
+from las.core.threads import follow_load
 from las.data.dataset import Batch, BucketBatchSampler
 from las.data.loading import training_loader
-from las.dev_evaluation import DevResult, evaluate_dev
-from las.distributed import Distributed
-from las.errors import LasError
-from las.files import json_records, locked_directory, make_directory, write_text_atomically
-from las.initialisation import initialise
+from las.export.runtime import load_model
+from las.model.checkpoint import Checkpoint, save_checkpoint
 from las.model.las import LAS
 from las.model.pretrained import load_speller
-from las.monitor import EXAMPLES, Monitor, StepValues, wandb_module
-from las.optimisation import Optimisation
-from las.progress import progress_bar, say, warn
-from las.random_states import capture_rng, restore_rng
 from las.search import GreedySearch, Rules, Symbols
-from las.stopping import StopRequests
-from las.threads import follow_load
+from las.training.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
+from las.training.batch_memory import sized_batches
+from las.training.corpus import Corpus, load_corpus
+from las.training.dev_evaluation import DevResult, evaluate_dev
+from las.training.distributed import Distributed
+from las.training.initialisation import initialise
+from las.training.monitor import EXAMPLES, Monitor, StepValues, wandb_module
+from las.training.optimisation import Optimisation
+from las.training.random_states import capture_rng, restore_rng
 
 
 def teacher_forcing_rate(epoch: int, final_rate: float, decay_epochs: int) -> float:
@@ -104,7 +105,7 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         if resume:
             if not (out / "last.pt").exists():
                 raise LasError(f"--resume: no checkpoint to resume from at {out / 'last.pt'}")
-            checkpoint = load_checkpoint(out / "last.pt")
+            checkpoint = load_model(out / "last.pt")
             config = checkpoint.config.replace(assignments or [])
         elif (out / "last.pt").exists():
             raise LasError(f"{out} already holds a run; continue it with --resume or choose another --out")
@@ -113,7 +114,7 @@ def train(config: Config, resume: bool = False, assignments: list[str] | None = 
         torch.manual_seed(config.train.seed)
         # Fine-tuning keeps the trained model's normalisation: its listener learnt on features
         # scaled by it, and a few minutes of new speech would estimate it worse.
-        start = checkpoint or (load_checkpoint(config.train.init) if config.train.init else None)
+        start = checkpoint or (load_model(config.train.init) if config.train.init else None)
         if start is not None and start.export is not None:
             raise LasError(f"--init {config.train.init}: an export holds no trainable weights; give its checkpoint")
         corpus = load_corpus(
@@ -149,7 +150,7 @@ class Step:
 
 
 class Trainer:
-    """One run: the model and its steps (`las.optimisation`), the data, the epochs, checkpoints
+    """One run: the model and its steps (`las.training.optimisation`), the data, the epochs, checkpoints
     and reports, and where training stands.
 
     Under `torchrun` there is one Trainer per rank: all hold the same model and batch list, each
@@ -321,7 +322,7 @@ class Trainer:
             progress.train_seconds += time.perf_counter() - started
             # Its workers down now, not when the iterator is collected: an error's traceback holds
             # the iterator (its own frames are in it) until exit, where joining workers that block
-            # SIGTERM as the main thread does (las.stopping) would never return.
+            # SIGTERM as the main thread does (las.core.stopping) would never return.
             if hasattr(loader, "_shutdown_workers"):
                 loader._shutdown_workers()
         return False
