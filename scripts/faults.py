@@ -276,7 +276,7 @@ def rank_exits(
 
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    train, dev = write_manifests(out, 16, 4)
+    train, dev = write_manifests(out, 32, 8)  # as `resume`: every character of dev is in train
     settings = SETTINGS + [
         f"data.train={train}",
         f"data.dev={dev}",

@@ -355,6 +355,7 @@ def build_surroundings(
     out: Path = SURROUNDINGS,
     seed: int = 0,
     only: list[str] = typer.Option([], "--only", help="Only the sets matching these patterns (e.g. 'hum*')."),
+    source: Path = typer.Option(DEV, help="The utterances to surround (scripts/tuning.py: the choosing speakers)."),
 ) -> None:
     """Write the surroundings sets; word edges from `checkpoint`'s CTC head. Every set draws as
     in a whole build, whichever are written."""
@@ -367,8 +368,8 @@ def build_surroundings(
     names = [name for name in PADDING + SOUNDS + CROPS + GAPS if matches(name, only)]
     sets: dict[str, list[tuple[str, torch.Tensor, str]]] = {name: [] for name in PADDING + SOUNDS + CROPS + GAPS}
     previous = ("", torch.zeros(0), "")
-    for position, (identifier, audio, _, text) in enumerate(dev_rows()):
-        waveform = load_audio(DEV.parent / audio, RATE)
+    for position, (identifier, audio, _, text) in enumerate(dev_rows(source)):
+        waveform = load_audio(source.parent / audio, RATE)
         for condition in PADDING:
             sets[condition].append((identifier, padded(waveform, condition, generator), text))
         for condition in SOUNDS:

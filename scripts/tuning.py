@@ -40,8 +40,13 @@ app = typer.Typer(add_completion=False)
 AN4 = Path("data/an4")
 TUNING_SPEAKERS = 8  # as many as dev has: about 100 utterances to choose on
 SPLIT_SEED = 69
-CHOOSING_SETS = Path("runs/tuning/sets")  # scripts/robustness.py build --source data/an4/tuning.tsv --out ...
-REPORTING_SETS = Path("runs/robustness/sets")  # scripts/robustness.py build
+# (choosing, reporting) folders of each kind of condition set:
+#   robustness.py build [--source data/an4/tuning.tsv --out runs/tuning/sets]: channels, noise, rooms
+#   robustness.py build-surroundings CHECKPOINT [--source ... --out runs/tuning/surroundings]: padding, crops
+SET_FOLDERS = {
+    "channels": (Path("runs/tuning/sets"), Path("runs/robustness/sets")),
+    "surroundings": (Path("runs/tuning/surroundings"), Path("runs/robustness/surroundings")),
+}
 
 
 def speaker(utterance_id: str) -> str:
@@ -102,14 +107,15 @@ def summary(values: list[float]) -> str:
 
 def condition_sets(conditions: list[str], choose: Path, report: Path) -> dict[str, tuple[Path, Path]]:
     """Condition -> (its choosing set, its reporting set): the clean manifests, and the sets of
-    `scripts/robustness.py build` of each (CHOOSING_SETS from the choosing speakers, REPORTING_SETS
-    from dev), which must have been built."""
+    `scripts/robustness.py build` or `build-surroundings` of each (SET_FOLDERS: from the choosing
+    speakers, and from dev), which must have been built."""
     sets = {"clean": (choose, report)}
     for condition in conditions:
-        pair = (CHOOSING_SETS / f"{condition}.tsv", REPORTING_SETS / f"{condition}.tsv")
+        kind = "channels" if (SET_FOLDERS["channels"][1] / f"{condition}.tsv").exists() else "surroundings"
+        pair = tuple(folder / f"{condition}.tsv" for folder in SET_FOLDERS[kind])
         missing = [str(path) for path in pair if not path.exists()]
         if missing:
-            raise typer.BadParameter(f"build {', '.join(missing)} first (scripts/robustness.py build, above)")
+            raise typer.BadParameter(f"build {', '.join(missing)} first (scripts/robustness.py, above)")
         sets[condition] = pair
     return sets
 
