@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 import typer
+from harness import header, read_manifest, row, write_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 AN4 = ROOT / "data" / "an4"
@@ -72,15 +73,10 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 def write_manifests(directory: Path, train_count: int, dev_count: int) -> tuple[Path, Path]:
-    lines = (AN4 / "train.tsv").read_text().splitlines()
-    header, rows = lines[0], [line.split("\t") for line in lines[1:]]
+    columns, rows = read_manifest(AN4 / "train.tsv")
     rows = [[identifier, str(AN4 / audio), duration, text] for identifier, audio, duration, text in rows]
-    paths = []
-    for name, part in (("train", rows[:train_count]), ("dev", rows[train_count : train_count + dev_count])):
-        path = directory / f"{name}.tsv"
-        path.write_text(header + "\n" + "".join("\t".join(row) + "\n" for row in part))
-        paths.append(path)
-    return paths[0], paths[1]
+    train = write_manifest(directory / "train.tsv", columns, rows[:train_count])
+    return train, write_manifest(directory / "dev.tsv", columns, rows[train_count : train_count + dev_count])
 
 
 def command(out: Path, settings: list[str], resume: bool, ranks: int) -> list[str]:
@@ -248,7 +244,7 @@ LSTM_VARIANTS = ["handler only", "oneDNN off", "main thread blocked (las)"]
 @app.command()
 def lstm_signals(runs: int = typer.Option(30, help="Interrupted processes per variant."), seed: int = 0) -> None:
     generator = random.Random(seed)
-    print("| variant | runs | crashed (heap corruption, SIGSEGV) |\n| --- | --- | --- |")
+    print(header("variant", "runs", "crashed (heap corruption, SIGSEGV)"))
     for variant in LSTM_VARIANTS:
         crashed = 0
         for _ in range(runs):
@@ -297,8 +293,8 @@ def rank_exits(
     finally:
         for process in busy:
             process.kill()
-    print("| runs | busy processes beside them | not exiting 0 |\n| --- | --- | --- |")
-    print(f"| {runs} | {load} | {len(failed)} |")
+    print(header("runs", "busy processes beside them", "not exiting 0"))
+    print(row(runs, load, len(failed)))
     if failed:
         raise typer.Exit(1)
 

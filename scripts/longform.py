@@ -47,7 +47,7 @@ import Levenshtein
 import soundfile
 import torch
 import typer
-from harness import header
+from harness import header, read_manifest
 
 from las import Recognizer
 from las.core.config import FeatureConfig
@@ -83,8 +83,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 def dev_rows() -> list[tuple[str, Path, str]]:
     """(id, audio, text) of AN4 dev, in manifest order."""
-    rows = [line.split("\t") for line in DEV.read_text().splitlines()[1:]]
-    return [(identifier, DEV.parent / audio, text) for identifier, audio, _, text in rows]
+    return [(identifier, DEV.parent / audio, text) for identifier, audio, _, text in read_manifest(DEV)[1]]
 
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> tuple[float, float]:

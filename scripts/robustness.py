@@ -63,6 +63,7 @@ from pathlib import Path
 import soundfile
 import torch
 import typer
+from harness import read_manifest
 
 import las
 from las.core.config import FeatureConfig
@@ -105,8 +106,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 def dev_rows(source: Path = DEV) -> list[list[str]]:
-    lines = source.read_text().splitlines()[1:]
-    return [line.split("\t") for line in lines]
+    return read_manifest(source)[1]
 
 
 def conditions(pool: list[torch.Tensor]) -> dict[str, Callable[[int, torch.Tensor, torch.Generator], torch.Tensor]]:

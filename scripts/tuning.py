@@ -5,8 +5,7 @@ speakers: decoding 10% slower won on AN4 dev (5.6% against 7.1%) and read 1.26x 
 official test speakers. The protocol here keeps the two apart:
 
     python scripts/tuning.py split        # data/an4/tuning.tsv and data/an4/train-except-tuning.tsv
-    las train --train data/an4/train-except-tuning.tsv --dev data/an4/tuning.tsv \\
-        --out runs/tuning/seed-N --seed N                   # N = 1, 2, 3 (side by side)
+    python scripts/tuning.py train --epochs 100  # runs/tuning/seed-{1,2,3}, side by side
     python scripts/robustness.py build --only telephone --only white-10 --only babble-10 --only room-0.6
     python scripts/robustness.py build --source data/an4/tuning.tsv --out runs/tuning/sets --only ...
     python scripts/tuning.py measure decode.speed=0.9,1 runs/tuning/seed-*/averaged.pt \
@@ -23,13 +22,13 @@ the choosing set and holds on dev, over 3 seeds.
 
 from __future__ import annotations
 
-import csv
 import random
 import statistics
 import tempfile
 from pathlib import Path
 
 import typer
+from harness import header, read_manifest, row, spread, train_seeds, write_manifest
 
 from las.core.metrics import character_error_rate
 from las.recognition.decode import decode
@@ -54,19 +53,6 @@ def speaker(utterance_id: str) -> str:
     return utterance_id.split("-")[1]
 
 
-def read_rows(manifest: Path) -> tuple[list[str], list[list[str]]]:
-    with manifest.open(newline="") as file:
-        rows = list(csv.reader(file, delimiter="\t"))
-    return rows[0], rows[1:]
-
-
-def write_rows(manifest: Path, header: list[str], rows: list[list[str]]) -> None:
-    with manifest.open("w", newline="") as file:
-        writer = csv.writer(file, delimiter="\t", lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
-
-
 def tuning_speakers(speakers: list[str]) -> list[str]:
     """TUNING_SPEAKERS of `speakers`, women (AN4 ids begin with f) and men in their shares."""
     women = sorted(name for name in speakers if name.startswith("f"))
@@ -79,12 +65,25 @@ def tuning_speakers(speakers: list[str]) -> list[str]:
 @app.command()
 def split(data: Path = AN4) -> None:
     """Write DATA/tuning.tsv (the choosing speakers) and DATA/train-except-tuning.tsv."""
-    header, rows = read_rows(data / "train.tsv")
-    chosen = set(tuning_speakers(sorted({speaker(row[0]) for row in rows})))
-    write_rows(data / "tuning.tsv", header, [row for row in rows if speaker(row[0]) in chosen])
-    write_rows(data / "train-except-tuning.tsv", header, [row for row in rows if speaker(row[0]) not in chosen])
-    held = sum(speaker(row[0]) in chosen for row in rows)
+    columns, rows = read_manifest(data / "train.tsv")
+    chosen = set(tuning_speakers(sorted({speaker(line[0]) for line in rows})))
+    write_manifest(data / "tuning.tsv", columns, [line for line in rows if speaker(line[0]) in chosen])
+    write_manifest(data / "train-except-tuning.tsv", columns, [line for line in rows if speaker(line[0]) not in chosen])
+    held = sum(speaker(line[0]) in chosen for line in rows)
     print(f"choosing speakers: {' '.join(sorted(chosen))} ({held} utterances; {len(rows) - held} left to train on)")
+
+
+@app.command()
+def train(
+    out: Path = Path("runs/tuning"),
+    seeds: list[int] = typer.Option([1, 2, 3], "--seed", help="A run per seed, side by side."),
+    epochs: int = 100,
+    data: Path = AN4,
+) -> None:
+    """The default recipe without the choosing speakers: a run per seed, side by side (a thread
+    each), its dev pass on the choosing set. OUT/seed-N/averaged.pt are what `measure` decodes."""
+    arguments = ["--train", str(data / "train-except-tuning.tsv"), "--dev", str(data / "tuning.tsv")]
+    train_seeds(out, seeds, [*arguments, "--epochs", str(epochs)])
 
 
 def transcribe(checkpoint: Path, manifest: Path, settings: list[str]) -> dict[str, str]:
@@ -99,10 +98,6 @@ def error_rate(hypotheses: dict[str, str], manifest: Path) -> float:
     """Corpus CER (%) of `hypotheses` against `manifest`'s transcripts."""
     references = read_transcripts(manifest)
     return character_error_rate([hypotheses[key] for key in references], list(references.values()))
-
-
-def summary(values: list[float]) -> str:
-    return f"{statistics.mean(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def condition_sets(conditions: list[str], choose: Path, report: Path) -> dict[str, tuple[Path, Path]]:
@@ -143,17 +138,17 @@ def measure(
                 for manifest in (choosing, reporting)
             )
             chosen_rates, reported_rates = rates[value][condition]
-            print(f"{key}={value} {condition}: choosing {summary(chosen_rates)}, reporting {summary(reported_rates)}")
+            print(f"{key}={value} {condition}: choosing {spread(chosen_rates)}, reporting {spread(reported_rates)}")
 
     def choosing_mean(value: str) -> float:
         return statistics.mean(statistics.mean(pair[0]) for pair in rates[value].values())
 
     chosen = min(rates, key=choosing_mean)
-    header = " | ".join(f"{condition}: choosing | {condition}: reporting" for condition in sets)
-    print(f"\n| {key} | {header} |\n|{' --- |' * (1 + 2 * len(sets))}")
+    columns = [f"{condition}: {side}" for condition in sets for side in ("choosing", "reporting")]
+    print("\n" + header(key, *columns))
     for value, by_condition in rates.items():
-        cells = " | ".join(f"{summary(pair[0])} | {summary(pair[1])}" for pair in by_condition.values())
-        print(f"| {value}{' (chosen)' if value == chosen else ''} | {cells} |")
+        cells = [spread(rates_of) for pair in by_condition.values() for rates_of in pair]
+        print(row(f"{value}{' (chosen)' if value == chosen else ''}", *cells))
     print(f"\n{len(checkpoints)} checkpoints; CER % as mean (min-max); chosen on {choose} and its conditions")
 
 
