@@ -189,7 +189,7 @@ def test_a_run_looks_up_its_own_entries_and_reads_no_others(tmp_path: Path, utte
     """Opening a cache does not grow with what it holds: the rows of other corpora stay unread."""
     FeatureCache(tmp_path / "cache", FeatureConfig()).load(utterances)
     folder = next((tmp_path / "cache").iterdir())
-    other = [[f"{index:064x}@1", "shard-other.npy", 0, 10, 80, "0" * 32, 0.0] for index in range(20_000)]
+    other = [[f"{index:064x}@1", "shard-other.npy", 0, 10, 80, "0" * 32, 0.0, None] for index in range(20_000)]
     with sqlite3.connect(folder / "index.sqlite") as connection:
         write_rows(connection, other, [])
     connection.close()

@@ -149,6 +149,8 @@ class StoredFeatures(FeatureSet):
         }
         shares = (0.0 if isinstance(item, Planned) else item.clipped for item in items)
         self.clipped = np.fromiter(shares, dtype=np.float32, count=len(items))
+        said = (-1 if isinstance(item, Planned) or item.speech is None else item.speech for item in items)
+        self.speech = np.fromiter(said, dtype=np.int8, count=len(items))  # -1: not read
         rows = (
             (IN_MEMORY, 0, *item.features.shape)
             if isinstance(item, Computed)
@@ -181,6 +183,7 @@ class StoredFeatures(FeatureSet):
             offset += len(part)
         whole.location, whole.shard_names = np.concatenate(locations), list(numbers)
         whole.clipped = np.concatenate([part.clipped for part in parts])
+        whole.speech = np.concatenate([part.speech for part in parts])
         return whole
 
     def __len__(self) -> int:
@@ -205,6 +208,9 @@ class StoredFeatures(FeatureSet):
 
     def clipped_shares(self) -> list[float]:
         return self.clipped.tolist()
+
+    def speech_as_recorded(self) -> list[bool | None]:
+        return [None if value < 0 else bool(value) for value in self.speech.tolist()]
 
 
 class FeatureCache:

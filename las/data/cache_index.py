@@ -10,7 +10,8 @@ Two tables:
     files    (size, mtime, inode, ctime) -> digest of the file's bytes, and its path (`las cache
              info`): the identity `las.data.extraction.identity` gives a file without reading it
     entries  key -> shard, offset, frames, dimension, checksum of the entry's frames, and the
-             share of the recording's samples clipped at full scale (told at decoding)
+             share of the recording's samples clipped at full scale (told at decoding), and
+             whether it holds speech as recorded (1, 0, or NULL where that was not read)
 
 Each row carries a checksum of its fields, as each index line did: a row changed by anything but
 las is dropped (its file hashed again, its features computed again). A file that is not an index
@@ -52,7 +53,8 @@ CREATE TABLE IF NOT EXISTS files (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS entries (
     key TEXT PRIMARY KEY, shard TEXT NOT NULL, offset INTEGER NOT NULL, frames INTEGER NOT NULL,
-    dimension INTEGER NOT NULL, checksum TEXT NOT NULL, clipped REAL NOT NULL, check_sum TEXT NOT NULL
+    dimension INTEGER NOT NULL, checksum TEXT NOT NULL, clipped REAL NOT NULL, speech INTEGER,
+    check_sum TEXT NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS entries_by_shard ON entries (shard);
 """
@@ -65,6 +67,7 @@ class Entry(NamedTuple):
     dimension: int
     checksum: str  # of the entry's frames as stored
     clipped: float = 0.0  # share of the recording's samples flat at full scale (las.data.declipping)
+    speech: int | None = None  # 1 or 0: the no-speech rule on it as recorded (las.data.features.Analysed)
 
 
 class Unwritable(Exception):
@@ -317,7 +320,7 @@ def import_legacy(connection: sqlite3.Connection, legacy: Path) -> None:
             if record.pop("check") != line_checksum(record):
                 continue
             fields = [record[name] for name in ("key", "shard", "offset", "frames", "dimension", "checksum")]
-            entries.append([*fields, 0.0])  # its clipping was not measured: none is told
+            entries.append([*fields, 0.0, None])  # its clipping and speech were not read: none is told
             path, *identity = record["source"]
             if len(identity) == 4:  # older still had no ctime: those files are hashed again once
                 files.append([*identity, record["digest"], path])

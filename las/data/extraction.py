@@ -24,10 +24,10 @@ from las.data.cache_index import Entry, FileIdentity, checksum
 from las.data.declipping import clipped_share
 from las.data.features import (
     FilterbankExtractor,
+    analysed_features,
     analysis_sizes,
     check_analysable,
     frame_count,
-    log_mel_features,
     played_length,
 )
 from las.data.manifest import read_feature_file
@@ -53,6 +53,7 @@ class Computed:
 
     features: np.ndarray  # (frames, dim): float16 log-mels, or float32 precomputed features
     clipped: float = 0.0  # the share of its samples flat at full scale (`clipped_share`)
+    speech: int | None = None  # 1 or 0: whether it holds speech as recorded (`Analysed.speech`)
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,9 @@ def extract_features(
             raise LasError(f"{item.file}: precomputed features cannot be played at speed {speed:g}")
         return Computed(read_feature_file(item.file, content))
     waveform = load_audio(item.file, extractor.config.sample_rate, item.segment, content)
-    features = log_mel_features(extractor, waveform, describe(item.file, item.segment), speed)
-    return Computed(features.numpy().astype(np.float16), clipped_share(waveform))
+    features, speech = analysed_features(extractor, waveform, describe(item.file, item.segment), speed)
+    held = None if speech is None else int(speech)
+    return Computed(features.numpy().astype(np.float16), clipped_share(waveform), held)
 
 
 def planned_frames(item: Missing, config: FeatureConfig, speeds: Sequence[float]) -> list[tuple[int, int]]:
@@ -184,7 +186,7 @@ def extract_chunk(job: tuple[Path | None, FeatureConfig, float, list[Missing], b
             failures.append(Extracted(item.key, error=str(error)))
             continue
         computed.append(result)
-        entry = Entry(name, offset, len(features), features.shape[1], checksum(features), result.clipped)
+        entry = Entry(name, offset, len(features), features.shape[1], checksum(features), result.clipped, result.speech)
         entries.append((item.key, entry))
         offset += len(features)
     if directory is not None and computed:

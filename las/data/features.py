@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -33,10 +34,19 @@ class FeatureSet(Sequence[torch.Tensor]):
         known: precomputed features)."""
         return [0.0] * len(self)
 
+    def speech_as_recorded(self) -> list[bool | None]:
+        """Whether each recording holds speech by the no-speech rule read on it as recorded,
+        before its speed changed (`Analysed.speech`); None where that was not read."""
+        return [None] * len(self)
+
 
 class InMemoryFeatures(FeatureSet):
-    def __init__(self, items: Sequence[torch.Tensor]) -> None:
+    def __init__(self, items: Sequence[torch.Tensor], speech: Sequence[bool | None] | None = None) -> None:
         self.items = list(items)
+        self.speech = list(speech) if speech is not None else [None] * len(self.items)
+
+    def speech_as_recorded(self) -> list[bool | None]:
+        return self.speech
 
     def __len__(self) -> int:
         return len(self.items)
@@ -55,6 +65,17 @@ DITHER_STEPS = 2  # an export's dither: +-1 step of 16 bits (triangular), a step
 BLOCK_FRAMES = 6000  # a long recording's spectrum is computed 60 s at a time: memory follows the block
 
 
+class Analysed(NamedTuple):
+    """A recording's features, and what was read of it as recorded on the way."""
+
+    features: torch.Tensor  # (frames, mel_bins), played at the speed asked for
+    # The no-speech rule (las.data.segmentation.has_speech) on the recording as recorded: read
+    # where dereverberation needs it (at decoding, by default); None elsewhere. Played slower,
+    # 3 s of mains hum beat against the frames and passed the rule (at 0.95: band contrast 0.56
+    # against its 0.5), where as recorded it reads 0.24.
+    speech: bool | None
+
+
 class FilterbankExtractor:
     """Waveform `(samples,)` -> log-mel features `(frames, mel_bins)`, frames centred on every hop,
     after giving a clipped waveform its peaks back (`declipped`), removing its DC offset and bringing
@@ -70,21 +91,26 @@ class FilterbankExtractor:
         self.dereverberation = Dereverberation(config.sample_rate) if config.dereverberates else None
 
     def __call__(self, waveform: torch.Tensor, speed: float = 1.0) -> torch.Tensor:
-        """The features of `waveform` played `speed` times faster (`change_speed`). What reads
+        """The features of `waveform` played `speed` times faster (`change_speed`)."""
+        return self.analyse(waveform, speed).features
+
+    def analyse(self, waveform: torch.Tensor, speed: float = 1.0) -> Analysed:
+        """`__call__`'s features, and whether the recording holds speech as recorded. What reads
         the recording's own samples reads them as recorded, before the speed changes them:
         clipped runs at a rail, an offset, runs of digital zeros and a 16-bit export's dither are
         exact values that resampling smooths away (played at 0.9 first, clipped-20 read 21.0%
         against 17.5%)."""
         waveform = within_training_levels(without_offset(declipped(waveform), self.window), self.hop)
         as_recorded = self.log_mel(waveform) if speed == 1.0 or self.dereverberation else None
+        speech = has_speech(as_recorded) if self.dereverberation else None
         # A recording without speech keeps its features: a tone, a hum or brown noise is all
         # predictable from its past, and what WPE leaves of it can pass for speech.
-        if self.dereverberation and has_speech(as_recorded):
+        if speech:
             waveform = dereverberated(waveform, self.dereverberation, self.window)
             as_recorded = None
         if speed == 1.0 and as_recorded is not None:
-            return as_recorded
-        return self.log_mel(change_speed(waveform, speed, self.config.sample_rate))
+            return Analysed(as_recorded, speech)
+        return Analysed(self.log_mel(change_speed(waveform, speed, self.config.sample_rate)), speech)
 
     def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
         """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time."""
@@ -194,16 +220,23 @@ def log_mel_features(
     extractor: FilterbankExtractor, waveform: torch.Tensor, where: str, speed: float = 1.0
 ) -> torch.Tensor:
     """Log-mel features `(frames, mel_bins)` of a waveform read from `where`, played `speed` times
-    faster; one clear error for audio too short to analyse (as recorded, or as played) or features
-    that are not finite."""
+    faster (`analysed_features`)."""
+    return analysed_features(extractor, waveform, where, speed).features
+
+
+def analysed_features(
+    extractor: FilterbankExtractor, waveform: torch.Tensor, where: str, speed: float = 1.0
+) -> Analysed:
+    """`FilterbankExtractor.analyse` of a waveform read from `where`; one clear error for audio too
+    short to analyse (as recorded, or as played) or features that are not finite."""
     check_analysable(len(waveform), extractor.config, where)
     if speed > 1.0:
         played = played_length(len(waveform), speed, extractor.config.sample_rate)
         check_analysable(played, extractor.config, f"{where} played at speed {speed:g}")
-    features = extractor(waveform, speed)
-    if not torch.isfinite(features).all():
+    analysed = extractor.analyse(waveform, speed)
+    if not torch.isfinite(analysed.features).all():
         raise LasError(f"audio {where} gives features that are not finite (samples far outside [-1, 1]?)")
-    return features
+    return analysed
 
 
 def change_speed(waveform: torch.Tensor, speed: float, sample_rate: int) -> torch.Tensor:

@@ -149,7 +149,9 @@ class Writer:
                 entries, offset = {}, 0
                 for key, item in zip(keys, computed, strict=True):
                     array = item.features
-                    entries[key] = Entry(name, offset, len(array), array.shape[1], checksum(array), item.clipped)
+                    entries[key] = Entry(
+                        name, offset, len(array), array.shape[1], checksum(array), item.clipped, item.speech
+                    )
                     offset += len(array)
                 self.index.add(entries, self.files)
                 self.files = []  # recorded with the first shard

@@ -25,7 +25,7 @@ from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
 from las.data.cache import FeatureCache
 from las.data.dataset import SpeechDataset
 from las.data.declipping import clipped_share
-from las.data.features import FeatureSet, FilterbankExtractor, InMemoryFeatures, log_mel_features
+from las.data.features import Analysed, FeatureSet, FilterbankExtractor, InMemoryFeatures, analysed_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
 from las.data.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
 from las.data.surroundings import Surroundings
@@ -122,11 +122,14 @@ class Recognizer:
         ids: list[str] = []
         features: list[torch.Tensor] = []
         others: list[torch.Tensor | None] = []
+        speech: list[bool | None] = []
         from_audio: list[bool] = []
         for index, item in enumerate(items):
             if isinstance(item, (np.ndarray, torch.Tensor)):
                 ids.append(f"audio{index}")
-                features.append(self.array_features(item, sample_rate, ids[-1]))
+                analysed = self.array_analysed(item, sample_rate, ids[-1])
+                features.append(analysed.features)
+                speech.append(analysed.speech)
                 other = self.other_speed
                 others.append(self.array_features(item, sample_rate, speed=other) if other else None)
                 from_audio.append(True)
@@ -136,9 +139,10 @@ class Recognizer:
                 utterances, found = self.utterance_features(read_utterances(item, require_text=False), item)
                 ids.extend(utterance.id for utterance in utterances)
                 features.extend(found)
+                speech.extend(found.speech_as_recorded())
                 others.extend(self.other_features(utterances))
                 from_audio.extend(utterance.audio_location is not None for utterance in utterances)
-        results = self.recognize(ids, features, from_audio, others)
+        results = self.recognize(ids, features, from_audio, others, speech)
         one = isinstance(audio, (np.ndarray, torch.Tensor))
         one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)
         return results[0] if one else results
@@ -165,9 +169,14 @@ class Recognizer:
         if len(parts) == 1:
             kept, features = parts[0]
         else:  # both kinds (or none left): one list, in the input's order
-            found = {utterance.id: item for kind in parts for utterance, item in zip(*kind, strict=True)}
+            found = {
+                utterance.id: (item, said)
+                for subset, part in parts
+                for utterance, item, said in zip(subset, part, part.speech_as_recorded(), strict=True)
+            }
             kept = [utterance for utterance in utterances if utterance.id in found]
-            features = InMemoryFeatures([found[utterance.id] for utterance in kept])
+            items = [found[utterance.id][0] for utterance in kept]
+            features = InMemoryFeatures(items, [found[utterance.id][1] for utterance in kept])
         self.checkpoint.check_features(features, source)
         return kept, features
 
@@ -191,12 +200,22 @@ class Recognizer:
     ) -> torch.Tensor:
         """Log-mel features `(frames, mel_bins)` of samples at `sample_rate` (see `samples_to_waveform`),
         played at `decode.speed` (what is told of them is told then), or at `speed`."""
+        return self.array_analysed(samples, sample_rate, name, speed).features
+
+    def array_analysed(
+        self,
+        samples: np.ndarray | torch.Tensor,
+        sample_rate: int | None,
+        name: str = "samples",
+        speed: float | None = None,
+    ) -> Analysed:
+        """`array_features`, and whether the samples hold speech as recorded."""
         config = self.config.features.at_decoding()
         waveform = samples_to_waveform(samples, sample_rate, config.sample_rate)
         if speed is None:
             warn_about_clipping([name], [clipped_share(waveform)])
         played = self.config.decode.speed if speed is None else speed
-        return log_mel_features(FilterbankExtractor(config), waveform, "samples", played)
+        return analysed_features(FilterbankExtractor(config), waveform, "samples", played)
 
     @property
     def other_speed(self) -> float | None:
@@ -210,6 +229,7 @@ class Recognizer:
         features: Sequence[torch.Tensor],
         from_audio: Sequence[bool] | None = None,
         others: Sequence[torch.Tensor | None] | None = None,
+        speech: Sequence[bool | None] | None = None,
     ) -> list[Result]:
         """Results for recordings with these features `(frames, mel_bins)`: each longer than
         `decode.segment_seconds` is cut at its pauses into pieces no longer, a shorter one from
@@ -218,11 +238,15 @@ class Recognizer:
         the same length-bucketed batches. A recording whose log-mel features come `from_audio`
         (all, by default) and hold no speech — silence, steady noise — gives no text, rather than
         what the decoder makes of noise; precomputed features of unknown scale are always decoded.
-        Where a recording's features played at `decode.other_speed` are given (`others`), each of
-        its pieces is decoded that way too, and the transcript the search ranks higher kept."""
+        Whether a recording holds speech is read as recorded where that was read (`speech`, or the
+        feature set's own `speech_as_recorded`), else on its features. Where a recording's features
+        played at `decode.other_speed` are given (`others`), each of its pieces is decoded that way
+        too, and the transcript the search ranks higher kept."""
         hop = self.config.features.hop_ms / 1000  # the model's clock: segments and context as trained
         longest = max(1, round(self.config.decode.segment_seconds / hop))
         audio_of = [from_audio is None or from_audio[recording] for recording in range(len(features))]
+        if speech is None:
+            speech = features.speech_as_recorded() if isinstance(features, FeatureSet) else [None] * len(features)
         pieces, silent = [], []
         for recording, item in enumerate(features):
             audio = audio_of[recording]
@@ -231,7 +255,7 @@ class Recognizer:
             elif not audio:
                 spans = [(0, len(item))]
             else:
-                spans = self.speech_span(Levels.of(item))
+                spans = self.speech_span(Levels.of(item), speech[recording])
             pieces += with_context(recording, spans, len(item), round(CONTEXT_SECONDS / hop))
             silent += [] if spans else [ids[recording]]
         if silent:  # an empty transcript is a result too, but not a silent one
@@ -277,12 +301,13 @@ class Recognizer:
             for identifier, pieces_of, nbest in zip(ids, segments, nbests, strict=True)
         ]
 
-    def speech_span(self, levels: Levels) -> list[tuple[int, int]]:
+    def speech_span(self, levels: Levels, as_recorded: bool | None = None) -> list[tuple[int, int]]:
         """The `[start, end)` frames to decode of a recording shorter than a segment, with these
         `levels`: its speech with the model's margin of what surrounds it (the whole recording
         where the model heard everything around its speech), cut at the pauses of a second or
-        more inside it (`cut_at_inner_pauses`); none without speech."""
-        if not levels.speech:
+        more inside it (`cut_at_inner_pauses`); none without speech, read on the recording
+        `as_recorded` where that was read."""
+        if not (levels.speech if as_recorded is None else as_recorded):
             return []
         start, end = self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))
         return cut_at_inner_pauses(levels.pauses, start, end)
