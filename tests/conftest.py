@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from las.core import threads
 from las.core.config import Config, load_config
 
 AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
+# The measurement programs import each other and their harness as they run (`python scripts/X.py`,
+# the folder first on the path); the tests that import them find them the same way.
+sys.path.insert(0, str(AN4.parent.parent / "scripts"))
 
 
 @pytest.fixture(autouse=True)

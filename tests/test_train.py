@@ -42,12 +42,33 @@ def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
     # Four memorised utterances need no alignment, so only the measurement itself is checked here.
     names = ("alignment_monotonic", "alignment_coverage", "diagonal_share")
     assert all(0 <= record[f"dev_{name}"] <= 1 for record in records for name in names)
+    assert all(0 <= record["dev_ctc_cer"] <= 100 for record in records)  # the CTC head alone, beside
     assert (run / "best.pt").exists() and (run / "last.pt").exists()
     assert len(list((run / "attention").glob("epoch_*.png"))) == 150
     checkpoint = load_model(run / "best.pt")
     assert checkpoint.config == config and checkpoint.training_state["progress"]["best_cer"] == min(
         r["dev_cer"] for r in records
     )
+
+
+def test_attention_that_has_not_aligned_where_ctc_has_learnt_is_said_once(
+    tiny_config: Config, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from las.training.dev_evaluation import DevResult
+
+    said = DevResult(70.0, 90.0, None, 0.1, [], ctc_cer=20.0).unaligned()
+    assert said.startswith("attention has not aligned") and "70.0%" in said and "20.0%" in said
+    assert DevResult(70.0, 90.0, None, 0.9, [], ctc_cer=20.0).unaligned() == ""  # aligned
+    assert DevResult(70.0, 90.0, None, 0.1, [], ctc_cer=60.0).unaligned() == ""  # neither has learnt yet
+    assert DevResult(70.0, 90.0, None, 0.1, []).unaligned() == ""  # no CTC head to compare with
+    monkeypatch.setattr(DevResult, "unaligned", lambda self: "attention has not aligned: as if")
+    run = train(with_training(tiny_config, epochs=3, alignment_warning_steps=1))
+    lines = [line for line in capsys.readouterr().err.splitlines() if "attention has not aligned" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning:") and "--init" in lines[0]  # once, with what to do
+    assert any(b"warnings/alignment" in path.read_bytes() for path in (run / "tensorboard").iterdir())
+    capsys.readouterr()
+    train(with_training(tiny_config, epochs=1, alignment_warning_steps=0, out=str(run.parent / "off")))
+    assert "attention has not aligned" not in capsys.readouterr().err
 
 
 def without_timings(records: list[dict]) -> list[dict]:

@@ -411,6 +411,9 @@ class TrainConfig(Section):
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
     average_best: NonNegative = 5
+    # From this many steps on, a dev pass whose attention has not aligned while the CTC head has
+    # learnt (las.training.dev_evaluation) says so once, with what to do (0: never).
+    alignment_warning_steps: NonNegative = 1000
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

@@ -100,7 +100,8 @@ class Monitor:
         if not self.enabled:
             return
         step = record["step"]
-        dev = {f"dev/{name}": record[f"dev_{name}"] for name in ("cer", "wer", "diagonal_share")}
+        dev = {f"dev/{name}": record[f"dev_{name}"] for name in ("cer", "wer", "diagonal_share", "ctc_cer")}
+        dev = {name: value for name, value in dev.items() if value is not None}  # no CTC head: no ctc_cer
         self.scalars({**dev, "train/epoch_loss": record["train_loss"]}, step)
         lines = "\n".join(
             f"| {identifier} | {reference} | {hypothesis} |" for identifier, reference, hypothesis in examples
@@ -126,6 +127,19 @@ class Monitor:
             if attention is not None:
                 logged["dev/attention"] = self.wandb.Image(str(attention))
             self.wandb.log(logged, step=step)
+
+    def note(self, tag: str, text: str, step: int) -> None:
+        """A line of text beside the run's figures (TensorBoard's text tab, wandb's log)."""
+        if not self.enabled:
+            return
+
+        def write(writer: Any) -> None:
+            writer.add_text(tag, text, step)
+            writer.flush()
+
+        self.tensorboard(write)
+        if self.wandb is not None:
+            self.wandb.log({tag: text}, step=step)
 
     def tensorboard(self, write: Callable[[Any], None]) -> None:
         """`write(writer)` to the TensorBoard event file; where that fails (a full disk, a quota),

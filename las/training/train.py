@@ -189,6 +189,7 @@ class Trainer:
         )
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
+        self.unaligned_said = False  # warn_if_unaligned speaks once a run
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
         restored = False
@@ -402,10 +403,25 @@ class Trainer:
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
         self.report_epoch(record, dev, plot)
+        self.warn_if_unaligned(dev, record["step"])
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
         )
+
+    def warn_if_unaligned(self, dev: DevResult, step: int) -> None:
+        """Once a run, from `train.alignment_warning_steps` on: attention that has not aligned
+        where the CTC head has learnt, said in the log and to the monitor, with what to do."""
+        threshold = self.config.train.alignment_warning_steps
+        if self.unaligned_said or not threshold or step < threshold or not (reason := dev.unaligned()):
+            return
+        self.unaligned_said = True
+        message = (
+            f"{reason}, after {step} steps. Attention aligns slowly on long utterances from scratch: train "
+            "on short ones first and start this run from that one with --init (data/recipes/hw4p2.toml)"
+        )
+        warn(message)
+        self.monitor.note("warnings/alignment", message, step)
 
     def report_epoch(self, record: dict[str, Any], dev: DevResult, plot: Path) -> None:
         """The epoch's figures, the first dev attention map (`plot`, where dev decoding drew one) and
@@ -450,6 +466,7 @@ def epoch_record(
         "dev_alignment_monotonic": alignment.monotonic if alignment else None,
         "dev_alignment_coverage": alignment.coverage if alignment else None,
         "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
+        "dev_ctc_cer": dev.ctc_cer,  # the CTC head alone, greedy
         "seconds": round(seconds, 2),
         "elapsed_seconds": round(progress.elapsed + seconds, 2),
         "learning_rate": learning_rate,
