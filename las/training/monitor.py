@@ -100,8 +100,8 @@ class Monitor:
         if not self.enabled:
             return
         step = record["step"]
-        dev = {f"dev/{name}": record[f"dev_{name}"] for name in ("cer", "wer", "diagonal_share", "ctc_cer")}
-        dev = {name: value for name, value in dev.items() if value is not None}  # no CTC head: no ctc_cer
+        names = ("cer", "wer", "diagonal_share", "ctc_cer")  # ctc_cer: None (or absent) without a CTC head
+        dev = {f"dev/{name}": record[f"dev_{name}"] for name in names if record.get(f"dev_{name}") is not None}
         self.scalars({**dev, "train/epoch_loss": record["train_loss"]}, step)
         lines = "\n".join(
             f"| {identifier} | {reference} | {hypothesis} |" for identifier, reference, hypothesis in examples
