@@ -88,7 +88,7 @@ def test_features_computed_by_other_feature_code_are_never_served(
     """An earlier release or an experiment's edit of the front end computed other features: the
     cache keys its folder by the code of the modules that compute and store them, not by a
     version number that an edit can leave as it was."""
-    keyed = {module.__name__ for module in cache_module.FEATURE_MODULES}
+    keyed = {f"las.data.{name}" for name in cache_module.FEATURE_MODULES.split()}
     computing = [load_audio, declipped, run_bounds, FilterbankExtractor, Dereverberation]
     computing += [extraction.extract_chunk, line_checksum]
     assert {function.__module__ for function in computing} <= keyed  # what reads, computes and indexes them

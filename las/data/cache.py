@@ -45,18 +45,6 @@ from las.core.config import FeatureConfig
 from las.core.errors import LasError
 from las.core.files import make_directory
 from las.core.progress import progress_bar, warn
-from las.data import (
-    audio,
-    cache_index,
-    declipping,
-    dereverberation,
-    extraction,
-    features,
-    loudness,
-    runs,
-    segmentation,
-    signal,
-)
 from las.data.audio import Segment
 from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
 from las.data.cache_usage import cache_directory, use
@@ -101,19 +89,10 @@ def code_digest(paths: Iterable[str | Path], salt: str = "") -> str:
 # change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
 # minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels). torch's
 # release counts too: its FFT computes the spectrum, and another release may round it otherwise.
-FEATURE_MODULES = (
-    audio,
-    cache_index,
-    declipping,
-    dereverberation,
-    extraction,
-    features,
-    loudness,
-    runs,
-    segmentation,
-    signal,
+FEATURE_MODULES = "audio cache_index declipping dereverberation extraction features loudness runs segmentation signal"
+FEATURE_CODE = code_digest(
+    [__file__, *(Path(__file__).with_name(f"{name}.py") for name in FEATURE_MODULES.split())], torch.__version__
 )
-FEATURE_CODE = code_digest([__file__, *(str(module.__file__) for module in FEATURE_MODULES)], torch.__version__)
 
 
 class Planned(NamedTuple):
