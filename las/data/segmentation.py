@@ -16,10 +16,6 @@ from las.data.runs import leading, long_runs, run_bounds
 from las.data.signal import POWER_FLOOR
 
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
-# Inside a recording shorter than a segment, only a pause this long is cut at (1 s): at 0.5 s the
-# gaps between babbling talkers at 10 dB read as pauses too, and cut there, it lost 1.0 point of
-# CER (3 seeds); at 1 s every channel set reads as it did uncut.
-INNER_PAUSE_FRAMES = 100
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances
 SHORTEST_FRAMES = 10  # pieces with fewer loud frames than this are clicks or breaths, not speech
 QUIET_SHARE = 0.3  # a frame is quiet below this share of the way from the floor to the peak
@@ -358,13 +354,15 @@ def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, 
     return spans
 
 
-def cut_at_inner_pauses(pauses: torch.Tensor, start: int, end: int) -> list[tuple[int, int]]:
-    """`[start, end)` cut at the pauses of INNER_PAUSE_FRAMES or more (`Levels.pauses`
-    `(frames,)`) inside it, as a long recording is cut at its pauses (`split_at_pauses`): each
+def cut_at_inner_pauses(pauses: torch.Tensor, start: int, end: int, pause_frames: int) -> list[tuple[int, int]]:
+    """`[start, end)` cut at the pauses of `pause_frames` or more (`Levels.pauses` `(frames,)`;
+    0: not cut) inside it, as a long recording is cut at its pauses (`split_at_pauses`): each
     piece widened by up to MARGIN_FRAMES of its pauses, the first and the last keeping the span's
     own edges. Two of AN4's utterances with a second of silence between them read 1.9x worse than
     one by one, and 4x with three seconds."""
-    regions = [(start + first, start + last) for first, last in loud_regions(pauses[start:end], INNER_PAUSE_FRAMES)]
+    if pause_frames <= 0:
+        return [(start, end)]
+    regions = [(start + first, start + last) for first, last in loud_regions(pauses[start:end], pause_frames)]
     if len(regions) <= 1:
         return [(start, end)]
     return [(start, regions[0][1]), *regions[1:-1], (regions[-1][0], end)]

@@ -310,7 +310,8 @@ class Recognizer:
         if not (levels.speech if as_recorded is None else as_recorded):
             return []
         start, end = self.surroundings.span(levels) if self.surroundings else (0, len(levels.pauses))
-        return cut_at_inner_pauses(levels.pauses, start, end)
+        pause = self.config.features.frames(self.config.decode.inner_pause_seconds)
+        return cut_at_inner_pauses(levels.pauses, start, end, pause)
 
     def dataset(self, ids: Sequence[str], features: Sequence[torch.Tensor]) -> SpeechDataset:
         """Utterances with these features `(frames, mel_bins)`, normalised as the model was
