@@ -32,22 +32,14 @@ from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
 from las.export.runtime import load_model, run_on
 from las.model.checkpoint import Checkpoint
-from las.recognition.confidence import overall_confidence, word_confidence
+from las.recognition.confidence import overall_confidence
 from las.recognition.inference import transcribe
-from las.recognition.timing import word_edges
+from las.recognition.timing import Word, WordTimer
 from las.search import Hypothesis, build_strategy
 from las.search.common import Rules
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
 CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
-
-
-@dataclass(frozen=True)
-class Word:
-    start: float  # seconds from the start of the recording
-    end: float
-    word: str
-    confidence: float | None = None  # in [0, 1] (las.recognition.confidence)
 
 
 @dataclass(frozen=True)
@@ -108,6 +100,7 @@ class Recognizer:
         self.model = checkpoint.build_model(self.device)
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
         self.surroundings = Surroundings.of(self.config, decoding=True)
+        self.timer = WordTimer(self.vocabulary, 2**self.config.model.pyramid_layers, self.config.features.mel_bins)
         self.timing = Timing(0.0, 0.0)
 
     @classmethod
@@ -358,7 +351,7 @@ class Recognizer:
         start, end = piece.own_start * seconds, piece.own_end * seconds
         words = [
             dataclasses.replace(word, start=max(word.start, start))  # a sound begun in the context
-            for word in self.words(hypothesis, piece.start * seconds, piece.end * seconds, seconds, energy)
+            for word in self.timer.words(hypothesis, piece.start * seconds, piece.end * seconds, seconds, energy)
             if start <= (word.start + word.end) / 2 < end
         ]
         threshold = self.config.decode.min_confidence
@@ -376,34 +369,6 @@ class Recognizer:
         words = [word for segment in spoken for word in segment.words]
         confidence = overall_confidence([word.confidence for word in words])
         return Result(identifier, text, score, spoken, words, listed or [(text, score)], confidence)
-
-    def words(
-        self, hypothesis: Hypothesis, start: float, end: float, seconds: float, energy: torch.Tensor | None
-    ) -> list[Word]:
-        """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
-        recording from `start` to `end` seconds, `seconds` per frame; each word's edges moved to where
-        its sound begins and ends (`las.recognition.timing.word_edges`) when the piece's frame `energy` `(frames,)`
-        is known."""
-        reduction = 2**self.config.model.pyramid_layers  # feature frames per encoder frame
-        trust = hypothesis.confidences or [None] * len(hypothesis.tokens)
-        characters = [*zip(hypothesis.tokens, hypothesis.spans or [], trust, strict=True), (None, None, None)]
-        texts, emitted, confidences, current = [], [], [], []
-        for token, span, confidence in characters:
-            if token is None or self.vocabulary.decode([token]) == " ":
-                if current:
-                    texts.append(self.vocabulary.decode([item for item, _, _ in current]))
-                    first = min(span[0] for _, span, _ in current) * reduction
-                    emitted.append((first, max(span[1] for _, span, _ in current) * reduction))
-                    measured = [value for _, _, value in current if value is not None]
-                    confidences.append(word_confidence(measured) if measured else None)
-                current = []
-            else:
-                current.append((token, span, confidence))
-        edges = word_edges(energy, emitted, self.config.features.mel_bins)
-        return [
-            Word(start + first * seconds, min(start + last * seconds, end), text, trusted)
-            for text, (first, last), trusted in zip(texts, edges, confidences, strict=True)
-        ]
 
 
 def warn_about_clipping(ids: Sequence[str], shares: Sequence[float]) -> None:

@@ -5,10 +5,15 @@ begins and ends, from the energy of the audio around its characters."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
+from las.core.text import Vocabulary
 from las.data.segmentation import QUIET_SHARE, digital_silence
+from las.recognition.confidence import word_confidence
+from las.search import Hypothesis
 
 ONSET_FRAMES = 50  # a word's sound begins at most 0.5 s (10 ms frames) before CTC emits it
 BACKGROUND_FRAMES = 100  # the background level is read over the second before that
@@ -142,3 +147,48 @@ def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) 
         )
         for index, (first, last) in enumerate(emitted)
     ]
+
+
+@dataclass(frozen=True)
+class Word:
+    start: float  # seconds from the start of the recording
+    end: float
+    word: str
+    confidence: float | None = None  # in [0, 1] (las.recognition.confidence)
+
+
+@dataclass(frozen=True)
+class WordTimer:
+    """The words of a model's hypotheses, with their times and confidences: its vocabulary, its
+    listener's time reduction, and its features' mel bins."""
+
+    vocabulary: Vocabulary
+    reduction: int  # feature frames per encoder frame
+    mel_bins: int
+
+    def words(
+        self, hypothesis: Hypothesis, start: float, end: float, seconds: float, energy: torch.Tensor | None
+    ) -> list[Word]:
+        """Word times from the frames of their characters (`Hypothesis.spans`) in a piece of a
+        recording from `start` to `end` seconds, `seconds` per frame; each word's edges moved to where
+        its sound begins and ends (`word_edges`) when the piece's frame `energy` `(frames,)`
+        is known."""
+        trust = hypothesis.confidences or [None] * len(hypothesis.tokens)
+        characters = [*zip(hypothesis.tokens, hypothesis.spans or [], trust, strict=True), (None, None, None)]
+        texts, emitted, confidences, current = [], [], [], []
+        for token, span, confidence in characters:
+            if token is None or self.vocabulary.decode([token]) == " ":
+                if current:
+                    texts.append(self.vocabulary.decode([item for item, _, _ in current]))
+                    first = min(span[0] for _, span, _ in current) * self.reduction
+                    emitted.append((first, max(span[1] for _, span, _ in current) * self.reduction))
+                    measured = [value for _, _, value in current if value is not None]
+                    confidences.append(word_confidence(measured) if measured else None)
+                current = []
+            else:
+                current.append((token, span, confidence))
+        edges = word_edges(energy, emitted, self.mel_bins)
+        return [
+            Word(start + first * seconds, min(start + last * seconds, end), text, trusted)
+            for text, (first, last), trusted in zip(texts, edges, confidences, strict=True)
+        ]
