@@ -42,7 +42,7 @@ def align(recognizer: Recognizer, features: torch.Tensor, text: str, audio: bool
     spans, how = token_spans(tokens, log_probs, None, PAD_INDEX)
     seconds = recognizer.frame_seconds(audio)
     hypothesis = Hypothesis(tokens, 0.0, None, spans, how)
-    words = recognizer.words(hypothesis, 0.0, len(features) * seconds, seconds, frame_energy(features))
+    words = recognizer.timer.words(hypothesis, 0.0, len(features) * seconds, seconds, frame_energy(features))
     return [WordTime(word.word, word.start, word.end) for word in words]
 
 
