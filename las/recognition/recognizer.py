@@ -149,7 +149,7 @@ class Recognizer:
         data = self.config.data
         warn_about_characters(utterances, self.vocabulary, source)
         warn_about_audio(utterances, source)
-        cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
+        cache = self.feature_cache()
         parts = []  # (utterances, their features) of audio, then of precomputed features
         for audio in (True, False):
             subset = [utterance for utterance in utterances if (utterance.audio_location is not None) == audio]
@@ -173,15 +173,18 @@ class Recognizer:
         self.checkpoint.check_features(features, source)
         return kept, features
 
+    def feature_cache(self) -> FeatureCache:
+        """The feature cache of decoding's front end (`features.at_decoding`)."""
+        data = self.config.data
+        return FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
+
     def other_features(self, utterances: Sequence[Utterance]) -> list[torch.Tensor | None]:
         """Each of `utterances`' features played at `decode.other_speed` (`other_speed`), through
         the feature cache; None for precomputed features, and for all where there is no other speed."""
         audio = [utterance for utterance in utterances if utterance.audio_location is not None]
         if not self.other_speed or not audio:
             return [None] * len(utterances)
-        data = self.config.data
-        cache = FeatureCache(data.cache_dir, self.config.features.at_decoding(), data.workers)
-        found = iter(cache.load(audio, "features, played at the other speed", self.other_speed))
+        found = iter(self.feature_cache().load(audio, "features, played at the other speed", self.other_speed))
         return [next(found) if utterance.audio_location is not None else None for utterance in utterances]
 
     def array_features(
