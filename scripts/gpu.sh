@@ -41,6 +41,12 @@
 # six epochs of fine-tuning with either effect cost the room and noise 1-2 points), measured
 # beside `runs/an4gpu` (the same recipe without them).
 #
+# For #72, attention from scratch on long utterances (docs/BENCHMARKS.md, "Guiding the attention
+# from scratch"): the guide did not align AN4's model on the CPU within 1,500 steps; longer runs
+# decide. `CURVE_RUN=scale-guided CURVE_SET="--set train.attention_guide=on" bash scripts/gpu.sh
+# curve "$OUT"` (the 100-hour recipe from scratch, guided), beside the unguided curve of the
+# 2026-11-26 lease and the warm start's (15.4% at 352 steps).
+#
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
 #   bash scripts/gpu.sh graphs "$OUT"  # the step as CUDA graphs: tests, AN4 throughput by what is

@@ -231,7 +231,7 @@ def test_the_front_end_on_cuda_tensors_computes_what_it_computes_on_the_cpu() ->
     caller on a GPU need not move them back first)."""
     from las.data.channels import telephone
     from las.data.signal import MelPowerSpectrum, resample
-    from las.recognition.timing import viterbi_path
+    from las.model.ctc_path import viterbi_path
 
     waveform = load_audio(Path(an4_rows("dev", 1)[0][1]), 16000)
     for rate, new_rate in ((16000, 14400), (44100, 16000), (16000, 8000)):

@@ -428,7 +428,7 @@ def test_a_joined_second_utterance_is_brought_to_the_first_ones_level() -> None:
 
 def test_repeated_characters_are_counted_per_utterance_as_ctc_needs_them() -> None:
     from las.data.dataset import PackedTokens
-    from las.model.losses import ctc_frames_needed
+    from las.model.ctc_path import ctc_frames_needed
 
     draw = random.Random(0)
     for _ in range(200):

@@ -22,7 +22,8 @@ from las.data.signal import (
     resample,
     resampled_length,
 )
-from las.recognition.timing import runs, token_spans, viterbi_path
+from las.model.ctc_path import runs, viterbi_path
+from las.recognition.timing import token_spans
 
 from .conftest import an4_rows
 

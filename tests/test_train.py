@@ -71,6 +71,19 @@ def test_attention_that_has_not_aligned_where_ctc_has_learnt_is_said_once(
     assert "attention has not aligned" not in capsys.readouterr().err
 
 
+def test_a_guided_run_teaches_its_attention_the_ctc_alignment_and_says_so(
+    tiny_config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # AN4's short utterances are not guided by default; on, and with every alignment trusted.
+    config = with_training(
+        tiny_config, epochs=6, attention_guide="on", attention_guide_trigger=1000.0, attention_guide_steps=4
+    )
+    records = metrics(train(config))  # one step an epoch
+    assert records[0]["train_guide_loss"] > 0 and "train_guide_loss" not in records[-1]  # over after 4 steps
+    said = capsys.readouterr()
+    assert "attention guided by the CTC head's alignment for the first 4 steps" in said.out + said.err
+
+
 def without_timings(records: list[dict]) -> list[dict]:
     return [
         {key: value for key, value in record.items() if "second" not in key and key != "peak_memory_mb"}
@@ -260,7 +273,7 @@ def test_compiled_speller_step_trains_like_the_eager_one(
 
 
 def test_utterances_too_short_for_ctc_are_named(tiny_config: Config, tmp_path: Path, capsys) -> None:
-    from las.model.losses import ctc_frames_needed
+    from las.model.ctc_path import ctc_frames_needed
     from las.training.corpus import load_corpus
 
     from .conftest import an4_rows, write_manifest

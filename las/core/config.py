@@ -264,6 +264,14 @@ class ModelConfig(Section):
             )
 
     @property
+    def guidable(self) -> bool:
+        """Whether training can teach the attention the CTC head's alignment (las.model.guide): an
+        LSTM speller whose attention weighs every frame (not one that only moves forward), and a
+        CTC head."""
+        forward_only = ("gmm", "monotonic", "monotonic_chunk")
+        return self.speller == "lstm" and self.attention not in forward_only and self.ctc_weight > 0
+
+    @property
     def transformer_speller_dim(self) -> int:
         return self.speller_dim or self.transformer_dim
 
@@ -414,6 +422,21 @@ class TrainConfig(Section):
     # From this many steps on, a dev pass whose attention has not aligned while the CTC head has
     # learnt (las.training.dev_evaluation) says so once, with what to do (0: never).
     alignment_warning_steps: NonNegative = 1000
+    # From scratch on long utterances (las/model/guide.py): for the first attention_guide_steps
+    # steps, once a batch's CTC loss is under attention_guide_trigger nats a character, each
+    # character's attention is also trained towards where the CTC head's forced alignment puts
+    # it (a Gaussian of attention_guide_width of the recording), the loss's weight whole for half
+    # the steps and then falling linearly to nothing. auto: on when the training utterances last
+    # attention_guide_seconds or more at the median, the model has a CTC head and the run does
+    # not start from trained weights (train.init). Off by default: it makes a tiny model's
+    # attention find its place on long synthetic utterances where it does not alone, but on AN4
+    # utterances joined to 11 s it did not align AN4's model within 1,500 steps either
+    # (docs/BENCHMARKS.md, "Long utterances from scratch").
+    attention_guide: Literal["auto", "on", "off"] = "off"
+    attention_guide_steps: Count = 2000
+    attention_guide_width: Annotated[float, Range(0, 1, open_minimum=True)] = 0.02
+    attention_guide_trigger: Positive = 1.5
+    attention_guide_seconds: Positive = 5.0
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).
@@ -579,6 +602,12 @@ class Config:
             raise LasError(
                 f"config key 'train.cuda_graphs': graphs the LSTM speller's loop and the pBLSTM listener's "
                 f"pass; a {self.model.listener} listener with a {self.model.speller} speller has neither"
+            )
+        if self.train.attention_guide == "on" and not self.model.guidable:
+            raise LasError(
+                "config key 'train.attention_guide': teaches the LSTM speller's attention over every frame "
+                f"where the CTC head aligns each character; a {self.model.speller} speller with "
+                f"{self.model.attention} attention and model.ctc_weight={self.model.ctc_weight} has none"
             )
         if self.decode.cuda_graphs and self.model.speller != "lstm":
             raise LasError(

@@ -14,11 +14,6 @@ from las.core.text import PAD_INDEX as PAD
 from las.model.las import LASOutput
 
 
-def ctc_frames_needed(tokens: list[int]) -> int:
-    """Encoder frames a CTC alignment of `tokens` needs: one per character, and a blank between repeats."""
-    return len(tokens) + sum(first == second for first, second in zip(tokens, tokens[1:], strict=False))
-
-
 def attention_loss(
     logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float, characters: int | None = None
 ) -> torch.Tensor:

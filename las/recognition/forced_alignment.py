@@ -19,7 +19,7 @@ from las.data.extraction import content_digest
 from las.data.manifest import read_utterances, unknown_characters
 from las.data.segmentation import frame_energy
 from las.export.runtime import load_model
-from las.model.losses import ctc_frames_needed
+from las.model.ctc_path import ctc_frames_needed
 from las.recognition.recognizer import Recognizer
 from las.recognition.timing import token_spans
 from las.search import Hypothesis

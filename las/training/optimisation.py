@@ -17,6 +17,7 @@ from las.data.augment import spec_augment
 from las.data.dataset import Batch
 from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller
+from las.model.guide import Guide
 from las.model.las import LAS
 from las.model.listener import Listener
 from las.model.losses import joint_loss
@@ -67,10 +68,16 @@ class Optimisation:
         )
 
     def loss(
-        self, batch: Batch, global_lengths: torch.Tensor, forcing: float, augment: bool
+        self,
+        batch: Batch,
+        global_lengths: torch.Tensor,
+        forcing: float,
+        augment: bool,
+        guide: Guide | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
-        characters: ranks' losses add up to the global batch's), and its parts for the log."""
+        characters: ranks' losses add up to the global batch's), and its parts for the log;
+        with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide)."""
         settings = self.config.train
         features = batch.features
         if augment:
@@ -85,7 +92,7 @@ class Optimisation:
         # A CUDA graph cannot capture autocast's cache of cast weights.
         with autocast(self.device, self.precision, cache=self.spell is None and self.listen is None):
             output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell, self.listen)
-            return joint_loss(
+            loss, parts = joint_loss(
                 output,
                 batch.targets_in,
                 batch.targets_out,
@@ -94,6 +101,10 @@ class Optimisation:
                 settings.label_smoothing,
                 global_lengths,
             )
+            if guide is None:
+                return loss, parts
+            guided = guide.loss(output, batch.targets_in)  # a mean over this rank's characters
+            return loss + guide.weight * guided, parts | {"guide_loss": guided.detach()}
 
     def backward(self, loss: torch.Tensor, ranks: int, frozen: Sequence[str]) -> torch.Tensor:
         """Back-propagate `loss` over `ranks` processes, without gradients for the `frozen` parts,

@@ -29,6 +29,7 @@ from las.model.checkpoint import Checkpoint, save_checkpoint
 from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.search import GreedySearch, Rules, Symbols
+from las.training.attention_start import AttentionStart
 from las.training.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.training.batch_memory import sized_batches
 from las.training.corpus import Corpus, load_corpus
@@ -181,6 +182,7 @@ class Trainer:
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
         self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps)
+        self.attention_start = AttentionStart(config, corpus.train.frame_counts())
         # With the LSTM speller's training pass as graphs, its dev pass's steps are graphs too.
         self.search = GreedySearch(
             Symbols.of(self.vocabulary),
@@ -249,6 +251,8 @@ class Trainer:
                 f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
+            if self.attention_start.on and self.progress.step < self.attention_start.steps:
+                tqdm.write(self.attention_start.describe())
         with self.stop_requests:
             try:
                 while self.progress.epoch < self.config.train.epochs:
@@ -333,7 +337,8 @@ class Trainer:
         the loss, gradients clipped to `train.gradient_clip`, and the update with the learning
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
-        loss, parts = self.optimisation.loss(batch, self.corpus.train.target_lengths(indices), forcing, augment)
+        lengths, guide = self.corpus.train.target_lengths(indices), self.attention_start.at(self.progress.step)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide)
         norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
         # One read of the device per step, after the backward pass is queued: each read waits for
         # the GPU to finish, and the host queues nothing while it waits.
@@ -416,10 +421,7 @@ class Trainer:
         if self.unaligned_said or not threshold or step < threshold or not (reason := dev.unaligned()):
             return
         self.unaligned_said = True
-        message = (
-            f"{reason}, after {step} steps. Attention aligns slowly on long utterances from scratch: train "
-            "on short ones first and start this run from that one with --init (data/recipes/hw4p2.toml)"
-        )
+        message = f"{reason}, after {step} steps. {self.attention_start.advice()}"
         warn(message)
         self.monitor.note("warnings/alignment", message, step)
 
