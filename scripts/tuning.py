@@ -53,6 +53,13 @@ def speaker(utterance_id: str) -> str:
     return utterance_id.split("-")[1]
 
 
+def ctm_speaker(line: str) -> str:
+    """The speaker of a CTM line: a word's (`ID CHANNEL START DURATION WORD`) or a digest's
+    (`;; ID sha256 DIGEST`)."""
+    fields = line.split()
+    return speaker(fields[1] if fields[0] == ";;" else fields[0])
+
+
 def tuning_speakers(speakers: list[str]) -> list[str]:
     """TUNING_SPEAKERS of `speakers`, women (AN4 ids begin with f) and men in their shares."""
     women = sorted(name for name in speakers if name.startswith("f"))
@@ -69,6 +76,12 @@ def split(data: Path = AN4) -> None:
     chosen = set(tuning_speakers(sorted({speaker(line[0]) for line in rows})))
     write_manifest(data / "tuning.tsv", columns, [line for line in rows if speaker(line[0]) in chosen])
     write_manifest(data / "train-except-tuning.tsv", columns, [line for line in rows if speaker(line[0]) not in chosen])
+    # The default recipe cuts single words and tight crops at the training utterances' word times,
+    # which `las train` finds beside its manifest: without them it trains on whole utterances only.
+    word_times = data / "train.ctm"
+    if word_times.is_file():
+        kept = [line for line in word_times.read_text().splitlines() if ctm_speaker(line) not in chosen]
+        (data / "train-except-tuning.ctm").write_text("".join(line + "\n" for line in kept))
     held = sum(speaker(line[0]) in chosen for line in rows)
     print(f"choosing speakers: {' '.join(sorted(chosen))} ({held} utterances; {len(rows) - held} left to train on)")
 

@@ -121,15 +121,24 @@ def test_a_dataset_draw_is_the_words_frames_and_characters_and_the_same_on_resum
     assert dataset[0].text == "G TWO EIGHTY"  # not a training draw: the whole utterance
 
 
-def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(tmp_path: Path) -> None:
+def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 2))
     assert alignment_path(str(manifest), "auto") is None
+    utterances = [utterance.with_text("G TWO EIGHTY") for utterance in read_utterances(manifest)]
+    # None beside it: the single words and tight crops are off, and training says so and where it looked.
+    assert WordExcerpts.of(load_config(None, [*TINY, f"data.train={manifest}"]), utterances, no_digests) is None
+    said = capsys.readouterr().err
+    assert f"no word times beside {manifest} ({tmp_path / 'train.ctm'})" in said and "warning" not in said
+    off = [*TINY, f"data.train={manifest}", "train.augment.words=0", "train.augment.tight=0"]
+    assert WordExcerpts.of(load_config(None, off), utterances, no_digests) is None
+    assert capsys.readouterr().err == ""  # not asked for: nothing to say
     (tmp_path / "train.ctm").write_text("")
     assert alignment_path(str(manifest), "auto") == tmp_path / "train.ctm"
     assert alignment_path(str(manifest), "") is None
     assert alignment_path(str(AN4 / "train.tsv"), "auto") == AN4 / "train.ctm"
     config = load_config(None, [*TINY, f"data.train={manifest}", "train.augment.words=0.3"])
-    utterances = [utterance.with_text("G TWO EIGHTY") for utterance in read_utterances(manifest)]
     assert WordExcerpts.of(config, utterances, no_digests) is None  # an empty CTM: off with a warning
     with (tmp_path / "train.ctm").open("w") as stream:
         write_ctm([(utterances[0].id, WORDS)], stream)

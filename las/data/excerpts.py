@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from las.core.config import Config
-from las.core.progress import warn
+from las.core.progress import say, warn
 from las.data.ctm import WordTime, read_ctm, read_digests
 from las.data.utterances import Utterance
 
@@ -51,7 +51,16 @@ class WordExcerpts:
         where its file's content (`digests`, in the same order) is not what they were found in."""
         augment = config.train.augment
         path = alignment_path(config.data.train, config.data.train_alignment)
-        if not (augment.words or augment.tight) or path is None:
+        if not (augment.words or augment.tight):
+            return None
+        if path is None:
+            if config.data.train_alignment == "auto":
+                # Said, not warned: most corpora come without word times, and training on whole
+                # utterances is right for them; a user who expected the cuts learns why there are none.
+                say(
+                    f"no word times beside {config.data.train} ({ctm_beside(config.data.train)}): "
+                    "train.augment.words and tight are off (`las align MODEL TRAIN --out FILE.ctm` finds them)"
+                )
             return None
         times: Mapping[str, list[WordTime]] = read_ctm(path)
         aligned_on = read_digests(path)
@@ -108,5 +117,11 @@ def alignment_path(train: str, alignment: str) -> Path | None:
     manifest's name with `.ctm` (a folder's `words.ctm`) where that exists; None for none."""
     if alignment != "auto":
         return Path(alignment) if alignment else None
-    found = Path(train) / "words.ctm" if Path(train).is_dir() else Path(train).with_suffix(".ctm")
+    found = ctm_beside(train)
     return found if found.is_file() else None
+
+
+def ctm_beside(train: str) -> Path:
+    """Where `auto` looks for a training manifest's word times: its name with `.ctm`, or a
+    folder's `words.ctm`."""
+    return Path(train) / "words.ctm" if Path(train).is_dir() else Path(train).with_suffix(".ctm")
