@@ -320,6 +320,17 @@ def decode(
         Path | None, typer.Option("--plot-dir", help="Where heat-maps go (default: next to --out).")
     ] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to decode.")] = Device.auto,
+    stream: Annotated[
+        bool,
+        typer.Option(
+            "--stream",
+            help="Decode as the audio arrives (INPUT `-`: 16-bit mono PCM on stdin at the model's rate, "
+            "or an audio file), writing JSON lines of partial and final results; a streaming model's.",
+        ),
+    ] = False,
+    realtime: Annotated[
+        bool, typer.Option("--realtime", help="With --stream, play an audio file at its own pace.")
+    ] = False,
     *,
     shorthands: dict[str, Any],
 ) -> None:
@@ -330,6 +341,15 @@ def decode(
     if "decode.beam_size" in shorthands and strategy not in (None, "beam"):
         raise LasError(f"--beam-size is a beam search setting; --strategy {strategy} would ignore it")
     overrides = as_assignments(shorthands) + list(assignments or [])
+    if stream or realtime:
+        from las.recognition.live import check_stream_options, stream_decode
+
+        if not stream:
+            raise LasError("--realtime plays a file to --stream; without --stream the file is decoded whole")
+        check_stream_options(output_format.value, plot_attention)
+        finals = stream_decode(checkpoint, input_path, out, overrides, device.value, realtime)
+        typer.echo(f"streamed {finals} final segments", err=True)
+        return
     recordings, timing = run_decoding(
         checkpoint,
         input_path,

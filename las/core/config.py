@@ -65,7 +65,7 @@ PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "lhotse", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
-ListenerKind = Literal["pblstm", "transformer", "conformer"]
+ListenerKind = Literal["pblstm", "plstm", "transformer", "conformer"]
 SpellerKind = Literal["lstm", "transformer"]
 Dereverberation = Literal["off", "decoding", "always"]  # las.data.dereverberation
 TimeReduction = Literal["concat", "conv"]  # las.model.attention_listener
@@ -140,6 +140,19 @@ class FeatureConfig(Section):
     # ("always"), or not at all ("off"). A room of RT60 0.6 s decoded at 2.6x the clean CER, and at
     # 2.0x with it, every other condition as before (3 seeds; docs/BENCHMARKS.md, "Reverberation").
     dereverberation: Dereverberation = "decoding"
+    # A front end that reads each frame's past only, as audio arriving can be read (streaming
+    # models, las/recognition/streaming.py): frames padded with zeros rather than mirrored at the
+    # ends, each utterance's mean a running one (with its prior), and nothing that reads the whole
+    # recording first (declipping, its offset, its level, dereverberation at decoding).
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.causal and self.dereverberation == "always":
+            raise LasError(
+                "config key 'features.dereverberation': a causal front end cannot wait for the whole "
+                "recording that dereverberation filters; set it to off"
+            )
 
     def frames(self, seconds: float) -> int:
         """How many feature frames last `seconds`."""
@@ -158,8 +171,10 @@ class FeatureConfig(Section):
         return self.dereverberation == "always"
 
     def at_decoding(self) -> FeatureConfig:
-        """The front end as decoding runs it."""
-        return dataclasses.replace(self, dereverberation="always") if self.dereverberation == "decoding" else self
+        """The front end as decoding runs it (a causal one never dereverberates)."""
+        if self.dereverberation == "decoding" and not self.causal:
+            return dataclasses.replace(self, dereverberation="always")
+        return self
 
 
 @dataclass(frozen=True)
@@ -242,6 +257,11 @@ class ModelConfig(Section):
     # transformer_dim wide with transformer_heads heads unless speller_dim and speller_feedforward
     # give the speller sizes of its own (0: the listener's); model.dropout applies.
     listener: ListenerKind = "pblstm"
+    # plstm: the pyramid's LSTMs read forwards only, and the top layer hears this many encoder
+    # frames ahead (2**pyramid_layers input frames each): a listener for streaming
+    # (las/model/streaming_listener.py), whose look-ahead is this, in seconds: lookahead x
+    # 2**pyramid_layers x features.hop_ms.
+    lookahead: NonNegative = 0
     speller: SpellerKind = "lstm"
     time_reduction: TimeReduction = "conv"
     listener_layers: Count = 6
@@ -295,8 +315,13 @@ class ModelConfig(Section):
                 )
         if self.conformer_kernel % 2 == 0:
             raise LasError(f"config key 'model.conformer_kernel': must be odd, got {self.conformer_kernel}")
-        if self.listener != "pblstm" and self.locked_dropout:
+        if self.listener not in ("pblstm", "plstm") and self.locked_dropout:
             raise LasError(f"config key 'model.locked_dropout': a {self.listener} listener has no recurrence to lock")
+        if self.listener != "plstm" and self.lookahead:
+            raise LasError(
+                f"config key 'model.lookahead': bounds what a plstm listener hears ahead; a {self.listener} "
+                "listener hears the whole recording"
+            )
         if self.speller == "transformer":
             chosen = {"attention": "location", "attention_heads": 1, "attention_temperature": 1.0}
             for key, default in chosen.items():

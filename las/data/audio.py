@@ -216,19 +216,11 @@ def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | N
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
         raise LasError(f"samples need their sample_rate, a positive whole number of Hz: got {sample_rate!r}")
     array = samples.detach().cpu().numpy() if isinstance(samples, torch.Tensor) else np.asarray(samples)
-    if array.dtype.kind not in "iuf":
-        raise LasError(f"samples must be real numbers (floats or integer PCM): got dtype {array.dtype}")
     if array.ndim not in (1, 2) or array.size == 0:
         raise LasError(f"samples must have shape (samples,) or (samples, channels): got {array.shape}")
-    if array.dtype.kind in "iu":  # PCM: full scale is the type's range
-        information = np.iinfo(array.dtype)
-        middle = (int(information.max) + int(information.min) + 1) / 2  # 0, or 128 for unsigned 8-bit
-        array = (array.astype(np.float64) - middle) / (information.max - middle + 1)
-    waveform = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    waveform = float_samples(array)
     if waveform.dim() == 2:
         waveform = mixed_down(waveform if waveform.shape[0] >= waveform.shape[1] else waveform.T)  # as files are
-    if not torch.isfinite(waveform).all():
-        raise LasError("samples hold non-finite values (NaN or infinity)")
     peak = float(waveform.abs().max())
     if peak > 1.0 + 1e-3:
         warn(f"samples reach {peak:.3g}, beyond full scale [-1, 1]: integer PCM passed as floats? (divide by 32768)")
@@ -236,6 +228,21 @@ def samples_to_waveform(samples: np.ndarray | torch.Tensor, sample_rate: int | N
         warn(f"samples {reason}")
     if sample_rate != target_rate:
         waveform = resample(waveform, int(sample_rate), target_rate)
+    return waveform
+
+
+def float_samples(array: np.ndarray) -> torch.Tensor:
+    """Samples as float32 in [-1, 1], the same shape: floats as they are, integer PCM scaled from
+    its type's full range; one clear error for anything else, or for values that are not finite."""
+    if array.dtype.kind not in "iuf":
+        raise LasError(f"samples must be real numbers (floats or integer PCM): got dtype {array.dtype}")
+    if array.dtype.kind in "iu":  # PCM: full scale is the type's range
+        information = np.iinfo(array.dtype)
+        middle = (int(information.max) + int(information.min) + 1) / 2  # 0, or 128 for unsigned 8-bit
+        array = (array.astype(np.float64) - middle) / (information.max - middle + 1)
+    waveform = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    if not torch.isfinite(waveform).all():
+        raise LasError("samples hold non-finite values (NaN or infinity)")
     return waveform
 
 

@@ -100,6 +100,8 @@ class FilterbankExtractor:
         clipped runs at a rail, an offset, runs of digital zeros and a 16-bit export's dither are
         exact values that resampling smooths away (played at 0.9 first, clipped-20 read 21.0%
         against 17.5%)."""
+        if self.config.causal:  # nothing that reads the whole recording before its first frame
+            return Analysed(self.log_mel(change_speed(waveform, speed, self.config.sample_rate)), None)
         waveform = within_training_levels(without_offset(declipped(waveform), self.window), self.hop)
         as_recorded = self.log_mel(waveform) if speed == 1.0 or self.dereverberation else None
         speech = has_speech(as_recorded) if self.dereverberation else None
@@ -113,20 +115,24 @@ class FilterbankExtractor:
         return Analysed(self.log_mel(change_speed(waveform, speed, self.config.sample_rate)), speech)
 
     def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
-        """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time."""
-        padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode="reflect")[0]
+        """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time. Half a window beyond
+        each end is the recording mirrored, or zeros for a causal front end, which cannot mirror
+        what has not arrived (`las.data.streaming`)."""
+        mode = "constant" if self.config.causal else "reflect"
+        padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode=mode)[0]
         frames = frame_count(len(waveform), self.window, self.hop)
-        with torch.no_grad():
-            power = torch.cat(
-                [
-                    self.transform(
-                        padded[first * self.hop : (min(frames, first + BLOCK_FRAMES) - 1) * self.hop + self.window]
-                    )
-                    for first in range(0, frames, BLOCK_FRAMES)
-                ],
-                dim=1,
-            )  # (mel_bins, frames)
-        return torch.log(power + POWER_FLOOR).T.contiguous()  # (frames, mel_bins)
+        return torch.cat(
+            [
+                self.frames(padded[first * self.hop : (min(frames, first + BLOCK_FRAMES) - 1) * self.hop + self.window])
+                for first in range(0, frames, BLOCK_FRAMES)
+            ]
+        )
+
+    @torch.no_grad()
+    def frames(self, padded: torch.Tensor) -> torch.Tensor:
+        """Log-mel frames `(frames, mel_bins)` of samples already padded `(samples,)`: one for
+        each window that fits at every hop."""
+        return torch.log(self.transform(padded) + POWER_FLOOR).T.contiguous()
 
 
 def analysis_sizes(config: FeatureConfig) -> tuple[int, int]:
@@ -277,6 +283,8 @@ class Normalizer:
     utterance_mean: bool = False
     prior: torch.Tensor | None = None  # (mel_bins,): the training frames' average as recorded
     prior_frames: int = 0
+    # Each frame's utterance mean that of the frames up to it (a causal front end: streaming).
+    causal: bool = False
 
     def __post_init__(self) -> None:
         """Finite by construction: NaN statistics would silently turn every batch into NaN."""
@@ -290,10 +298,17 @@ class Normalizer:
             raise LasError("feature normalisation: prior_frames without the prior frame")
 
     @classmethod
-    def fit(cls, features: Iterable[torch.Tensor], utterance_mean: bool = False, prior_frames: int = 0) -> Normalizer:
+    def fit(
+        cls,
+        features: Iterable[torch.Tensor],
+        utterance_mean: bool = False,
+        prior_frames: int = 0,
+        causal: bool = False,
+    ) -> Normalizer:
         """One streaming pass, each utterance read once and dropped (float64 sums, so long
-        corpora lose no precision). An utterance's mean is `a + b * prior` with `a` and `b` its
-        own, and the prior known only at the end, so the sums are kept as terms in it."""
+        corpora lose no precision). A frame's utterance mean is `a + b * prior` with `a` and `b`
+        its utterance's own (or, causal, its own frame's), and the prior known only at the end,
+        so the sums are kept as terms in it."""
         prior_frames = prior_frames if utterance_mean else 0
         raw = total = squares = cross = torch.zeros((), dtype=torch.float64)
         count, pull, pull_squared = 0, 0.0, 0.0
@@ -302,10 +317,11 @@ class Normalizer:
             frames = item.shape[0]
             raw = raw + item.sum(dim=0)
             if utterance_mean:
-                weight = prior_frames / (frames + prior_frames)  # b: the prior's share of its mean
-                item = item - item.sum(dim=0) / (frames + prior_frames)  # x - a
-                cross = cross + weight * item.sum(dim=0)
-                pull, pull_squared = pull + frames * weight, pull_squared + frames * weight**2
+                sums, counts = own_sums(item, causal)
+                weight = (prior_frames / (counts + prior_frames)).expand(frames, 1)  # b: the prior's share
+                item = item - sums / (counts + prior_frames)  # x - a
+                cross = cross + (weight * item).sum(dim=0)
+                pull, pull_squared = pull + float(weight.sum()), pull_squared + float(weight.pow(2).sum())
             total = total + item.sum(dim=0)
             squares = squares + item.pow(2).sum(dim=0)
             count += frames
@@ -317,16 +333,25 @@ class Normalizer:
         squares = squares - 2 * prior * cross + pull_squared * prior.pow(2)
         mean = total / count
         std = (squares / count - mean.pow(2)).clamp_min(1e-10).sqrt()
-        return cls(mean.float(), std.float(), utterance_mean, prior.float() if prior_frames else None, prior_frames)
+        prior = prior.float() if prior_frames else None
+        return cls(mean.float(), std.float(), utterance_mean, prior, prior_frames, causal and utterance_mean)
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """`(frames, mel_bins)` of one utterance -> the same, normalised."""
+        if self.causal:
+            return self.running()(features)
         if self.utterance_mean:
             own = features.sum(dim=0)
             if self.prior is not None:
                 own = own + self.prior_frames * self.prior
             features = features - own / (len(features) + self.prior_frames)
         return (features - self.mean) / self.std
+
+    def running(self) -> RunningNormalizer:
+        """This normalisation of one utterance's frames as they arrive (a causal one's)."""
+        if self.utterance_mean and not self.causal:
+            raise LasError("an utterance's whole mean is known only at its end: streaming needs a causal front end")
+        return RunningNormalizer(self)
 
     def to_dict(self) -> dict[str, list[float] | bool | int | None]:
         prior = None if self.prior is None else self.prior.tolist()
@@ -336,6 +361,7 @@ class Normalizer:
             "utterance_mean": self.utterance_mean,
             "prior": prior,
             "prior_frames": self.prior_frames,
+            "causal": self.causal,
         }
 
     @classmethod
@@ -349,4 +375,38 @@ class Normalizer:
             bool(values.get("utterance_mean", False)),
             None if prior is None else torch.tensor(prior),
             int(values.get("prior_frames", 0)),
+            bool(values.get("causal", False)),
         )
+
+
+def own_sums(features: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """What each frame's utterance mean is made of, before its prior: the sum of its frames
+    `(1 or frames, mel_bins)` and their count `(1 or frames, 1)`, the whole utterance's, or with
+    `causal` those up to each frame (float64, as `features` `(frames, mel_bins)` come)."""
+    if not causal:
+        return features.sum(dim=0, keepdim=True), features.new_full((1, 1), len(features))
+    counts = torch.arange(1, len(features) + 1, dtype=features.dtype, device=features.device)[:, None]
+    return features.cumsum(dim=0), counts
+
+
+class RunningNormalizer:
+    """A causal `Normalizer` over one utterance's frames pushed in pieces of any size: what it
+    gives is what the normaliser gives the whole utterance, frame for frame."""
+
+    def __init__(self, normalizer: Normalizer) -> None:
+        self.normalizer = normalizer
+        self.heard = torch.zeros(len(normalizer.mean), dtype=torch.float64)  # the sum of the frames so far
+        self.count = 0
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """`(frames, mel_bins)`, the utterance's next frames -> the same, normalised."""
+        normalizer = self.normalizer
+        if normalizer.utterance_mean:
+            sums, counts = own_sums(features.double(), causal=True)
+            sums, counts = sums + self.heard, counts + self.count
+            if len(features):
+                self.heard, self.count = sums[-1], int(counts[-1])
+            if normalizer.prior is not None:
+                sums = sums + normalizer.prior_frames * normalizer.prior.double()
+            features = features - (sums / (counts + normalizer.prior_frames)).float()
+        return (features - normalizer.mean) / normalizer.std

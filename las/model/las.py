@@ -13,9 +13,10 @@ from las.model.attention_listener import AttentionListener
 from las.model.attentions import build_attention
 from las.model.listener import Listener, ListenerOutput
 from las.model.speller import Speller
+from las.model.streaming_listener import ForwardListener
 from las.model.transformer_speller import TransformerSpeller
 
-AnyListener = Listener | AttentionListener
+AnyListener = Listener | ForwardListener | AttentionListener
 AnySpeller = Speller | TransformerSpeller
 # A speller's teacher-forced pass: logits and attention from the memory, targets_in and the rate.
 Listen = Callable[[torch.Tensor, torch.Tensor], ListenerOutput]
@@ -77,6 +78,17 @@ def build_listener(config: ModelConfig, input_size: int) -> AnyListener:
             config.key_dim,
             config.value_dim,
             config.dropout,
+            config.locked_dropout,
+        )
+    if config.listener == "plstm":
+        return ForwardListener(
+            input_size,
+            config.listener_hidden,
+            config.pyramid_layers,
+            config.key_dim,
+            config.value_dim,
+            config.dropout,
+            config.lookahead,
             config.locked_dropout,
         )
     return AttentionListener(

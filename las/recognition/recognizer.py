@@ -34,6 +34,7 @@ from las.export.runtime import load_model, run_on
 from las.model.checkpoint import Checkpoint
 from las.recognition.confidence import overall_confidence
 from las.recognition.inference import transcribe
+from las.recognition.streaming import Stream
 from las.recognition.timing import Word, WordTimer
 from las.search import Hypothesis, build_strategy
 from las.search.common import Rules
@@ -139,6 +140,11 @@ class Recognizer:
         one = isinstance(audio, (np.ndarray, torch.Tensor))
         one = one or (isinstance(audio, (str, Path)) and Path(audio).suffix.lower() in AUDIO_SUFFIXES)
         return results[0] if one else results
+
+    def stream(self) -> Stream:
+        """Recognition of one recording as it arrives (las.recognition.streaming): push samples,
+        read partial and final results; a model trained for it (data/recipes/an4-streaming.toml)."""
+        return Stream(self.model, self.config, self.checkpoint.normalizer, self.vocabulary)
 
     def utterance_features(
         self, utterances: list[Utterance], source: str | Path

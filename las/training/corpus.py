@@ -70,7 +70,9 @@ def load_corpus(
         if surroundings is not None:
             heard = map(surroundings.trim, heard)
         features = config.features
-        normalizer = Normalizer.fit(heard, features.utterance_mean, features.frames(features.mean_prior_seconds))
+        normalizer = Normalizer.fit(
+            heard, features.utterance_mean, features.frames(features.mean_prior_seconds), features.causal
+        )
     augment = config.train.augment
     augmentation = None
     if augment.enabled:

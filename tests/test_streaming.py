@@ -1,0 +1,278 @@
+"""Streaming: a causal front end, a listener that hears a bounded time ahead, a speller whose
+attention only moves forward, run as the audio arrives: any cutting of the audio gives the same
+final text, the text that decoding the whole recording gives, with bounded state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from typer.testing import CliRunner
+
+from las.cli import app
+from las.core.config import FeatureConfig, load_config
+from las.core.errors import LasError
+from las.data.features import FilterbankExtractor, Normalizer
+from las.data.streaming import FeatureStream
+from las.model.streaming_listener import ForwardListener
+from las.recognition.recognizer import Recognizer
+from las.recognition.streaming import Stream, StreamResult
+from las.search.common import Rules, Symbols
+from las.search.paths import GreedySearch
+
+from .conftest import TINY, an4_rows, write_manifest
+
+STREAMING = [
+    "features.causal=true",
+    "features.dereverberation=off",
+    "model.listener=plstm",
+    "model.lookahead=2",
+    "model.attention=monotonic_chunk",
+]
+
+
+@pytest.mark.parametrize(("layers", "lookahead"), [(2, 2), (2, 0), (3, 1), (0, 2)])
+def test_the_listener_gives_the_same_frames_streamed_in_any_pieces_as_over_the_whole(
+    layers: int, lookahead: int
+) -> None:
+    torch.manual_seed(0)
+    listener = ForwardListener(20, 16, layers, 8, 8, 0.0, lookahead).eval()
+    for frames in (1, 5, 37, 64):
+        features = torch.randn(frames, 20)
+        whole = listener(features[None], torch.tensor([frames]))
+        assert whole.hidden.shape[1] == listener.reduced(frames) == int(whole.lengths[0])
+        for piece in (1, 3, 8, 100):
+            stream = listener.stream()
+            parts = [stream.push(features[first : first + piece]) for first in range(0, frames, piece)]
+            streamed = torch.cat([*parts, stream.finish()])
+            assert streamed.shape == whole.hidden[0].shape
+            torch.testing.assert_close(streamed, whole.hidden[0], atol=1e-5, rtol=1e-5)
+
+
+def test_a_frame_hears_no_further_ahead_than_the_lookahead() -> None:
+    torch.manual_seed(0)
+    listener = ForwardListener(20, 16, 2, 8, 8, 0.0, lookahead=2).eval()
+    features = torch.randn(64, 20)
+    changed = features.clone()
+    changed[40:] = torch.randn(24, 20)  # input frames 40 on: encoder frame 10 on
+    before, after = (listener(item[None], torch.tensor([64])).hidden[0] for item in (features, changed))
+    # Encoder frame j reads input frames up to 4j + 3, and its look-ahead up to 4(j + 2) + 3.
+    assert torch.equal(before[:8], after[:8])
+    assert not torch.allclose(before[8], after[8])
+
+
+def test_a_padded_batch_gives_each_utterance_what_it_gives_alone() -> None:
+    torch.manual_seed(0)
+    listener = ForwardListener(20, 16, 2, 8, 8, 0.0, lookahead=2).eval()
+    lengths = torch.tensor([64, 37, 5])
+    batch = torch.randn(3, 64, 20)
+    together = listener(batch, lengths)
+    for row, length in enumerate(lengths.tolist()):
+        alone = listener(batch[row : row + 1, :length], torch.tensor([length]))
+        frames = alone.hidden.shape[1]
+        assert int(together.lengths[row]) == frames and int(together.mask[row].sum()) == frames
+        torch.testing.assert_close(together.hidden[row, :frames], alone.hidden[0], atol=1e-5, rtol=1e-5)
+        assert not together.hidden[row, frames:].any()
+
+
+def test_a_causal_normaliser_fits_exact_statistics_and_runs_frame_by_frame_as_over_the_whole() -> None:
+    torch.manual_seed(0)
+    utterances = [torch.randn(frames, 5) * 3 + torch.arange(5.0) for frames in (3, 40, 100)]
+    normalizer = Normalizer.fit(iter(utterances), utterance_mean=True, prior_frames=30, causal=True)
+    normalised = torch.cat([normalizer(utterance) for utterance in utterances])
+    torch.testing.assert_close(normalised.mean(dim=0), torch.zeros(5), atol=1e-5, rtol=0)
+    torch.testing.assert_close(normalised.std(dim=0, unbiased=False), torch.ones(5), atol=1e-5, rtol=0)
+    # Each frame's mean is of the frames up to it: what comes later changes nothing before it.
+    longer = torch.cat([utterances[2], torch.randn(50, 5) * 9])
+    assert torch.equal(normalizer(longer)[:100], normalizer(utterances[2]))
+    running = normalizer.running()
+    pieces = torch.cat([running(utterances[2][first : first + 7]) for first in range(0, 100, 7)])
+    torch.testing.assert_close(pieces, normalizer(utterances[2]), atol=1e-6, rtol=0)
+    assert Normalizer.from_dict(normalizer.to_dict()).causal
+    with pytest.raises(LasError, match="causal front end"):
+        Normalizer.fit(iter(utterances), utterance_mean=True, prior_frames=30).running()
+
+
+def test_streamed_features_are_the_same_in_pieces_of_any_size_and_those_of_the_whole_recording() -> None:
+    config = FeatureConfig(causal=True, dereverberation="off")
+    extractor = FilterbankExtractor(config)
+    waveform = torch.from_numpy(soundfile.read(an4_rows("dev", 1)[0][1], dtype="float32")[0])
+    whole = extractor(waveform)
+    normalizer = Normalizer.fit([whole], utterance_mean=True, prior_frames=30, causal=True)
+    streamed = {}
+    for piece in (1, 77, 160, 1600, len(waveform)):
+        stream = FeatureStream(extractor, normalizer, group=4)
+        groups = [
+            group for first in range(0, len(waveform), piece) for group in stream.push(waveform[first : first + piece])
+        ]
+        groups += stream.finish()
+        assert all(len(group) == 4 for group in groups[:-1])
+        streamed[piece] = torch.cat(groups)
+    for piece, features in streamed.items():
+        assert torch.equal(features, streamed[1]), piece  # bit for bit, whatever the pieces
+    assert streamed[1].shape == whole.shape
+    torch.testing.assert_close(streamed[1], normalizer(whole), atol=1e-4, rtol=1e-4)
+    # The causal front end reads the recording as it comes: zeros, not a mirror, beyond its ends.
+    assert not torch.allclose(whole[0], FilterbankExtractor(FeatureConfig(dereverberation="off")).log_mel(waveform)[0])
+
+
+def test_streaming_settings_that_cannot_hold_are_refused() -> None:
+    with pytest.raises(LasError, match="model.lookahead"):
+        load_config(None, ["model.lookahead=2"])
+    with pytest.raises(LasError, match="features.dereverberation"):
+        load_config(None, ["features.causal=true", "features.dereverberation=always"])
+    assert not FeatureConfig(causal=True).at_decoding().dereverberates  # "decoding" cannot wait either
+
+
+@pytest.fixture(scope="module")
+def streaming_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny streaming model trained for a few seconds; its attention's selection made as likely
+    as not (a trained one's selects: this one is too young to), so that it spells."""
+    from las.training.train import train
+
+    root = tmp_path_factory.mktemp("streaming")
+    manifest = write_manifest(root / "train.tsv", an4_rows("train", 4, longest_seconds=1.6))
+    settings = [
+        *TINY,
+        *STREAMING,
+        f"data.train={manifest}",
+        f"data.dev={manifest}",
+        f"data.cache_dir={root / 'cache'}",
+        f"train.out={root / 'run'}",
+        "data.batch_size=2",
+        "train.epochs=2",
+    ]
+    train(load_config(None, settings))
+    payload = torch.load(root / "run" / "best.pt", weights_only=False)
+    payload["model"]["speller.attention.offset"] = torch.tensor(0.0)
+    torch.save(payload, root / "spelling.pt")
+    return {"root": root, "checkpoint": root / "spelling.pt", "untouched": root / "run" / "best.pt"}
+
+
+def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResult]:
+    results = [
+        result for first in range(0, len(samples), piece) for result in stream.push(samples[first : first + piece])
+    ]
+    return results + stream.finish()
+
+
+def test_any_cutting_of_the_audio_gives_the_same_final_text(streaming_model: dict[str, Path]) -> None:
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
+        samples = soundfile.read(row[1], dtype="int16")[0]
+        duration = len(samples) / 16000
+        finals = {}
+        # A sample, 10 ms, 100 ms, a second at a time (a sample at a time for one recording: slow).
+        for piece in (1, 160, 1600, 16000)[index:]:
+            results = streamed(recognizer.stream(), samples, piece)
+            finals[piece] = [
+                (result.text, result.start, result.end, result.words) for result in results if result.final
+            ]
+            assert all(0 <= result.start <= result.end <= duration + 0.05 for result in results)
+            assert all(result.heard <= duration for result in results)
+            # What a partial says, its segment's final says too, from its start.
+            final_text = " ".join(text for text, *_ in finals[piece])
+            assert all(result.text.replace(" ", "") in final_text.replace(" ", "") for result in results)
+        first = next(iter(finals.values()))
+        assert first and all(found == first for found in finals.values())
+
+
+def test_the_first_segment_is_what_decoding_the_whole_recording_spells(streaming_model: dict[str, Path]) -> None:
+    """Under the same limit on its length: the stream counts a segment's frames up to each step
+    (what comes later cannot change a step), decoding whole the recording's."""
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", max_length_ratio=1e-6)
+    for row in an4_rows("dev", 3):
+        samples = soundfile.read(row[1], dtype="int16")[0]
+        first = next(result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final)
+        assert first and first == whole_greedy(recognizer, samples)
+
+
+def whole_greedy(recognizer: Recognizer, samples: np.ndarray) -> str:
+    """Greedy decoding by the speller alone of the whole recording's features, as training's dev
+    pass decodes."""
+    features = FilterbankExtractor(recognizer.config.features.at_decoding())(torch.from_numpy(samples / 32768).float())
+    features = recognizer.checkpoint.normalizer(features)
+    model = recognizer.model
+    memory = model.listener(features[None], torch.tensor([len(features)]))
+    rules = Rules(max_length_ratio=recognizer.config.decode.max_length_ratio, ctc_length_ratio=0)
+    search = GreedySearch(Symbols.of(recognizer.vocabulary), rules)
+    return recognizer.vocabulary.decode(search.search(model, memory)[0][0].tokens)
+
+
+def test_a_stream_keeps_bounded_state_over_long_audio(streaming_model: dict[str, Path]) -> None:
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    stream = recognizer.stream()
+    generator = np.random.default_rng(0)
+    speech = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
+    kept = []
+    for _ in range(3):  # speech, then a second of quiet noise: 12 s of audio in all
+        stream.push(speech)
+        stream.push((generator.standard_normal(16000) * 30).astype(np.int16))
+        kept.append((len(stream.speller.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
+    assert max(keys for keys, _, _ in kept) <= 8  # encoder frames: the selected one and MoChA's chunk behind it
+    assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
+    assert stream.finish() is not None
+
+
+def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], trained_run: dict[str, Path]) -> None:
+    with pytest.raises(LasError, match="model.listener=plstm"):
+        Recognizer.load(trained_run["run"] / "best.pt", "cpu").stream()
+    stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
+    with pytest.raises(LasError, match="mono samples"):
+        stream.push(np.zeros((160, 2), dtype=np.int16))
+    with pytest.raises(LasError, match="dtype"):
+        stream.push(np.array(["a"]))
+    with pytest.raises(LasError, match="non-finite"):
+        stream.push(np.array([np.nan], dtype=np.float32))
+    assert stream.push(np.zeros(0, dtype=np.int16)) == []
+    stream.finish()
+    with pytest.raises(LasError, match="has finished"):
+        stream.push(np.zeros(160, dtype=np.int16))
+
+
+def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[str, Path], tmp_path: Path) -> None:
+    samples = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
+    checkpoint = str(streaming_model["checkpoint"])
+    result = CliRunner().invoke(
+        app,
+        ["decode", checkpoint, "-", "--stream", "--set", "decode.beam_size=1"],
+        input=samples.astype("<i2").tobytes(),
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines and any(line["final"] for line in lines)
+    assert all({"final", "text", "start", "end", "heard", "delay", "words"} <= set(line) for line in lines)
+    recognizer = Recognizer.load(checkpoint, "cpu")
+    expected = [result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final]
+    assert [line["text"] for line in lines if line["final"]] == expected
+    # A file, at its own pace or as fast as it decodes, into --out.
+    soundfile.write(tmp_path / "one.wav", samples, 16000)
+    out = tmp_path / "stream.jsonl"
+    result = CliRunner().invoke(app, ["decode", checkpoint, str(tmp_path / "one.wav"), "--stream", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["text"] for line in out.read_text().splitlines() if json.loads(line)["final"]] == expected
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--realtime"], "without --stream"),
+        (["--stream", "--format", "srt"], "JSON lines"),
+        (["--stream", "--plot-attention", "1"], "--plot-attention"),
+    ],
+)
+def test_las_decode_stream_refuses_options_it_has_no_use_for(
+    streaming_model: dict[str, Path], arguments: list[str], message: str
+) -> None:
+    result = CliRunner().invoke(app, ["decode", str(streaming_model["checkpoint"]), "-", *arguments], input=b"")
+    assert result.exit_code != 0 and message in result.output
+
+
+def test_las_decode_streams_one_recording_not_a_manifest(streaming_model: dict[str, Path]) -> None:
+    manifest = str(Path(__file__).parent.parent / "data" / "an4" / "dev.tsv")
+    result = CliRunner().invoke(app, ["decode", str(streaming_model["checkpoint"]), manifest, "--stream"])
+    assert result.exit_code != 0 and "not an audio file" in result.output
