@@ -40,7 +40,7 @@ class StreamResult:
     (`final`: it will not change). Times are on the recording's clock."""
 
     final: bool
-    text: str
+    text: str  # a final one's words joined by spaces; a partial one as spelt, a space at its end once its last word is
     start: float  # seconds: the segment's first character's frame
     end: float  # the end of its last character's frame
     heard: float  # seconds of audio pushed when it was given
@@ -120,7 +120,8 @@ class Stream:
         if not characters:
             return StreamResult(final, "", heard, heard, heard, [])
         words = self.words(characters)
-        text = " ".join(word.word for word in words)
+        spelt = self.vocabulary.decode([item.token for item in characters])
+        text = " ".join(word.word for word in words) if final else spelt
         start, end = characters[0].frame * self.frame_seconds, (characters[-1].frame + 1) * self.frame_seconds
         return StreamResult(final, text, start, end, heard, words)
 

@@ -1,0 +1,168 @@
+"""Streaming against decoding whole (issue 73): accuracy, each word's delay, and how many
+streams the CPU holds in real time.
+
+    las align runs/an4/best.pt data/an4/dev.tsv --out runs/streaming/dev.ctm   # reference word ends
+    python scripts/streaming.py measure runs/an4-streaming/seed-{1,2,3}/best.pt \\
+        --offline runs/an4/seed-{1,2,3}/best.pt --ctm runs/streaming/dev.ctm \\
+        --set data/an4/dev.tsv --set runs/robustness/sets/telephone.tsv
+
+Each recording is pushed 10 ms at a time, as fast as the stream takes it, on one thread. A word
+is emitted when the stream has spelt it and what follows it (a space, or its segment's end): its
+characters never change after (greedy spelling, las.search.streaming), so that is when it is
+final. Its **delay** is the audio heard by then minus the word's end in the reference's forced
+alignment (CTC, from a model that decodes whole), plus the time the stream took to compute it
+beyond real time (none where it keeps up): what a listener waits after saying the word. Words
+are matched to the reference's by an edit-distance alignment; a wrong word has no delay.
+**Streams in real time**: the cores divided by the real-time factor of one stream at a thread.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import typer
+from harness import header, row, spread
+
+from las.core.metrics import character_error_rate
+from las.data.audio import load_audio
+from las.data.ctm import WordTime, read_ctm
+from las.data.manifest import read_utterances
+from las.recognition.decode import decode
+from las.recognition.recognizer import Recognizer
+from las.recognition.streaming import StreamResult
+from las.recognition.transcripts import read_transcripts
+
+app = typer.Typer(add_completion=False)
+
+
+@app.callback()
+def main() -> None:
+    """Streaming against decoding whole."""
+
+PIECE_SECONDS = 0.01
+
+
+@dataclass
+class Streamed:
+    text: str  # the final segments joined
+    emitted: list[tuple[str, float]]  # each word, and the audio heard (s) when it was final
+    seconds: float  # computing
+    audio_seconds: float
+
+
+def stream_recording(recognizer: Recognizer, waveform: np.ndarray) -> Streamed:
+    """`waveform` pushed PIECE_SECONDS at a time; its words with when each became final."""
+    stream = recognizer.stream()
+    piece = round(stream.sample_rate * PIECE_SECONDS)
+    emitted: list[tuple[str, float]] = []
+    finals: list[str] = []
+    started = time.perf_counter()
+    lag = 0.0  # how far computing has fallen behind the audio's own clock
+    for first in range(0, len(waveform), piece):
+        results = stream.push(waveform[first : first + piece])
+        lag = max(0.0, time.perf_counter() - started - (first + piece) / stream.sample_rate)
+        note(results, emitted, finals, lag)
+    note(stream.finish(), emitted, finals, lag)
+    return Streamed(" ".join(finals), emitted, time.perf_counter() - started, len(waveform) / stream.sample_rate)
+
+
+def note(results: list[StreamResult], emitted: list[tuple[str, float]], finals: list[str], lag: float) -> None:
+    """The words these results make final, in order, each with the audio heard then plus `lag`."""
+    for result in results:
+        complete = result.final or result.text.endswith(" ")  # else its last word may still grow
+        done = len(result.words) - (0 if complete else 1)
+        segment_start = sum(len(text.split()) for text in finals)
+        for index in range(len(emitted) - segment_start, done):
+            emitted.append((result.words[index].word, result.heard + lag))
+        if result.final:
+            finals.append(result.text)
+
+
+def delays(emitted: list[tuple[str, float]], reference: list[WordTime]) -> list[float]:
+    """Emission minus the reference's end, for each word spelt as said, matched in order."""
+    hypothesis = [word for word, _ in emitted]
+    said = [word.word for word in reference]
+    matched = []
+    for hypothesis_index, reference_index in aligned_pairs(hypothesis, said):
+        if hypothesis[hypothesis_index] == said[reference_index]:
+            matched.append(emitted[hypothesis_index][1] - reference[reference_index].end)
+    return matched
+
+
+def aligned_pairs(first: list[str], second: list[str]) -> list[tuple[int, int]]:
+    """Index pairs of the words an edit-distance alignment of two word sequences puts together."""
+    costs = np.zeros((len(first) + 1, len(second) + 1), dtype=np.int64)
+    costs[:, 0], costs[0, :] = np.arange(len(first) + 1), np.arange(len(second) + 1)
+    for i, word in enumerate(first, 1):
+        for j, other in enumerate(second, 1):
+            costs[i, j] = min(costs[i - 1, j] + 1, costs[i, j - 1] + 1, costs[i - 1, j - 1] + (word != other))
+    pairs, i, j = [], len(first), len(second)
+    while i and j:
+        if costs[i, j] == costs[i - 1, j - 1] + (first[i - 1] != second[j - 1]):
+            pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif costs[i, j] == costs[i - 1, j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def percentile(values: list[float], share: float) -> float:
+    return float(np.percentile(values, 100 * share)) if values else float("nan")
+
+
+def offline_cer(checkpoint: Path, manifest: Path) -> float:
+    """CER (%) of `checkpoint` decoding `manifest` whole, with the default decoding."""
+    output = Path("/tmp") / f"streaming-offline-{checkpoint.parent.name}-{manifest.stem}.csv"
+    decode(checkpoint, manifest, output, "csv", [], "cpu")
+    hypotheses, references = read_transcripts(output), read_transcripts(manifest)
+    return character_error_rate([hypotheses[key] for key in references], list(references.values()))
+
+
+@app.command()
+def measure(
+    checkpoints: list[Path] = typer.Argument(..., help="Streaming models, one per seed."),
+    offline: list[Path] = typer.Option([], "--offline", help="Models that decode whole, one per seed."),
+    sets: list[Path] = typer.Option([Path("data/an4/dev.tsv")], "--set", help="Manifests to decode."),
+    ctm: Path | None = typer.Option(None, "--ctm", help="Reference word times of the first set (las align)."),
+    threads: int = 1,
+    cores: int = typer.Option(2, help="Cores whose streams in real time are counted."),
+) -> None:
+    """CER streamed and decoded whole per set, word delays and streams in real time (tables)."""
+    torch.set_num_threads(threads)
+    reference_times = read_ctm(ctm) if ctm else {}
+    print(header("set", "streamed CER %", "decoded whole CER %", "x", "median delay s", "90th pct s", "RTF", "streams"))
+    for manifest in sets:
+        references = read_transcripts(manifest)
+        utterances = read_utterances(manifest)
+        rates, word_delays, factors = [], [], []
+        for checkpoint in checkpoints:
+            recognizer = Recognizer.load(checkpoint, "cpu")
+            hypotheses, seconds, audio = {}, 0.0, 0.0
+            for utterance in utterances:
+                waveform = load_audio(Path(utterance.audio_location), recognizer.config.features.sample_rate).numpy()
+                streamed = stream_recording(recognizer, waveform)
+                hypotheses[utterance.id] = streamed.text
+                seconds, audio = seconds + streamed.seconds, audio + streamed.audio_seconds
+                if manifest == sets[0] and utterance.id in reference_times:
+                    word_delays += delays(streamed.emitted, reference_times[utterance.id])
+            rates.append(character_error_rate([hypotheses[key] for key in references], list(references.values())))
+            factors.append(seconds / audio)
+        whole = [offline_cer(checkpoint, manifest) for checkpoint in offline]
+        ratio = f"{statistics.mean(rates) / statistics.mean(whole):.2f}" if whole else ""
+        factor = statistics.median(factors)
+        cells = [spread(rates), spread(whole) if whole else "", ratio]
+        timing = (
+            [f"{percentile(word_delays, 0.5):.2f}", f"{percentile(word_delays, 0.9):.2f}"] if word_delays else ["", ""]
+        )
+        print(row(manifest, *cells, *timing, f"{factor:.3f}", f"{cores / (threads * factor):.0f}"))
+
+
+if __name__ == "__main__":
+    app()
