@@ -286,10 +286,9 @@ class ModelConfig(Section):
     @property
     def guidable(self) -> bool:
         """Whether training can teach the attention the CTC head's alignment (las.model.guide): an
-        LSTM speller whose attention weighs every frame (not one that only moves forward), and a
-        CTC head."""
-        forward_only = ("gmm", "monotonic", "monotonic_chunk")
-        return self.speller == "lstm" and self.attention not in forward_only and self.ctc_weight > 0
+        LSTM speller, whose attention of any kind gives a distribution over the frames in training
+        (a monotonic one's is its expected alignment), and a CTC head."""
+        return self.speller == "lstm" and self.ctc_weight > 0
 
     @property
     def transformer_speller_dim(self) -> int:
@@ -630,9 +629,9 @@ class Config:
             )
         if self.train.attention_guide == "on" and not self.model.guidable:
             raise LasError(
-                "config key 'train.attention_guide': teaches the LSTM speller's attention over every frame "
-                f"where the CTC head aligns each character; a {self.model.speller} speller with "
-                f"{self.model.attention} attention and model.ctc_weight={self.model.ctc_weight} has none"
+                "config key 'train.attention_guide': teaches the LSTM speller's attention where the CTC "
+                f"head aligns each character; a {self.model.speller} speller with "
+                f"model.ctc_weight={self.model.ctc_weight} has none"
             )
         if self.decode.cuda_graphs and self.model.speller != "lstm":
             raise LasError(
