@@ -15,7 +15,7 @@ from las.core.errors import LasError
 from las.core.text import Vocabulary
 from las.data.ctm import WordTime, read_ctm, read_digests, write_ctm
 from las.data.dataset import Draw, SpeechDataset
-from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path
+from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path, missing_word_times
 from las.data.extraction import content_digest
 from las.data.manifest import read_utterances
 
@@ -121,19 +121,16 @@ def test_a_dataset_draw_is_the_words_frames_and_characters_and_the_same_on_resum
     assert dataset[0].text == "G TWO EIGHTY"  # not a training draw: the whole utterance
 
 
-def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 2))
     assert alignment_path(str(manifest), "auto") is None
     utterances = [utterance.with_text("G TWO EIGHTY") for utterance in read_utterances(manifest)]
-    # None beside it: the single words and tight crops are off, and training says so and where it looked.
-    assert WordExcerpts.of(load_config(None, [*TINY, f"data.train={manifest}"]), utterances, no_digests) is None
-    said = capsys.readouterr().err
-    assert f"no word times beside {manifest} ({tmp_path / 'train.ctm'})" in said and "warning" not in said
-    off = [*TINY, f"data.train={manifest}", "train.augment.words=0", "train.augment.tight=0"]
-    assert WordExcerpts.of(load_config(None, off), utterances, no_digests) is None
-    assert capsys.readouterr().err == ""  # not asked for: nothing to say
+    # None beside it: the single words and tight crops are off, and a run says so and where it looked.
+    asked = load_config(None, [*TINY, f"data.train={manifest}"])
+    assert WordExcerpts.of(asked, utterances, no_digests) is None
+    assert f"no word times beside {manifest} ({tmp_path / 'train.ctm'})" in str(missing_word_times(asked))
+    off = load_config(None, [*TINY, f"data.train={manifest}", "train.augment.words=0", "train.augment.tight=0"])
+    assert missing_word_times(off) is None  # not asked for: nothing to say
     (tmp_path / "train.ctm").write_text("")
     assert alignment_path(str(manifest), "auto") == tmp_path / "train.ctm"
     assert alignment_path(str(manifest), "") is None
@@ -144,6 +141,7 @@ def test_the_training_manifests_ctm_is_found_beside_it_and_can_be_turned_off(
         write_ctm([(utterances[0].id, WORDS)], stream)
     found = WordExcerpts.of(config, utterances, no_digests)
     assert found is not None and found.share == 0.3 and found.word_times == [WORDS, []]
+    assert missing_word_times(config) is None
 
 
 def no_digests() -> list[str]:

@@ -162,7 +162,7 @@ def test_scheduled_sampling_keeps_the_first_character_and_shapes() -> None:
         (["model.listener=transformer", "model.locked_dropout=true"], "no recurrence to lock"),
         (["model.speller=transformer", "model.attention=gmm"], "model.attention is the LSTM speller's"),
         (["model.speller=transformer", "model.attention_heads=2"], "model.attention_heads is the LSTM"),
-        (["model.listener=attention"], "is not one of pblstm, transformer, conformer"),
+        (["model.listener=attention"], "is not one of pblstm, plstm, transformer, conformer"),
         (["model.speller=transformer", "model.speller_dim=30"], "must divide model.speller_dim=30"),
         (["model.speller_dim=64"], "'model.speller_dim': sizes a transformer speller"),
         (["model.speller_feedforward=64"], "'model.speller_feedforward': sizes a transformer speller"),

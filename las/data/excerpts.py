@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from las.core.config import Config
-from las.core.progress import say, warn
+from las.core.progress import warn
 from las.data.ctm import WordTime, read_ctm, read_digests
 from las.data.utterances import Utterance
 
@@ -51,16 +51,7 @@ class WordExcerpts:
         where its file's content (`digests`, in the same order) is not what they were found in."""
         augment = config.train.augment
         path = alignment_path(config.data.train, config.data.train_alignment)
-        if not (augment.words or augment.tight):
-            return None
-        if path is None:
-            if config.data.train_alignment == "auto":
-                # Said, not warned: most corpora come without word times, and training on whole
-                # utterances is right for them; a user who expected the cuts learns why there are none.
-                say(
-                    f"no word times beside {config.data.train} ({ctm_beside(config.data.train)}): "
-                    "train.augment.words and tight are off (`las align MODEL TRAIN --out FILE.ctm` finds them)"
-                )
+        if not (augment.words or augment.tight) or path is None:
             return None
         times: Mapping[str, list[WordTime]] = read_ctm(path)
         aligned_on = read_digests(path)
@@ -119,6 +110,21 @@ def alignment_path(train: str, alignment: str) -> Path | None:
         return Path(alignment) if alignment else None
     found = ctm_beside(train)
     return found if found.is_file() else None
+
+
+def missing_word_times(config: Config) -> str | None:
+    """What to tell a run that would cut single words and tight crops but finds no word times
+    beside its manifest (most corpora come without: training on whole utterances is right for
+    them, and a user who expected the cuts learns why there are none); None otherwise."""
+    augment, data = config.train.augment, config.data
+    if not (augment.words or augment.tight) or alignment_path(data.train, data.train_alignment) is not None:
+        return None
+    if data.train_alignment != "auto":
+        return None
+    return (
+        f"no word times beside {data.train} ({ctm_beside(data.train)}): train.augment.words and tight are off "
+        "(`las align MODEL TRAIN --out FILE.ctm` finds them)"
+    )
 
 
 def ctm_beside(train: str) -> Path:

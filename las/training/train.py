@@ -23,6 +23,7 @@ from las.core.progress import progress_bar, say, warn
 from las.core.stopping import StopRequests
 from las.core.threads import follow_load
 from las.data.dataset import Batch, BucketBatchSampler
+from las.data.excerpts import missing_word_times
 from las.data.loading import training_loader
 from las.export.runtime import load_model
 from las.model.checkpoint import Checkpoint, save_checkpoint
@@ -253,6 +254,8 @@ class Trainer:
             )
             if self.attention_start.on and self.progress.step < self.attention_start.steps:
                 tqdm.write(self.attention_start.describe())
+            if missing := missing_word_times(self.config):
+                tqdm.write(missing)
         with self.stop_requests:
             try:
                 while self.progress.epoch < self.config.train.epochs:
