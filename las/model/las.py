@@ -70,27 +70,11 @@ class LAS(nn.Module):
 
 def build_listener(config: ModelConfig, input_size: int) -> AnyListener:
     """The listener `config.listener` names, reading `input_size` features per frame."""
+    sizes = (input_size, config.listener_hidden, config.pyramid_layers, config.key_dim, config.value_dim)
     if config.listener == "pblstm":
-        return Listener(
-            input_size,
-            config.listener_hidden,
-            config.pyramid_layers,
-            config.key_dim,
-            config.value_dim,
-            config.dropout,
-            config.locked_dropout,
-        )
+        return Listener(*sizes, config.dropout, config.locked_dropout)
     if config.listener == "plstm":
-        return ForwardListener(
-            input_size,
-            config.listener_hidden,
-            config.pyramid_layers,
-            config.key_dim,
-            config.value_dim,
-            config.dropout,
-            config.lookahead,
-            config.locked_dropout,
-        )
+        return ForwardListener(*sizes, config.dropout, config.lookahead, config.locked_dropout)
     return AttentionListener(
         input_size,
         config.transformer_dim,

@@ -14,13 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from las.model.listener import (
-    LengthsOrFrames,
-    ListenerOutput,
-    LockedDropout,
-    halve_lengths,
-    length_mask,
-)
+from las.model.listener import Listener, ListenerOutput, LockedDropout, halve_lengths, length_mask
 
 LSTMState = tuple[torch.Tensor, torch.Tensor]
 
@@ -49,11 +43,7 @@ class ForwardListener(nn.Module):
         self.value = nn.Linear(hidden_size, value_dim)
         self.input_size, self.output_size = input_size, hidden_size
 
-    def reduced(self, lengths: LengthsOrFrames) -> LengthsOrFrames:
-        """Encoder frames of utterances of `lengths` frames (a tensor, or a count)."""
-        for _ in self.pyramid:
-            lengths = halve_lengths(lengths)
-        return lengths
+    reduced = Listener.reduced  # the same halvings: encoder frames of utterances of so many frames
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         # features: (batch, frames, input_size); lengths: (batch,)
