@@ -44,6 +44,7 @@ app = typer.Typer(add_completion=False)
 def main() -> None:
     """Streaming against decoding whole."""
 
+
 PIECE_SECONDS = 0.01
 
 
