@@ -92,11 +92,14 @@ def train(
     seeds: list[int] = typer.Option([1, 2, 3], "--seed", help="A run per seed, side by side."),
     epochs: int = 100,
     data: Path = AN4,
+    settings: list[str] = typer.Option([], "--set", help="KEY=VALUE: a training setting to choose."),
 ) -> None:
     """The default recipe without the choosing speakers: a run per seed, side by side (a thread
-    each), its dev pass on the choosing set. OUT/seed-N/averaged.pt are what `measure` decodes."""
+    each), its dev pass on the choosing set. OUT/seed-N/averaged.pt are what `measure` decodes;
+    `--set` trains them with a value other than the default's, to set beside it."""
     arguments = ["--train", str(data / "train-except-tuning.tsv"), "--dev", str(data / "tuning.tsv")]
-    train_seeds(out, seeds, [*arguments, "--epochs", str(epochs)])
+    overrides = [argument for setting in settings for argument in ("--set", setting)]
+    train_seeds(out, seeds, [*arguments, "--epochs", str(epochs), *overrides])
 
 
 def transcribe(checkpoint: Path, manifest: Path, settings: list[str]) -> dict[str, str]:
