@@ -16,7 +16,7 @@ from las.data.augment import spec_augment
 from las.data.cache import FeatureCache
 from las.data.dataset import BatchDraws, BucketBatchSampler, Draw, SpeechDataset
 from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
-from las.data.loudness import LOUD_LEVEL_DB, QUIET_PEAK, mean_level_db
+from las.data.loudness import LOUD_LEVEL_DB, mean_level_db
 from las.data.manifest import read_utterances
 
 from .conftest import AN4, an4_rows, write_manifest
@@ -159,15 +159,16 @@ def test_a_dc_offset_on_the_samples_changes_no_feature() -> None:
 
 def test_recordings_quieter_than_any_training_audio_are_analysed_at_its_level() -> None:
     """Log power's floor would swallow speech 40-60 dB down (no text at all at -60 dB); below
-    QUIET_PEAK the level no longer matters, above it nothing changes. QUIET_PEAK is a level
-    training has heard: raised only to -30 dBFS, under AN4's quietest (-23), dev 30 dB down read
+    `features.quiet_peak_dbfs` the level no longer matters, above it nothing changes. That peak is a
+    level training has heard: raised only to -30 dBFS, under AN4's quietest (-23), dev 30 dB down read
     1.25x worse, even in floating point (docs/BENCHMARKS.md, "A quiet microphone")."""
     rows = [line.split("\t") for line in (AN4 / "train.tsv").read_text().splitlines()[1:]]
     quietest = min(float(np.abs(soundfile.read(AN4 / row[1], dtype="float32")[0]).max()) for row in rows)
-    assert quietest <= QUIET_PEAK <= 2 * quietest
+    quiet_peak = 10 ** (FeatureConfig().quiet_peak_dbfs / 20)
+    assert quietest <= quiet_peak <= 2 * quietest
     speech = torch.from_numpy(soundfile.read(AN4 / "audio" / "an10-fjmd-b.flac", dtype="float32")[0])
     extractor = FilterbankExtractor(FeatureConfig())
-    quiet = speech * (QUIET_PEAK / speech.abs().max())
+    quiet = speech * (quiet_peak / speech.abs().max())
     assert torch.allclose(extractor(quiet * 1e-2), extractor(quiet), atol=1e-3)
     assert torch.allclose(extractor(quiet * 1e-3), extractor(quiet), atol=1e-3)
     assert not torch.allclose(extractor(speech), extractor(quiet), atol=1.0)  # louder: its own level

@@ -128,6 +128,10 @@ class FeatureConfig(Section):
     # word alone keeps the spectrum that tells it apart (single words cut from AN4 dev: 30% -> 45%
     # right, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md, "A word alone").
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
+    # A recording that peaks under this level is raised to it before analysis (las/data/loudness.py):
+    # log power's floor swallows the soft sounds of speech 30-60 dB down. AN4's quietest training
+    # recording peaks at -23 dBFS; raised only to -30, dev 30 dB down read 1.25x worse.
+    quiet_peak_dbfs: Annotated[float, Range(-60, 0)] = -20.0
     # Silence or background before and after the speech is cut to at most this much in training
     # (at decoding, to decode.surroundings_seconds; las/data/surroundings.py): AN4's utterances
     # open with about 0.33 s of lead-in, while padded exports and phone apps bring seconds of it,

@@ -102,7 +102,9 @@ class FilterbankExtractor:
         against 17.5%)."""
         if self.config.causal:  # nothing that reads the whole recording before its first frame
             return Analysed(self.log_mel(change_speed(waveform, speed, self.config.sample_rate)), None)
-        waveform = within_training_levels(without_offset(declipped(waveform), self.window), self.hop)
+        waveform = within_training_levels(
+            without_offset(declipped(waveform), self.window), self.hop, self.config.quiet_peak_dbfs
+        )
         as_recorded = self.log_mel(waveform) if speed == 1.0 or self.dereverberation else None
         speech = has_speech(as_recorded) if self.dereverberation else None
         # A recording without speech keeps its features: a tone, a hum or brown noise is all

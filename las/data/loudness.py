@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import torch
 
-# Raised to -20 dBFS where the peak is lower. Brought only to -30 dBFS, speech 30-40 dB down read
-# 1.3x worse: its soft sounds near the floor.
-QUIET_PEAK = 10 ** (-20 / 20)
 # Lowered to -33 dB where the frames are louder on average: AN4 dev 20 dB louder (in floating
 # point, nothing clipped) read 1.24x its CER; speech through a phone's automatic gain or a
 # broadcast compressor, and a recording cut flat at full scale (`las.data.declipping`), are
@@ -22,13 +19,14 @@ QUIET_PEAK = 10 ** (-20 / 20)
 LOUD_LEVEL_DB = -33.0
 
 
-def within_training_levels(waveform: torch.Tensor, frame: int) -> torch.Tensor:
-    """`waveform` `(samples,)` raised to QUIET_PEAK where it peaks lower, or lowered to
-    LOUD_LEVEL_DB where its frames of `frame` samples are louder on average (`mean_level_db`);
-    else as it is."""
+def within_training_levels(waveform: torch.Tensor, frame: int, quiet_peak_dbfs: float) -> torch.Tensor:
+    """`waveform` `(samples,)` raised to peak at `quiet_peak_dbfs` where it peaks lower
+    (`features.quiet_peak_dbfs`), or lowered to LOUD_LEVEL_DB where its frames of `frame` samples
+    are louder on average (`mean_level_db`); else as it is."""
+    quiet_peak = 10 ** (quiet_peak_dbfs / 20)
     peak = float(waveform.abs().max()) if len(waveform) else 0.0
-    if 0 < peak < QUIET_PEAK:
-        return waveform * (QUIET_PEAK / peak)
+    if 0 < peak < quiet_peak:
+        return waveform * (quiet_peak / peak)
     excess = mean_level_db(waveform, frame) - LOUD_LEVEL_DB
     if excess > 0:
         return waveform * 10 ** (-excess / 20)
