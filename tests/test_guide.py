@@ -101,9 +101,10 @@ def test_auto_guides_long_utterances_from_scratch_only() -> None:
     long, short = [1300, 1100, 900], [270, 300, 250]  # frames of 10 ms: 11 s and 2.7 s at the median
     assert not AttentionStart(load_config(None, []), long).on  # off by default until it is shown to help
     assert start_of(long).on and not start_of(short).on
-    assert start_of(long).at(0) == Guide(1.0, 0.02, 1.5)
-    assert start_of(long).at(1500).weight == 0.5 and start_of(long).at(2000) is None
-    assert start_of(short).at(0) is None
+    assert start_of(long).at(0, None) == Guide(1.0, 0.02, 1.5)
+    assert start_of(long).at(1500, 0).weight == 0.5 and start_of(long).at(2000, 0) is None
+    assert start_of(long).at(2000, None).weight == 1.0  # its head has not learnt yet: still to come
+    assert start_of(short).at(0, None) is None
     assert "11.0 s at the median" in start_of(long).describe()
     assert not start_of(long, "train.init=runs/an4/averaged.pt").on  # fine-tuning: aligned already
     assert not start_of(long, "model.ctc_weight=0").on  # no CTC head to follow
@@ -181,8 +182,9 @@ def test_a_tiny_models_attention_finds_its_place_on_long_utterances_only_when_gu
             output = model(features, lengths, targets_in)
             loss, _ = joint_loss(output, targets_in, targets_out, target_lengths, 0.3, 0.0)
             guide = Guide(guide_weight(step, steps), width=0.02, trigger=1.5)
-            if guided and guide.weight > 0:
-                loss = loss + guide.weight * guide.loss(output, targets_in)
+            taught = guide.loss(output, targets_in) if guided and guide.weight > 0 else None
+            if taught is not None:
+                loss = loss + guide.weight * taught
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -80,8 +80,27 @@ def test_a_guided_run_teaches_its_attention_the_ctc_alignment_and_says_so(
     )
     records = metrics(train(config))  # one step an epoch
     assert records[0]["train_guide_loss"] > 0 and "train_guide_loss" not in records[-1]  # over after 4 steps
+    assert records[0]["train_guided"] == 1.0
     said = capsys.readouterr()
-    assert "attention guided by the CTC head's alignment for the first 4 steps" in said.out + said.err
+    assert "attention guided by the CTC head's alignment for 4 steps once the head has learnt" in said.out + said.err
+
+
+def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:
+    """A CTC head that has not learnt has no alignment to teach: the guide waits for it, whole,
+    however long that takes, and its steps are counted from the first it teaches (a schedule
+    counted from step 0 had faded by the time AN4's model's head learnt on long utterances)."""
+    from las.training.attention_start import AttentionStart
+
+    config = with_training(
+        tiny_config, epochs=3, attention_guide="on", attention_guide_trigger=1e-6, attention_guide_steps=2
+    )
+    records = metrics(train(config))  # one step an epoch, never under the trigger
+    assert [record["train_guided"] for record in records] == [0.0, 0.0, 0.0]
+    assert all(record["train_guide_loss"] == 0.0 for record in records)  # still waiting at the end
+    start = AttentionStart(config, [100])
+    assert start.at(700, None).weight == 1.0  # waiting
+    assert [start.at(step, 500) for step in (500, 501)] == [start.at(0, 0), start.at(1, 0)]
+    assert start.at(501, 500).weight == 1.0 and start.at(502, 500) is None
 
 
 def without_timings(records: list[dict]) -> list[dict]:

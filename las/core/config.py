@@ -450,11 +450,11 @@ class TrainConfig(Section):
     # From this many steps on, a dev pass whose attention has not aligned while the CTC head has
     # learnt (las.training.dev_evaluation) says so once, with what to do (0: never).
     alignment_warning_steps: NonNegative = 1000
-    # From scratch on long utterances (las/model/guide.py): for the first attention_guide_steps
-    # steps, once a batch's CTC loss is under attention_guide_trigger nats a character, each
-    # character's attention is also trained towards where the CTC head's forced alignment puts
-    # it (a Gaussian of attention_guide_width of the recording), the loss's weight whole for half
-    # the steps and then falling linearly to nothing. auto: on when the training utterances last
+    # From scratch on long utterances (las/model/guide.py): once a batch's CTC loss is under
+    # attention_guide_trigger nats a character, each character's attention is also trained
+    # towards where the CTC head's forced alignment puts it (a Gaussian of attention_guide_width
+    # of the recording) for attention_guide_steps steps counted from that first batch, the loss's
+    # weight whole for half of them and then falling linearly to nothing. auto: on when the training utterances last
     # attention_guide_seconds or more at the median, the model has a CTC head and the run does
     # not start from trained weights (train.init). Off by default: it makes a tiny model's
     # attention find its place on long synthetic utterances where it does not alone, but on AN4

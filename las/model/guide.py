@@ -36,15 +36,15 @@ class Guide(NamedTuple):
     width: float
     trigger: float
 
-    def loss(self, output: LASOutput, targets_in: torch.Tensor) -> torch.Tensor:
+    def loss(self, output: LASOutput, targets_in: torch.Tensor) -> torch.Tensor | None:
         """How far the attention `(batch, steps, frames)` is from the Gaussians around the CTC
         head's alignment: their Kullback-Leibler divergence (the cross-entropy less the guide's
         own entropy, so 0 where the attention is the guide), per character of the utterances it
-        aligns; 0 while the head has not learnt. `targets_in` `(batch, steps)`: <sos>, then the
-        characters."""
+        aligns; None while the head has not learnt. `targets_in` `(batch, steps)`: <sos>, then
+        the characters."""
         targets = self.targets(output.ctc_log_probs, output.memory.lengths, targets_in)
         if targets is None:
-            return output.attention.new_zeros(())
+            return None
         guided, rows = targets
         steps = (targets_in != PAD_INDEX) & rows[:, None]  # each character and <eos> of the aligned rows
         ratio = guided.clamp_min(1e-8).log() - output.attention.float().clamp_min(1e-8).log()

@@ -29,15 +29,24 @@ class AttentionStart:
         else:
             self.on = settings.attention_guide == "on"
 
-    def at(self, step: int) -> Guide | None:
-        """The guide of training step `step` (from 0), None once it has gone (or was never on)."""
-        weight = guide_weight(step, self.steps) if self.on else 0.0
+    def at(self, step: int, start: int | None) -> Guide | None:
+        """The guide of training step `step` (from 0), None once it has gone (or was never on).
+        Its schedule counts from `start`, the step it first had an alignment to teach: until the
+        CTC head has learnt there is none, and on long utterances that takes the head 500 steps
+        or more (a schedule counted from step 0 was fading by then)."""
+        if not self.on:
+            return None
+        weight = 1.0 if start is None else guide_weight(step - start, self.steps)
         return Guide(weight, self.width, self.trigger) if weight > 0 else None
+
+    def active(self, step: int, start: int | None) -> bool:
+        """Whether the guide is still to come or under way at `step`."""
+        return self.at(step, start) is not None
 
     def describe(self) -> str:
         """One line for the log: why the guide is on."""
         return (
-            f"attention guided by the CTC head's alignment for the first {self.steps} steps "
+            f"attention guided by the CTC head's alignment for {self.steps} steps once the head has learnt "
             f"(train.attention_guide): the training utterances last {self.median_seconds:.1f} s at the median"
         )
 

@@ -43,6 +43,7 @@ class Optimisation:
         self.config = config
         self.model = model
         self.device = device
+        self.world_size = distributed.world_size
         self.precision = resolve_precision(device, settings.precision)
         # fp16 gradients underflow unscaled; the scaler is a no-op in every other precision.
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.precision == "fp16")
@@ -104,7 +105,11 @@ class Optimisation:
             if guide is None:
                 return loss, parts
             guided = guide.loss(output, batch.targets_in)  # a mean over this rank's characters
-            return loss + guide.weight * guided, parts | {"guide_loss": guided.detach()}
+            # "guided": this rank's share of the ranks whose batch it taught (parts add up over ranks).
+            taught = loss.new_tensor(float(guided is not None) / self.world_size)
+            if guided is None:  # nothing to teach yet: the CTC head has not learnt
+                guided = loss.new_zeros(())
+            return loss + guide.weight * guided, parts | {"guide_loss": guided.detach(), "guided": taught}
 
     def backward(self, loss: torch.Tensor, ranks: int, frozen: Sequence[str]) -> torch.Tensor:
         """Back-propagate `loss` over `ranks` processes, without gradients for the `frozen` parts,

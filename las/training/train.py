@@ -65,6 +65,9 @@ class Progress:
     train_seconds: float = 0.0
     rng: dict[str, Any] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)  # the epochs kept for averaging
+    # The step at which the attention guide first had an alignment to teach (its CTC head had
+    # learnt): the guide's schedule counts from there (las.training.attention_start).
+    guide_start: int | None = None
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
@@ -94,6 +97,7 @@ class Progress:
             bad_batches=self.bad_batches,
             elapsed=self.elapsed + seconds,
             snapshots=self.snapshots,
+            guide_start=self.guide_start,
         )
 
 
@@ -252,7 +256,7 @@ class Trainer:
                 f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
-            if self.attention_start.on and self.progress.step < self.attention_start.steps:
+            if self.attention_start.active(self.progress.step, self.progress.guide_start):
                 tqdm.write(self.attention_start.describe())
             if missing := missing_word_times(self.config):
                 tqdm.write(missing)
@@ -310,6 +314,8 @@ class Trainer:
                 follow_load()
                 step = self.step(next(loader).to(self.device), indices, forcing, augment)
                 if step.updated:
+                    if progress.guide_start is None and step.parts.get("guided", 0.0) > 0:
+                        progress.guide_start = progress.step
                     progress.record(step.loss, step.parts, step.frames)
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
                     self.monitor.step(
@@ -340,7 +346,8 @@ class Trainer:
         the loss, gradients clipped to `train.gradient_clip`, and the update with the learning
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
-        lengths, guide = self.corpus.train.target_lengths(indices), self.attention_start.at(self.progress.step)
+        lengths = self.corpus.train.target_lengths(indices)
+        guide = self.attention_start.at(self.progress.step, self.progress.guide_start)
         loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide)
         norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
         # One read of the device per step, after the backward pass is queued: each read waits for
