@@ -7,9 +7,9 @@ streams the CPU holds in real time.
         --set data/an4/dev.tsv --set runs/robustness/sets/telephone.tsv
 
 Each recording is pushed 10 ms at a time, as fast as the stream takes it, on one thread. A word
-is emitted when the stream has spelt it and what follows it (a space, or its segment's end): its
-characters never change after (greedy spelling, las.search.streaming), so that is when it is
-final. Its **delay** is the audio heard by then minus the word's end in the reference's forced
+is emitted when a final result gives it (it will not change after: by default once every
+hypothesis of the beam shares it, las.search.triggered; spelling greedily, once its space is
+spelt, las.search.streaming). Its **delay** is the audio heard by then minus the word's end in the reference's forced
 alignment (CTC, from a model that decodes whole), plus the time the stream took to compute it
 beyond real time (none where it keeps up): what a listener waits after saying the word. Words
 are matched to the reference's by an edit-distance alignment; a wrong word has no delay.
@@ -75,12 +75,8 @@ def stream_recording(recognizer: Recognizer, waveform: np.ndarray) -> Streamed:
 def note(results: list[StreamResult], emitted: list[tuple[str, float]], finals: list[str], lag: float) -> None:
     """The words these results make final, in order, each with the audio heard then plus `lag`."""
     for result in results:
-        complete = result.final or result.text.endswith(" ")  # else its last word may still grow
-        done = len(result.words) - (0 if complete else 1)
-        segment_start = sum(len(text.split()) for text in finals)
-        for index in range(len(emitted) - segment_start, done):
-            emitted.append((result.words[index].word, result.heard + lag))
         if result.final:
+            emitted += [(word.word, result.heard + lag) for word in result.words]
             finals.append(result.text)
 
 
@@ -134,6 +130,7 @@ def measure(
     ctm: Path | None = typer.Option(None, "--ctm", help="Reference word times of the first set (las align)."),
     threads: int = 1,
     cores: int = typer.Option(2, help="Cores whose streams in real time are counted."),
+    decoding: list[str] = typer.Option([], "--decode", help="KEY=VALUE: a decode.* setting of the stream."),
 ) -> None:
     """CER streamed and decoded whole per set, word delays and streams in real time (tables)."""
     torch.set_num_threads(threads)
@@ -144,7 +141,7 @@ def measure(
         utterances = read_utterances(manifest)
         rates, word_delays, factors = [], [], []
         for checkpoint in checkpoints:
-            recognizer = Recognizer.load(checkpoint, "cpu")
+            recognizer = Recognizer.load(checkpoint, "cpu", **dict(setting.split("=", 1) for setting in decoding))
             hypotheses, seconds, audio = {}, 0.0, 0.0
             for utterance in utterances:
                 waveform = load_audio(Path(utterance.audio_location), recognizer.config.features.sample_rate).numpy()

@@ -23,6 +23,7 @@ from las.recognition.recognizer import Recognizer
 from las.recognition.streaming import Stream, StreamResult
 from las.search.common import Rules, Symbols
 from las.search.paths import GreedySearch
+from las.search.triggered import TriggeredSearch
 
 from .conftest import TINY, an4_rows, write_manifest
 
@@ -160,8 +161,13 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
     return results + stream.finish()
 
 
-def test_any_cutting_of_the_audio_gives_the_same_final_text(streaming_model: dict[str, Path]) -> None:
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+@pytest.mark.parametrize(("strategy", "ctc_weight"), [("beam", 0.5), ("beam", 1.0), ("greedy", 0.5)])
+def test_any_cutting_of_the_audio_gives_the_same_final_text(
+    streaming_model: dict[str, Path], strategy: str, ctc_weight: float
+) -> None:
+    """By the default joint search (las.search.triggered), its CTC head alone, and the speller
+    alone (las.search.streaming)."""
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", strategy=strategy, ctc_weight=ctc_weight)
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
         samples = soundfile.read(row[1], dtype="int16")[0]
         duration = len(samples) / 16000
@@ -174,9 +180,9 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(streaming_model: dic
             ]
             assert all(0 <= result.start <= result.end <= duration + 0.05 for result in results)
             assert all(result.heard <= duration for result in results)
-            # What a partial says, its segment's final says too, from its start.
-            final_text = " ".join(text for text, *_ in finals[piece])
-            assert all(result.text.replace(" ", "") in final_text.replace(" ", "") for result in results)
+            if strategy == "greedy":  # spelt greedily, what a partial says is final already
+                final_text = " ".join(text for text, *_ in finals[piece])
+                assert all(result.text.replace(" ", "") in final_text.replace(" ", "") for result in results)
         first = next(iter(finals.values()))
         assert first and all(found == first for found in finals.values())
 
@@ -184,11 +190,12 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(streaming_model: dic
 def test_the_first_segment_is_what_decoding_the_whole_recording_spells(streaming_model: dict[str, Path]) -> None:
     """Under the same limit on its length: the stream counts a segment's frames up to each step
     (what comes later cannot change a step), decoding whole the recording's."""
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", max_length_ratio=1e-6)
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", max_length_ratio=1e-6, strategy="greedy")
     for row in an4_rows("dev", 3):
         samples = soundfile.read(row[1], dtype="int16")[0]
-        first = next(result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final)
-        assert first and first == whole_greedy(recognizer, samples)
+        finals = " ".join(result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final)
+        whole = " ".join(whole_greedy(recognizer, samples).split())
+        assert whole and finals.startswith(whole)
 
 
 def whole_greedy(recognizer: Recognizer, samples: np.ndarray) -> str:
@@ -203,8 +210,14 @@ def whole_greedy(recognizer: Recognizer, samples: np.ndarray) -> str:
     return recognizer.vocabulary.decode(search.search(model, memory)[0][0].tokens)
 
 
-def test_a_stream_keeps_bounded_state_over_long_audio(streaming_model: dict[str, Path]) -> None:
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+@pytest.mark.parametrize(("strategy", "frames"), [("greedy", 8), ("beam", 2 * 1000 // 40 + 1)])
+def test_a_stream_keeps_bounded_state_over_long_audio(
+    streaming_model: dict[str, Path], strategy: str, frames: int
+) -> None:
+    """Spelling greedily, the frames from the one selected last and MoChA's chunk behind it; the
+    joint search, a segment's frames (ended at decode.segment_seconds, 2 s of 40 ms here, if no
+    pause ends it first)."""
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", strategy=strategy, segment_seconds=2)
     stream = recognizer.stream()
     generator = np.random.default_rng(0)
     speech = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
@@ -212,8 +225,8 @@ def test_a_stream_keeps_bounded_state_over_long_audio(streaming_model: dict[str,
     for _ in range(3):  # speech, then a second of quiet noise: 12 s of audio in all
         stream.push(speech)
         stream.push((generator.standard_normal(16000) * 30).astype(np.int16))
-        kept.append((len(stream.speller.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
-    assert max(keys for keys, _, _ in kept) <= 8  # encoder frames: the selected one and MoChA's chunk behind it
+        kept.append((len(stream.search.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
+    assert max(keys for keys, _, _ in kept) <= frames
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
 
@@ -239,14 +252,14 @@ def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[s
     checkpoint = str(streaming_model["checkpoint"])
     result = CliRunner().invoke(
         app,
-        ["decode", checkpoint, "-", "--stream", "--set", "decode.beam_size=1"],
+        ["decode", checkpoint, "-", "--stream", "--set", "decode.beam_size=4"],
         input=samples.astype("<i2").tobytes(),
     )
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines and any(line["final"] for line in lines)
     assert all({"final", "text", "start", "end", "heard", "delay", "words"} <= set(line) for line in lines)
-    recognizer = Recognizer.load(checkpoint, "cpu")
+    recognizer = Recognizer.load(checkpoint, "cpu", beam_size=4)
     expected = [result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final]
     assert [line["text"] for line in lines if line["final"]] == expected
     # A file, at its own pace or as fast as it decodes, into --out.
@@ -276,3 +289,43 @@ def test_las_decode_streams_one_recording_not_a_manifest(streaming_model: dict[s
     manifest = str(Path(__file__).parent.parent / "data" / "an4" / "dev.tsv")
     result = CliRunner().invoke(app, ["decode", str(streaming_model["checkpoint"]), manifest, "--stream"])
     assert result.exit_code != 0 and "not an audio file" in result.output
+
+
+# The joint search's own symbols: blank 0, <sos> 1, <eos> 2, space 3, A 4, B 5.
+SYMBOLS, SPACE, A, B = Symbols(sos=1, eos=2, blank=0, forbidden=(0, 1)), 3, 4, 5
+
+
+def ctc_frames(*frames: dict[int, float]) -> torch.Tensor:
+    """Log-probabilities `(frames, 6)`: each frame's symbols at their probabilities, a little on the others."""
+    probabilities = torch.full((len(frames), 6), 1e-6)
+    for row, frame in enumerate(frames):
+        for symbol, probability in frame.items():
+            probabilities[row, symbol] = probability
+    return (probabilities / probabilities.sum(dim=1, keepdim=True)).log()
+
+
+def ctc_search(beam_size: int = 4, pause_frames: int = 3) -> TriggeredSearch:
+    return TriggeredSearch(None, SYMBOLS, SPACE, beam_size, 1.0, 0.0, 10.0, pause_frames, longest_frames=100)
+
+
+def heard(search: TriggeredSearch, log_probs: torch.Tensor, finished: bool = False) -> list[list[int]]:
+    search.extend(torch.zeros(len(log_probs), 0), torch.zeros(len(log_probs), 0), log_probs)
+    return [[spelt.token for spelt in piece] for piece in search.spell(finished)]
+
+
+def test_the_ctc_prefix_beam_sums_the_paths_of_a_prefix_where_the_best_path_says_nothing() -> None:
+    # Two frames of blank 0.6, A 0.4: the best path is two blanks (0.36), but A is said by
+    # A-blank, blank-A and A-A (0.64).
+    frames = ctc_frames({0: 0.6, A: 0.4}, {0: 0.6, A: 0.4})
+    assert heard(ctc_search(beam_size=4), frames, finished=True) == [[A]]
+    assert heard(ctc_search(beam_size=1), frames, finished=True) == []  # a beam of one is the best path
+
+
+def test_a_repeated_character_needs_a_blank_between_and_words_are_final_once_the_beam_agrees() -> None:
+    search = ctc_search(pause_frames=3)
+    sure = [{A: 0.98}, {A: 0.98}, {0: 0.98}, {A: 0.98}, {SPACE: 0.98}, {B: 0.98}]
+    assert heard(search, ctc_frames(*sure)) == [[A, A, SPACE]]  # before the segment ends
+    assert [(spelt.token, spelt.frame) for spelt in search.partial] == [(B, 5)]
+    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == []  # a pause shorter than 3 frames
+    assert heard(search, ctc_frames({0: 0.98})) == [[B]]  # 3 frames without a character: its segment ends
+    assert search.partial == [] and search.keys == []

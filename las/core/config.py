@@ -588,6 +588,12 @@ class DecodeConfig(Section):
     # 0.5 s the gaps between babbling talkers at 10 dB read as pauses too, and cut there, AN4 dev
     # lost 1.0 point of CER (3 seeds); at 1 s every channel set reads as it did uncut.
     inner_pause_seconds: Annotated[float, Range(0)] = 1.0
+    # A stream's segment ends once its best hypothesis has had no character for this long: its
+    # last words are final then (the words before them, as soon as the beam agrees on them).
+    stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 0.5
+    # ... and a hypothesis this many nats under the best leaves a stream's beam: the sooner rivals
+    # go, the sooner the beam agrees on a word, which is then final (las.search.triggered).
+    stream_beam_nats: Positive = 10.0
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

@@ -32,6 +32,7 @@ from las.model.streaming_listener import ForwardListener
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
 from las.search.streaming import SpellerStream, Spelt
+from las.search.triggered import TriggeredSearch
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,11 @@ class Stream:
         # A group is one encoder frame's input frames: what one listener step reads.
         self.features = FeatureStream(extractor, normalizer, reduction)
         self.listener = model.listener.stream()
-        self.speller = SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(config.decode))
+        self.ctc_head = model.ctc_head
+        self.search = searcher(model, config, vocabulary, self.frame_seconds)
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
-        self.told = 0  # characters of the current segment given as partial
+        self.told: list[Spelt] = []  # the partial result given last
         self.finished = False
 
     def push(self, samples: np.ndarray | torch.Tensor) -> list[StreamResult]:
@@ -101,29 +103,30 @@ class Stream:
         return results
 
     def hear(self, top: torch.Tensor) -> None:
-        """The listener's next top frames `(frames, hidden)` to the speller."""
+        """The listener's next top frames `(frames, hidden)` to the search."""
         listener = self.listener.listener
-        self.speller.extend(listener.key(top), listener.value(top))
+        log_probs = self.ctc_head(top).float().log_softmax(dim=-1) if self.ctc_head is not None else None
+        self.search.extend(listener.key(top), listener.value(top), log_probs)
 
     def spell(self, finished: bool) -> list[StreamResult]:
-        results = [self.result(segment, final=True) for segment in self.speller.spell(finished)]
-        if results:
-            self.told = 0
-        current = self.speller.segment
-        if len(current) > self.told:
-            results.append(self.result(current, final=False))
-            self.told = len(current)
-        return [result for result in results if result.text or not result.final]
+        finals = [self.result(piece, final=True) for piece in self.search.spell(finished)]
+        results = [result for result in finals if result.text]
+        partial = self.search.partial
+        if finals:
+            self.told = []  # what was partial is final now, or gone with its segment
+        if partial != self.told:
+            results.append(self.result(partial, final=False))
+            self.told = partial
+        return results
 
     def result(self, characters: list[Spelt], final: bool) -> StreamResult:
         heard = self.features.samples / self.sample_rate
-        if not characters:
-            return StreamResult(final, "", heard, heard, heard, [])
         words = self.words(characters)
+        if not words:
+            return StreamResult(final, "", heard, heard, heard, [])
         spelt = self.vocabulary.decode([item.token for item in characters])
         text = " ".join(word.word for word in words) if final else spelt
-        start, end = characters[0].frame * self.frame_seconds, (characters[-1].frame + 1) * self.frame_seconds
-        return StreamResult(final, text, start, end, heard, words)
+        return StreamResult(final, text, words[0].start, words[-1].end, heard, words)
 
     def words(self, characters: list[Spelt]) -> list[Word]:
         """The words of a segment's characters, each from its first character's frame to the
@@ -140,3 +143,33 @@ class Stream:
                 words.append(Word(start, end, word))
             run = []
         return words
+
+
+def searcher(
+    model: LAS, config: Config, vocabulary: Vocabulary, frame_seconds: float
+) -> TriggeredSearch | SpellerStream:
+    """How a stream spells: by default (`decode.strategy=beam` with a CTC head), a prefix beam
+    search over the CTC head's frames that the speller scores as they come (las.search.triggered);
+    `decode.strategy=ctc`, that search with the CTC head alone and a beam of one; `greedy`, or a
+    model without a CTC head, the speller alone, its monotonic attention selecting the frames."""
+    settings, space = (
+        config.decode,
+        vocabulary.index.get(" ", -1),
+    )  # without a space, words are final at a segment's end
+    joint = settings.strategy == "beam" and settings.ctc_weight > 0
+    if model.ctc_head is not None and (joint or settings.strategy == "ctc"):
+        speller = model.speller if joint and settings.ctc_weight < 1 else None
+        return TriggeredSearch(
+            speller,  # type: ignore[arg-type]
+            Symbols.of(vocabulary),
+            space,
+            settings.beam_size if joint else 1,
+            settings.ctc_weight,
+            settings.length_penalty,
+            settings.stream_beam_nats,
+            pause_frames=max(1, round(settings.stream_pause_seconds / frame_seconds)),
+            longest_frames=max(1, round(settings.segment_seconds / frame_seconds)),
+        )
+    if settings.strategy == "ctc":
+        raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")
+    return SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(settings), space)

@@ -36,13 +36,13 @@ class SpellerStream:
     """`extend` with the listener's keys and values as they come, then `spell`: the characters
     of the current segment grow in `segment`, and `spell` returns the segments it ended."""
 
-    def __init__(self, speller: Speller, symbols: Symbols, rules: Rules) -> None:
+    def __init__(self, speller: Speller, symbols: Symbols, rules: Rules, space: int) -> None:
         if not isinstance(speller, Speller) or not isinstance(speller.attention, MonotonicAttention):
             raise LasError(
                 "streaming spells with an attention that only moves forward: a model trained with "
                 "model.attention=monotonic or monotonic_chunk (data/recipes/an4-streaming.toml)"
             )
-        self.speller, self.symbols, self.rules = speller, symbols, rules
+        self.speller, self.symbols, self.rules, self.space = speller, symbols, rules, space
         self.weights = speller.recurrent_weights()
         key_dim, value_dim = speller.attention_dimensions
         parameter = next(speller.parameters())
@@ -55,14 +55,16 @@ class SpellerStream:
         self.token = symbols.sos
         self.segment: list[Spelt] = []
         self.segment_start = 0  # the frame its first search began at
+        self.finals = 0  # characters of the segment given as final
 
     @property
     def frames(self) -> int:
         """Encoder frames heard so far."""
         return self.origin + len(self.keys)
 
-    def extend(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        """The next encoder frames' keys `(frames, key_dim)` and values `(frames, value_dim)`."""
+    def extend(self, keys: torch.Tensor, values: torch.Tensor, log_probs: torch.Tensor | None = None) -> None:
+        """The next encoder frames' keys `(frames, key_dim)` and values `(frames, value_dim)` (the
+        CTC head's `log_probs` are for las.search.triggered: the speller alone does not read them)."""
         self.keys, self.values = torch.cat([self.keys, keys]), torch.cat([self.values, values])
         if self.state is not None:
             self.state = self.state._replace(
@@ -70,10 +72,15 @@ class SpellerStream:
                 history=pad_frames(self.state.history, len(self.keys)),
             )
 
+    @property
+    def partial(self) -> list[Spelt]:
+        """The current word: final as spelt, given as final with the space after it."""
+        return self.segment[self.finals :]
+
     @torch.no_grad()
     def spell(self, finished: bool) -> list[list[Spelt]]:
-        """Every character the frames so far decide (with `finished`, all the rest); the segments
-        that ended, each its characters."""
+        """Every character the frames so far decide (with `finished`, all the rest); what became
+        final, in pieces: each word with its space, and the rest of a segment at its end."""
         ended = []
         while self.position < self.frames:
             memory = self.memory()
@@ -89,13 +96,16 @@ class SpellerStream:
             frame = self.origin + int(after.history[0].argmax()) if selected else self.position
             token = self.choose(self.speller.distribution(output, after.context)[0], frame)
             if token == self.symbols.eos:
-                ended.append(self.segment)
+                ended.append(self.segment[self.finals :])
                 self.end_segment(frame)
                 continue
             self.segment.append(Spelt(token, frame))
             self.state, self.token, self.position = after, token, frame
+            if token == self.space:
+                ended.append(self.segment[self.finals :])
+                self.finals = len(self.segment)
             self.forget()
-        return ended
+        return [piece for piece in ended if piece]
 
     def memory(self) -> ListenerOutput:
         """The frames kept, as the speller reads a memory `(1, frames, ...)`."""
@@ -130,7 +140,7 @@ class SpellerStream:
         """The next segment begins at the frame after the one the last one ended on, so that a
         stream always moves on."""
         self.position = frame + 1
-        self.state, self.token, self.segment = None, self.symbols.sos, []
+        self.state, self.token, self.segment, self.finals = None, self.symbols.sos, [], 0
         self.forget()
 
     def skip(self) -> None:
