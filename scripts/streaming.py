@@ -9,10 +9,12 @@ streams the CPU holds in real time.
 Each recording is pushed 10 ms at a time, as fast as the stream takes it, on one thread. A word
 is emitted when a final result gives it (it will not change after: by default once every
 hypothesis of the beam shares it, las.search.triggered; spelling greedily, once its space is
-spelt, las.search.streaming). Its **delay** is the audio heard by then minus the word's end in the reference's forced
-alignment (CTC, from a model that decodes whole), plus the time the stream took to compute it
-beyond real time (none where it keeps up): what a listener waits after saying the word. Words
-are matched to the reference's by an edit-distance alignment; a wrong word has no delay.
+spelt, las.search.streaming). Its **delay** is the audio heard by then minus the word's end in
+the reference's forced alignment (CTC, from a model that decodes whole), plus the time the
+stream took to compute it beyond real time (none where it keeps up): what a listener waits
+after saying the word. Words are matched to the reference's by an edit-distance alignment; a
+wrong word has no delay. **Partial words changed**: of the complete words partial results show
+(each time one is shown), the share that the final transcript does not have at that place.
 **Streams in real time**: the cores divided by the real-time factor of one stream at a thread.
 """
 
@@ -50,34 +52,47 @@ PIECE_SECONDS = 0.01
 
 @dataclass
 class Streamed:
-    text: str  # the final segments joined
-    emitted: list[tuple[str, float]]  # each word, and the audio heard (s) when it was final
+    emitted: list[tuple[str, float]]  # each final word, and the audio heard (s) when it was final
+    # Each word a partial result showed complete (a space after it), and the final word at its place.
+    shown: list[tuple[int, str]]
     seconds: float  # computing
     audio_seconds: float
+
+    @property
+    def text(self) -> str:
+        return " ".join(word for word, _ in self.emitted)
+
+    def changed(self) -> int:
+        """Partial words that the final transcript does not keep at their place."""
+        finals = [word for word, _ in self.emitted]
+        return sum(index >= len(finals) or finals[index] != word for index, word in self.shown)
 
 
 def stream_recording(recognizer: Recognizer, waveform: np.ndarray) -> Streamed:
     """`waveform` pushed PIECE_SECONDS at a time; its words with when each became final."""
     stream = recognizer.stream()
     piece = round(stream.sample_rate * PIECE_SECONDS)
-    emitted: list[tuple[str, float]] = []
-    finals: list[str] = []
+    streamed = Streamed([], [], 0.0, len(waveform) / stream.sample_rate)
     started = time.perf_counter()
     lag = 0.0  # how far computing has fallen behind the audio's own clock
     for first in range(0, len(waveform), piece):
         results = stream.push(waveform[first : first + piece])
         lag = max(0.0, time.perf_counter() - started - (first + piece) / stream.sample_rate)
-        note(results, emitted, finals, lag)
-    note(stream.finish(), emitted, finals, lag)
-    return Streamed(" ".join(finals), emitted, time.perf_counter() - started, len(waveform) / stream.sample_rate)
+        note(results, streamed, lag)
+    note(stream.finish(), streamed, lag)
+    streamed.seconds = time.perf_counter() - started
+    return streamed
 
 
-def note(results: list[StreamResult], emitted: list[tuple[str, float]], finals: list[str], lag: float) -> None:
-    """The words these results make final, in order, each with the audio heard then plus `lag`."""
+def note(results: list[StreamResult], streamed: Streamed, lag: float) -> None:
+    """The words these results make final, in order, each with the audio heard then plus `lag`;
+    and the complete words partial results show, at the places they show them."""
     for result in results:
         if result.final:
-            emitted += [(word.word, result.heard + lag) for word in result.words]
-            finals.append(result.text)
+            streamed.emitted += [(word.word, result.heard + lag) for word in result.words]
+            continue
+        complete = result.words if result.text.endswith(" ") else result.words[:-1]
+        streamed.shown += [(len(streamed.emitted) + index, word.word) for index, word in enumerate(complete)]
 
 
 def delays(emitted: list[tuple[str, float]], reference: list[WordTime]) -> list[float]:
@@ -135,11 +150,12 @@ def measure(
     """CER streamed and decoded whole per set, word delays and streams in real time (tables)."""
     torch.set_num_threads(threads)
     reference_times = read_ctm(ctm) if ctm else {}
-    print(header("set", "streamed CER %", "decoded whole CER %", "x", "median delay s", "90th pct s", "RTF", "streams"))
+    columns = ["streamed CER %", "decoded whole CER %", "x", "median delay s", "90th pct s", "partial words changed %"]
+    print(header("set", *columns, "RTF", "streams"))
     for manifest in sets:
         references = read_transcripts(manifest)
         utterances = read_utterances(manifest)
-        rates, word_delays, factors = [], [], []
+        rates, word_delays, factors, shown, changed = [], [], [], 0, 0
         for checkpoint in checkpoints:
             recognizer = Recognizer.load(checkpoint, "cpu", **dict(setting.split("=", 1) for setting in decoding))
             hypotheses, seconds, audio = {}, 0.0, 0.0
@@ -148,6 +164,7 @@ def measure(
                 streamed = stream_recording(recognizer, waveform)
                 hypotheses[utterance.id] = streamed.text
                 seconds, audio = seconds + streamed.seconds, audio + streamed.audio_seconds
+                shown, changed = shown + len(streamed.shown), changed + streamed.changed()
                 if manifest == sets[0] and utterance.id in reference_times:
                     word_delays += delays(streamed.emitted, reference_times[utterance.id])
             rates.append(character_error_rate([hypotheses[key] for key in references], list(references.values())))
@@ -159,7 +176,8 @@ def measure(
         timing = (
             [f"{percentile(word_delays, 0.5):.2f}", f"{percentile(word_delays, 0.9):.2f}"] if word_delays else ["", ""]
         )
-        print(row(manifest, *cells, *timing, f"{factor:.3f}", f"{cores / (threads * factor):.0f}"))
+        stability = f"{100 * changed / shown:.1f}" if shown else ""
+        print(row(manifest, *cells, *timing, stability, f"{factor:.3f}", f"{cores / (threads * factor):.0f}"))
 
 
 if __name__ == "__main__":
