@@ -592,8 +592,11 @@ class DecodeConfig(Section):
     # last words are final then (the words before them, as soon as the beam agrees on them).
     stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 0.5
     # ... and a hypothesis this many nats under the best leaves a stream's beam: the sooner rivals
-    # go, the sooner the beam agrees on a word, which is then final (las.search.triggered).
-    stream_beam_nats: Positive = 10.0
+    # go, the sooner the beam agrees on a word, which is then final (las.search.triggered). Chosen
+    # on the tuning speakers (one streaming model, docs/BENCHMARKS.md "Streaming"): at 10, 5, 3,
+    # 2, 1 the joint search read 17.5, 16.4, 16.0, 17.8, 24.0% CER; the CTC head alone 13.5, 12.0,
+    # 12.0, 12.0, 12.0%, with its median word final 0.72, 0.72, 0.57, 0.37, 0.24 s after its end.
+    stream_beam_nats: Positive = 3.0
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,
