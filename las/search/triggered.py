@@ -110,8 +110,8 @@ class TriggeredSearch:
     def start_segment(self) -> None:
         """A new segment from the next frame to be searched: the frames before it are dropped."""
         self.beam, self.finals, self.origin = [Prefix((), blank=0.0)], 0, self.searched
-        searched_kept = len(self.keys) - len(self.log_probs)  # of the segment that ended
-        self.keys, self.values = self.keys[searched_kept:], self.values[searched_kept:]
+        searched = len(self.keys) - len(self.log_probs)  # frames kept that the segment which ended searched
+        self.keys, self.values = self.keys[searched:], self.values[searched:]
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor, log_probs: torch.Tensor) -> None:
         """The next encoder frames: keys `(frames, key_dim)`, values `(frames, value_dim)` and the
@@ -129,8 +129,8 @@ class TriggeredSearch:
         while self.log_probs:
             self.search(self.log_probs.pop(0))
             self.searched += 1
-            last = max((prefix.characters[-1].frame for prefix in self.beam[:1] if prefix.characters), default=-1)
-            paused = last >= 0 and self.searched - 1 - last >= self.pause_frames
+            best = self.beam[0].characters
+            paused = bool(best) and self.searched - 1 - best[-1].frame >= self.pause_frames
             if paused or self.searched - self.origin >= self.longest_frames:
                 pieces.append(self.end_segment())
             else:
