@@ -25,7 +25,7 @@ from las.search.common import Rules, Symbols
 from las.search.paths import GreedySearch
 from las.search.triggered import TriggeredSearch
 
-from .conftest import TINY, an4_rows, write_manifest
+from .conftest import AN4, TINY, an4_rows, write_manifest
 
 STREAMING = [
     "features.causal=true",
@@ -234,6 +234,10 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
 def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], trained_run: dict[str, Path]) -> None:
     with pytest.raises(LasError, match="model.listener=plstm"):
         Recognizer.load(trained_run["run"] / "best.pt", "cpu").stream()
+    with pytest.raises(LasError, match="beam, ctc or greedy"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
+    with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
     with pytest.raises(LasError, match="mono samples"):
         stream.push(np.zeros((160, 2), dtype=np.int16))

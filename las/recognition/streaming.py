@@ -152,10 +152,12 @@ def searcher(
     search over the CTC head's frames that the speller scores as they come (las.search.triggered);
     `decode.strategy=ctc`, that search with the CTC head alone and a beam of one; `greedy`, or a
     model without a CTC head, the speller alone, its monotonic attention selecting the frames."""
-    settings, space = (
-        config.decode,
-        vocabulary.index.get(" ", -1),
-    )  # without a space, words are final at a segment's end
+    settings = config.decode
+    space = vocabulary.index.get(" ", -1)  # without one, words are final at a segment's end
+    if settings.strategy not in ("beam", "ctc", "greedy"):
+        raise LasError(f"decode.strategy={settings.strategy}: a stream decodes with beam, ctc or greedy")
+    if settings.lm or settings.lexicon:
+        raise LasError("a stream does not use decode.lm or decode.lexicon yet: decode the recording whole for them")
     joint = settings.strategy == "beam" and settings.ctc_weight > 0
     if model.ctc_head is not None and (joint or settings.strategy == "ctc"):
         speller = model.speller if joint and settings.ctc_weight < 1 else None
