@@ -105,7 +105,7 @@ def test_auto_guides_long_utterances_from_scratch_only() -> None:
     assert start_of(long).at(1500, 0).weight == 0.5 and start_of(long).at(2000, 0) is None
     assert start_of(long).at(2000, None).weight == 1.0  # its head has not learnt yet: still to come
     assert start_of(short).at(0, None) is None
-    assert "11.0 s at the median" in start_of(long).describe()
+    assert "11.0 s at the median" in start_of(long).describe()[0]
     assert not start_of(long, "train.init=runs/an4/averaged.pt").on  # fine-tuning: aligned already
     assert not start_of(long, "model.ctc_weight=0").on  # no CTC head to follow
     assert start_of(long, "model.attention=monotonic_chunk").on  # its expected alignment learns too

@@ -85,6 +85,23 @@ def test_a_guided_run_teaches_its_attention_the_ctc_alignment_and_says_so(
     assert "attention guided by the CTC head's alignment for 4 steps once the head has learnt" in said.out + said.err
 
 
+def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_says_so(
+    tiny_config: Config, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # AN4's short utterances are not cut by default; on, in pieces of at most a second, every alignment trusted.
+    settings = dict(attention_pieces="on", attention_pieces_seconds=1.0, attention_guide_trigger=1e6)
+    run = train(with_training(tiny_config, epochs=2, attention_pieces_doubling_steps=100, **settings))
+    records = metrics(run)  # one step an epoch
+    assert [record["train_cut"] for record in records] == [1.0, 1.0]
+    assert load_model(run / "last.pt").training_state["progress"]["alignment_start"] == 0
+    said = capsys.readouterr()
+    assert "utterances cut into pieces at the CTC head's alignment once it has learnt, at most 1.0 s" in said.out
+    # Once pieces are longer than every utterance, nothing is cut, nor aligned to cut.
+    settings |= dict(attention_pieces_doubling_steps=1, out=str(run) + "-1")
+    run = train(with_training(tiny_config, epochs=2, **settings))
+    assert [record.get("train_cut") for record in metrics(run)] == [1.0, None]
+
+
 def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:
     """A CTC head that has not learnt has no alignment to teach: the guide waits for it, whole,
     however long that takes, and its steps are counted from the first it teaches (a schedule

@@ -463,8 +463,18 @@ class TrainConfig(Section):
     attention_guide: Literal["auto", "on", "off"] = "off"
     attention_guide_steps: Count = 2000
     attention_guide_width: Annotated[float, Range(0, 1, open_minimum=True)] = 0.02
+    # The CTC loss per character under which a batch's alignment is trusted (the guide, the pieces).
     attention_guide_trigger: Positive = 1.5
+    # The median utterance length from which `auto` turns the guide and the pieces on.
     attention_guide_seconds: Positive = 5.0
+    # From scratch on long utterances (las/training/pieces.py): once a batch's CTC loss is under
+    # attention_guide_trigger, its utterances are cut into pieces of whole words at most
+    # attention_pieces_seconds long at the CTC head's alignment, and the step trains on those;
+    # the pieces grow twice as long every attention_pieces_doubling_steps, until none is cut.
+    # auto: on where the guide's auto would be, for any speller with a CTC head.
+    attention_pieces: Literal["auto", "on", "off"] = "off"
+    attention_pieces_seconds: Positive = 3.0
+    attention_pieces_doubling_steps: Count = 300
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

@@ -39,6 +39,7 @@ from las.training.distributed import Distributed
 from las.training.initialisation import initialise
 from las.training.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.training.optimisation import Optimisation
+from las.training.pieces import cut
 from las.training.random_states import capture_rng, restore_rng
 
 
@@ -65,9 +66,9 @@ class Progress:
     train_seconds: float = 0.0
     rng: dict[str, Any] = field(default_factory=dict)
     snapshots: list[Snapshot] = field(default_factory=list)  # the epochs kept for averaging
-    # The step at which the attention guide first had an alignment to teach (its CTC head had
-    # learnt): the guide's schedule counts from there (las.training.attention_start).
-    guide_start: int | None = None
+    # The first step that had the CTC head's alignment to cut its utterances at or to guide the
+    # attention by (the head had learnt): their schedules count from there (las.training.attention_start).
+    alignment_start: int | None = None
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
@@ -97,7 +98,7 @@ class Progress:
             bad_batches=self.bad_batches,
             elapsed=self.elapsed + seconds,
             snapshots=self.snapshots,
-            guide_start=self.guide_start,
+            alignment_start=self.alignment_start,
         )
 
 
@@ -197,6 +198,9 @@ class Trainer:
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
         self.unaligned_said = False  # warn_if_unaligned speaks once a run
+        # The last step's CTC loss per character (None: none yet): no pass to align a batch at
+        # while it is over the trigger.
+        self.ctc_loss: float | None = None
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
         restored = False
@@ -223,7 +227,10 @@ class Trainer:
             ) from None
         try:
             self.optimisation.load_state_dict(checkpoint.training_state)
-            self.progress = Progress(**checkpoint.training_state["progress"])
+            saved = dict(checkpoint.training_state["progress"])
+            if "guide_start" in saved:  # its name in runs saved before 2026-11-29
+                saved["alignment_start"] = saved.pop("guide_start")
+            self.progress = Progress(**saved)
             return restore_rng(self.progress.rng, self.distributed)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise LasError(
@@ -256,8 +263,9 @@ class Trainer:
                 f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
-            if self.attention_start.active(self.progress.step, self.progress.guide_start):
-                tqdm.write(self.attention_start.describe())
+            if self.attention_start.active(self.progress.step, self.progress.alignment_start):
+                for line in self.attention_start.describe():
+                    tqdm.write(line)
             if missing := missing_word_times(self.config):
                 tqdm.write(missing)
         with self.stop_requests:
@@ -314,8 +322,8 @@ class Trainer:
                 follow_load()
                 step = self.step(next(loader).to(self.device), indices, forcing, augment)
                 if step.updated:
-                    if progress.guide_start is None and step.parts.get("guided", 0.0) > 0:
-                        progress.guide_start = progress.step
+                    if progress.alignment_start is None and (step.parts.get("guided", 0) or step.parts.get("cut", 0)):
+                        progress.alignment_start = progress.step
                     progress.record(step.loss, step.parts, step.frames)
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
                     self.monitor.step(
@@ -347,8 +355,18 @@ class Trainer:
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
         lengths = self.corpus.train.target_lengths(indices)
-        guide = self.attention_start.at(self.progress.step, self.progress.guide_start)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide)
+        step, start = self.progress.step, self.progress.alignment_start
+        cutting = self.attention_start.cutting(step, start)
+        pieces = None
+        if cutting is not None and (start is not None or self.ctc_loss is None or self.ctc_loss < cutting.trigger):
+            generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + step)
+            pieces = cut(self.model, batch, cutting, self.vocabulary, generator)
+        if pieces is not None:
+            # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
+            batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, self.attention_start.at(step, start))
+        if cutting is not None:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
+            parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
         norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
         # One read of the device per step, after the backward pass is queued: each read waits for
         # the GPU to finish, and the host queues nothing while it waits.
@@ -369,6 +387,7 @@ class Trainer:
         finite = math.isfinite(total) and math.isfinite(local_norm)
         learning_rate = self.optimisation.step(finite)
         named_parts = dict(zip(parts, values, strict=True))
+        self.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
 

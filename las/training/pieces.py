@@ -1,0 +1,139 @@
+"""Long utterances cut into short pieces at the CTC head's alignment, for the attention's first
+steps from scratch.
+
+From scratch, the attention over a 13 s recording does not find its place (docs/BENCHMARKS.md,
+"Long utterances from scratch"), where over AN4's 2.7 s utterances the same model's finds it in
+300-400 steps; and a model that aligned on short utterances reads long ones after a few epochs
+on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, per character),
+each utterance of a batch is cut into pieces of whole words at most `longest` frames long, at
+the middle of the pauses between words on the head's forced alignment of the transcript, and
+the step trains on the pieces; their longest doubles every so many steps, until no training
+utterance is cut. Only training reads pieces: the dev pass and decoding read whole utterances.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+from las.core.text import PAD_INDEX, Vocabulary
+from las.data.dataset import Batch, speller_targets
+from las.model.ctc_path import Span, ctc_frames_needed, runs, viterbi_path
+from las.model.las import LAS
+
+
+class Piece(NamedTuple):
+    """Part of an utterance: input `frames` `[start, end)`, and its `tokens` `[first, last)`."""
+
+    frames: Span
+    tokens: Span
+
+
+class Cutting(NamedTuple):
+    """The pieces of one step: each at most `longest` input frames (drawn between half of it and
+    all of it, piece by piece, so that cuts fall anywhere), from utterances whose CTC loss is
+    under `trigger` nats a character."""
+
+    longest: int
+    trigger: float
+
+
+def word_spans(tokens: Sequence[int], spans: Sequence[Span], space: int) -> list[tuple[Span, Span]]:
+    """Each word's `[first, last)` tokens and `[start, end)` encoder frames, from each token's
+    frames on a CTC alignment (`spans`, one per token)."""
+    words: list[tuple[Span, Span]] = []
+    first = 0
+    for position in range(len(tokens) + 1):
+        if position == len(tokens) or tokens[position] == space:
+            if position > first:
+                words.append(((first, position), (spans[first][0], spans[position - 1][1])))
+            first = position + 1
+    return words
+
+
+def pieces_of(
+    words: Sequence[tuple[Span, Span]], encoder_frames: int, input_frames: int, longests: Sequence[int]
+) -> list[Piece]:
+    """The utterance cut into pieces of whole words, each at most `longests[k]` input frames
+    (the k-th piece's; a word longer than that is a piece alone), at the middle of the pause
+    between two words. `words`: their tokens and encoder frames, in order; the recording's
+    `encoder_frames` are `input_frames` of features."""
+    if not words:
+        return [Piece((0, input_frames), (0, 0))]
+    scale = input_frames / encoder_frames
+    # Input frame of each cut: before the first word, between words, after the last.
+    cuts = [0]
+    cuts += [round(scale * (before[1][1] + after[1][0]) / 2) for before, after in zip(words, words[1:], strict=False)]
+    cuts.append(input_frames)
+    pieces: list[Piece] = []
+    first = 0
+    while first < len(words):
+        longest = longests[min(len(pieces), len(longests) - 1)]
+        last = first + 1
+        while last < len(words) and cuts[last + 1] - cuts[first] <= longest:
+            last += 1
+        pieces.append(Piece((cuts[first], cuts[last]), (words[first][0][0], words[last - 1][0][1])))
+        first = last
+    return pieces
+
+
+def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, generator: torch.Generator) -> Batch | None:
+    """`batch` with each utterance the CTC head has learnt to align cut into pieces (the others
+    whole), or None where none was cut: the head has not learnt, or every utterance fits."""
+    if model.ctc_head is None or " " not in vocabulary.index:
+        return None
+    lengths = batch.feature_lengths.tolist()
+    if max(lengths) <= cutting.longest:
+        return None
+    with torch.no_grad():  # where the head puts each character, not a step of training
+        memory = model.listener(batch.features, batch.feature_lengths)
+        log_probs = model.ctc_head(memory.hidden).log_softmax(dim=-1).float()  # (batch, frames, vocabulary)
+        characters = batch.targets_in[:, 1:]
+        counts = batch.target_lengths - 1
+        losses = F.ctc_loss(
+            log_probs.transpose(0, 1), characters, memory.lengths, counts, blank=PAD_INDEX, reduction="none"
+        )
+        per_character = (losses / counts.clamp_min(1)).tolist()
+    encoder_lengths = memory.lengths.tolist()
+    log_probs = log_probs.cpu()
+    space = vocabulary.index[" "]
+    ids: list[str] = []
+    features: list[torch.Tensor] = []
+    tokens: list[torch.Tensor] = []
+    for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
+        row_tokens = characters[row, : int(counts[row])].tolist()
+        aligned = (
+            frames > cutting.longest
+            and row_tokens
+            and encoder_frames >= ctc_frames_needed(row_tokens)
+            and per_character[row] < cutting.trigger  # inf where no path fits
+        )
+        pieces = [Piece((0, frames), (0, len(row_tokens)))]
+        if aligned:
+            path = viterbi_path(log_probs[row, :encoder_frames], row_tokens, PAD_INDEX)
+            words = word_spans(row_tokens, runs(path, PAD_INDEX), space)
+            draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
+            longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
+            pieces = pieces_of(words, encoder_frames, frames, longests)
+        for number, ((start, end), (first, last)) in enumerate(pieces):
+            ids.append(batch.ids[row] if len(pieces) == 1 else f"{batch.ids[row]}#{number + 1}")
+            features.append(batch.features[row, start:end])
+            tokens.append(torch.tensor(row_tokens[first:last], dtype=torch.long))
+    if len(features) == len(lengths):
+        return None
+    targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
+    device = batch.features.device
+    return Batch(
+        ids=ids,
+        features=pad_sequence(features, batch_first=True),
+        feature_lengths=torch.tensor([piece.shape[0] for piece in features]),
+        targets_in=targets_in.to(device),
+        targets_out=targets_out.to(device),
+        target_lengths=target_lengths.to(device),
+        texts=[None] * len(features),
+    )

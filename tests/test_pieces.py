@@ -1,0 +1,93 @@
+"""Long utterances cut into pieces of whole words at the CTC head's alignment in the first steps
+of training from scratch (las/training/pieces.py), and when a run cuts them
+(las/training/attention_start.py)."""
+
+import torch
+
+from las.core.config import load_config
+from las.core.text import Vocabulary
+from las.data.dataset import Batch, speller_targets
+from las.model.las import LAS
+from las.training.attention_start import AttentionStart
+from las.training.pieces import Cutting, Piece, cut, pieces_of, word_spans
+
+from .conftest import TINY
+
+VOCABULARY = Vocabulary.from_texts(["AB CD"])
+SPACE = VOCABULARY.index[" "]
+
+
+def test_words_take_their_characters_frames_and_leave_the_spaces_out() -> None:
+    a, b = VOCABULARY.index["A"], VOCABULARY.index["B"]
+    tokens = [a, b, SPACE, b, SPACE, SPACE, a]  # two spaces in a row make no empty word
+    spans = [(2, 3), (4, 6), (8, 9), (12, 13), (15, 16), (16, 17), (20, 22)]
+    assert word_spans(tokens, spans, SPACE) == [((0, 2), (2, 6)), ((3, 4), (12, 13)), ((6, 7), (20, 22))]
+    assert word_spans([], [], SPACE) == []
+
+
+def test_pieces_are_whole_words_cut_at_the_middle_of_the_pauses_between_them() -> None:
+    # Three words at encoder frames [2, 6), [12, 13), [20, 22) of 25; four input frames to one.
+    words = [((0, 2), (2, 6)), ((3, 4), (12, 13)), ((5, 7), (20, 22))]
+    # Cuts at input frames 0, 36 (between 6 and 12), 66 (between 13 and 20), 100.
+    assert pieces_of(words, 25, 100, [70]) == [Piece((0, 66), (0, 4)), Piece((66, 100), (5, 7))]
+    assert pieces_of(words, 25, 100, [100]) == [Piece((0, 100), (0, 7))]
+    # A word longer than its piece may be is a piece alone; each piece its own longest.
+    assert pieces_of(words, 25, 100, [10, 70]) == [Piece((0, 36), (0, 2)), Piece((36, 100), (3, 7))]
+    assert pieces_of([], 25, 100, [10]) == [Piece((0, 100), (0, 0))]
+
+
+def batch_of(texts: list[str], frames: list[int]) -> Batch:
+    tokens = [torch.tensor(VOCABULARY.encode(text)) for text in texts]
+    targets_in, targets_out, target_lengths = speller_targets(tokens, VOCABULARY)
+    features = torch.nn.utils.rnn.pad_sequence(
+        [torch.randn(count, 40, generator=torch.Generator().manual_seed(count)) for count in frames], batch_first=True
+    )
+    ids = [f"u{row}" for row in range(len(texts))]
+    return Batch(ids, features, torch.tensor(frames), targets_in, targets_out, target_lengths, list(texts))
+
+
+def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
+    torch.manual_seed(0)
+    model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
+    batch = batch_of(["AB CD ABC D CA", "AB", "DC BA"], [400, 400, 60])
+    generator = torch.Generator().manual_seed(1)
+    # An untrained head is trusted only with a trigger above any loss.
+    assert cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator) is None
+    pieces = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
+    assert pieces is not None
+    # The first utterance in pieces; the second, one word, whole; the third shorter than a piece.
+    firsts = [position for position, name in enumerate(pieces.ids) if name.startswith("u0")]
+    assert len(firsts) > 1 and pieces.ids[firsts[-1] + 1 :] == ["u1", "u2"]
+    assert [name for name in pieces.ids if name.startswith("u0")] == [f"u0#{n + 1}" for n in range(len(firsts))]
+    lengths = pieces.feature_lengths.tolist()
+    heard = torch.cat([pieces.features[row, : lengths[row]] for row in firsts])
+    torch.testing.assert_close(heard, batch.features[0, :400])  # every frame once, in order
+    spelt = [VOCABULARY.decode(pieces.targets_out[row].tolist()) for row in firsts]
+    assert " ".join(spelt) == "AB CD ABC D CA" and all(text and text.strip() == text for text in spelt)
+    assert pieces.targets_in[:, 0].eq(VOCABULARY.sos).all()
+    assert pieces.target_lengths.tolist() == [len(text) + 1 for text in spelt] + [3, 6]
+    # Every utterance no longer than a piece: nothing to cut.
+    assert cut(model, batch, Cutting(longest=400, trigger=1e6), VOCABULARY, generator) is None
+
+
+def starts(frame_counts: list[int], *settings: str) -> AttentionStart:
+    return AttentionStart(load_config(None, ["train.attention_pieces=auto", *settings]), frame_counts)
+
+
+def test_pieces_double_in_length_from_the_first_cut_until_none_is_cut() -> None:
+    long, short = [1300, 1100, 900, 2000], [270, 300, 250]  # frames of 10 ms: 12 s and 2.7 s at the median
+    assert starts(long).cutting(0, None) == Cutting(300, 1.5)  # 3 s, until the head has learnt
+    assert starts(long).cutting(700, 400) == Cutting(600, 1.5)  # 300 steps after the first cut
+    assert starts(long).cutting(1000, 400) == Cutting(1200, 1.5)
+    assert starts(long).cutting(1300, 400) is None  # 24 s: longer than any
+    # They grow step by step: 20 s, the longest, 821 steps after the first cut.
+    assert starts(long).active(1220, 400) and not starts(long).active(1222, 400)
+    assert starts(short).cutting(0, None) is None
+    assert starts(long, "train.init=runs/an4/averaged.pt").cutting(0, None) is None  # aligned already
+    assert starts(long, "model.ctc_weight=0").cutting(0, None) is None  # no alignment to cut at
+    assert starts(long, "model.speller=transformer").cutting(0, None) is not None  # any speller
+    assert AttentionStart(load_config(None, []), long).cutting(0, None) is None  # off by default
+    assert starts(short, "train.attention_pieces=on").cutting(0, None) is None  # none longer than 3 s
+    on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
+    assert on.cutting(0, None) == Cutting(200, 1.5)
+    assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
