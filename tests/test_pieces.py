@@ -8,13 +8,14 @@ from las.core.config import load_config
 from las.core.text import Vocabulary
 from las.data.dataset import Batch, speller_targets
 from las.model.las import LAS
+from las.model.losses import joint_loss
 from las.training.attention_start import AttentionStart
 from las.training.pieces import Cutting, Piece, cut, pieces_of, word_spans
 
 from .conftest import TINY
 
-VOCABULARY = Vocabulary.from_texts(["AB CD"])
-SPACE = VOCABULARY.index[" "]
+VOCABULARY = Vocabulary.from_texts(["ABCDEFGH "])
+SPACE = VOCABULARY.index[" "]  # 4, the letters from 5
 
 
 def test_words_take_their_characters_frames_and_leave_the_spaces_out() -> None:
@@ -70,6 +71,27 @@ def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
     assert cut(model, batch, Cutting(longest=400, trigger=1e6), VOCABULARY, generator) is None
 
 
+def test_an_utterance_the_head_cannot_align_is_left_out_of_a_step_in_pieces() -> None:
+    torch.manual_seed(0)
+    model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
+    # The second: 27 characters in 40 frames, 10 encoder frames: no CTC path spells them.
+    batch = batch_of(["AB CD ABC D CA", "ABCDEFGH ABCDEFGH ABCDEFGH", "A"], [400, 40, 20])
+    pieces = cut(model, batch, Cutting(longest=30, trigger=1e6), VOCABULARY, torch.Generator().manual_seed(1))
+    assert pieces is not None and "u1" not in pieces.ids and pieces.ids[-1] == "u2"
+    assert {name.split("#")[0] for name in pieces.ids} == {"u0", "u2"}
+    # Nothing cut: the batch as it is, the unaligned utterance in it.
+    assert (
+        cut(
+            model,
+            batch_of(["AB", "ABCDEFGH ABCDEFGH ABCDEFGH"], [400, 40]),
+            Cutting(30, 1e6),
+            VOCABULARY,
+            torch.Generator(),
+        )
+        is None
+    )
+
+
 def starts(frame_counts: list[int], *settings: str) -> AttentionStart:
     return AttentionStart(load_config(None, ["train.attention_pieces=auto", *settings]), frame_counts)
 
@@ -91,3 +113,78 @@ def test_pieces_double_in_length_from_the_first_cut_until_none_is_cut() -> None:
     on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
     assert on.cutting(0, None) == Cutting(200, 1.5)
     assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
+
+
+DIMENSIONS = 10
+
+
+def spoken_sentences(count: int, seed: int) -> list[tuple[torch.Tensor, list[int], list[int]]]:
+    """Long utterances whose characters are known to the frame: 6-8 words of a lexicon of six, each
+    letter 8-15 frames of its own noisy spectrum, a pause of 6-12 frames of another between words
+    (the space). Features `(frames, 10)`, characters, and each character's frames."""
+    spectra = torch.randn(len(VOCABULARY), DIMENSIONS, generator=torch.Generator().manual_seed(0)) * 2
+    shapes = torch.Generator().manual_seed(7)
+    sizes = [int(torch.randint(2, 5, (1,), generator=shapes)) for _ in range(6)]
+    lexicon = [torch.randint(SPACE + 1, len(VOCABULARY), (size,), generator=shapes) for size in sizes]
+    draws = torch.Generator().manual_seed(seed)
+    utterances = []
+    for _ in range(count):
+        words = torch.randint(0, len(lexicon), (int(torch.randint(6, 9, (1,), generator=draws)),), generator=draws)
+        characters: list[int] = []
+        for word in words.tolist():
+            characters += ([SPACE] if characters else []) + lexicon[word].tolist()
+        durations = [
+            int(torch.randint(*((6, 13) if character == SPACE else (8, 16)), (1,), generator=draws))
+            for character in characters
+        ]
+        frames = spectra[characters].repeat_interleave(torch.tensor(durations), dim=0)
+        utterances.append((frames + 0.7 * torch.randn(frames.shape, generator=draws), characters, durations))
+    return utterances
+
+
+def batch_of_sentences(utterances: list) -> Batch:
+    tokens = [torch.tensor(characters) for _, characters, _ in utterances]
+    targets_in, targets_out, target_lengths = speller_targets(tokens, VOCABULARY)
+    features = torch.nn.utils.rnn.pad_sequence([features for features, _, _ in utterances], batch_first=True)
+    lengths = torch.tensor([len(features) for features, _, _ in utterances])
+    ids = [str(row) for row in range(len(utterances))]
+    return Batch(ids, features, lengths, targets_in, targets_out, target_lengths, [None] * len(ids))
+
+
+def attention_on_own_character(model: LAS, utterances: list) -> float:
+    """The mean share of each character's attention, teacher-forced over the whole utterance, on
+    its own frames (give or take an encoder frame of 4)."""
+    batch = batch_of_sentences(utterances)
+    with torch.no_grad():
+        attention = model.eval()(batch.features, batch.feature_lengths, batch.targets_in).attention
+    shares = []
+    for row, (_, _, durations) in enumerate(utterances):
+        ends = torch.tensor(durations).cumsum(dim=0).tolist()
+        for step, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+            shares.append(float(attention[row, step, max(0, start // 4 - 1) : (end - 1) // 4 + 2].sum()))
+    return sum(shares) / len(shares)
+
+
+def test_a_tiny_models_attention_finds_its_place_on_long_utterances_when_trained_on_pieces() -> None:
+    train, held_out, steps = spoken_sentences(64, seed=1), spoken_sentences(16, seed=999), 100
+    shares = []
+    for in_pieces in (False, True):
+        torch.manual_seed(1)
+        model = LAS.build(load_config(None, TINY).model, DIMENSIONS, len(VOCABULARY))
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        generator = torch.Generator().manual_seed(2)
+        cuts = 0
+        for step in range(steps):
+            batch = batch_of_sentences(train[step * 8 % 64 :][:8])
+            pieces = cut(model, batch, Cutting(longest=80, trigger=1.5), VOCABULARY, generator) if in_pieces else None
+            cuts += pieces is not None
+            batch = pieces or batch
+            output = model(batch.features, batch.feature_lengths, batch.targets_in)
+            loss, _ = joint_loss(output, batch.targets_in, batch.targets_out, batch.target_lengths, 0.3, 0.0)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        shares.append(attention_on_own_character(model, held_out))
+        print(in_pieces, cuts, shares[-1])
+    alone, in_pieces_share = shares
+    assert alone < 0.2 and in_pieces_share > 2 * alone

@@ -83,8 +83,9 @@ def pieces_of(
 
 
 def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, generator: torch.Generator) -> Batch | None:
-    """`batch` with each utterance the CTC head has learnt to align cut into pieces (the others
-    whole), or None where none was cut: the head has not learnt, or every utterance fits."""
+    """`batch` with each utterance longer than a piece cut into pieces where the CTC head has
+    learnt to align it, and left out where it has not (utterances no longer than a piece whole),
+    or None where nothing was cut: the head has not learnt, or every utterance fits."""
     if model.ctc_head is None or " " not in vocabulary.index:
         return None
     lengths = batch.feature_lengths.tolist()
@@ -105,27 +106,32 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
     ids: list[str] = []
     features: list[torch.Tensor] = []
     tokens: list[torch.Tensor] = []
+    divided = False  # whether any utterance was cut in two or more
     for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
         row_tokens = characters[row, : int(counts[row])].tolist()
-        aligned = (
-            frames > cutting.longest
-            and row_tokens
-            and encoder_frames >= ctc_frames_needed(row_tokens)
-            and per_character[row] < cutting.trigger  # inf where no path fits
-        )
         pieces = [Piece((0, frames), (0, len(row_tokens)))]
-        if aligned:
+        if frames > cutting.longest:
+            if not (
+                row_tokens
+                and encoder_frames >= ctc_frames_needed(row_tokens)
+                and per_character[row] < cutting.trigger  # inf where no path fits
+            ):
+                # Left out of this step: too long for the attention to learn from, no alignment
+                # to cut it at (and in a batch of pieces, its frames and characters would cost
+                # the step what all the pieces cost).
+                continue
             path = viterbi_path(log_probs[row, :encoder_frames], row_tokens, PAD_INDEX)
             words = word_spans(row_tokens, runs(path, PAD_INDEX), space)
             draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
             longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
             pieces = pieces_of(words, encoder_frames, frames, longests)
+            divided |= len(pieces) > 1
         for number, ((start, end), (first, last)) in enumerate(pieces):
             ids.append(batch.ids[row] if len(pieces) == 1 else f"{batch.ids[row]}#{number + 1}")
             features.append(batch.features[row, start:end])
             tokens.append(torch.tensor(row_tokens[first:last], dtype=torch.long))
-    if len(features) == len(lengths):
-        return None
+    if not divided:
+        return None  # the step trains on the batch as it is
     targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
     device = batch.features.device
     return Batch(
