@@ -1,6 +1,6 @@
 import torch
 
-from las.model.alignment import Alignment
+from las.model.alignment import Alignment, diagonal_rows
 
 
 def test_a_diagonal_map_is_diagonal() -> None:
@@ -35,3 +35,20 @@ def test_steps_that_attend_to_nothing_have_no_peak() -> None:
     with_empty_steps = torch.cat([weights[:2], torch.zeros(2, 4), weights[2:]])
     assert Alignment.of(with_empty_steps) == Alignment.of(weights)
     assert Alignment.of(with_empty_steps).diagonal
+
+
+def test_a_teacher_forced_batch_is_judged_row_by_row_as_one_decoded_utterance() -> None:
+    diagonal = torch.eye(6).repeat_interleave(2, dim=1)  # 6 characters over 12 frames
+    stuck = torch.zeros(6, 12)
+    stuck[:, 3] = 1
+    back_at_eos = torch.cat([diagonal[:4], torch.eye(1, 12), torch.zeros(1, 12)])  # 4 characters, <eos>, padding
+    short_recording = torch.eye(6, 12)  # peaks 0-5 of 12 frames...
+    attention = torch.stack([diagonal, stuck, back_at_eos, short_recording])  # (batch, steps, frames)
+    characters = torch.tensor([6, 6, 4, 6])
+    encoder_lengths = torch.tensor([12, 12, 12, 6])  # ...the last row's 6 frames: all of them
+    rows = diagonal_rows(attention, characters, encoder_lengths)
+    assert rows.tolist() == [True, False, True, True]
+    for row, judged in enumerate(rows.tolist()):
+        weights = attention[row, : characters[row] + 1, : encoder_lengths[row]]
+        assert Alignment.of_decoding(weights).diagonal == judged
+    assert diagonal_rows(attention[:1, :1], torch.tensor([1]), torch.tensor([12])).tolist() == [False]  # one character

@@ -96,22 +96,23 @@ def starts(frame_counts: list[int], *settings: str) -> AttentionStart:
     return AttentionStart(load_config(None, ["train.attention_pieces=auto", *settings]), frame_counts)
 
 
-def test_pieces_double_in_length_from_the_first_cut_until_none_is_cut() -> None:
+def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cut() -> None:
     long, short = [1300, 1100, 900, 2000], [270, 300, 250]  # frames of 10 ms: 12 s and 2.7 s at the median
-    assert starts(long).cutting(0, None) == Cutting(300, 1.5)  # 3 s, until the head has learnt
-    assert starts(long).cutting(700, 400) == Cutting(600, 1.5)  # 300 steps after the first cut
-    assert starts(long).cutting(1000, 400) == Cutting(1200, 1.5)
-    assert starts(long).cutting(1300, 400) is None  # 24 s: longer than any
-    # They grow step by step: 20 s, the longest, 821 steps after the first cut.
-    assert starts(long).active(1220, 400) and not starts(long).active(1222, 400)
-    assert starts(short).cutting(0, None) is None
-    assert starts(long, "train.init=runs/an4/averaged.pt").cutting(0, None) is None  # aligned already
-    assert starts(long, "model.ctc_weight=0").cutting(0, None) is None  # no alignment to cut at
-    assert starts(long, "model.speller=transformer").cutting(0, None) is not None  # any speller
-    assert AttentionStart(load_config(None, []), long).cutting(0, None) is None  # off by default
-    assert starts(short, "train.attention_pieces=on").cutting(0, None) is None  # none longer than 3 s
+    assert starts(long).cutting(None) == Cutting(300, 1.5)  # 3 s at first
+    assert starts(long).cutting(1200) == Cutting(1200, 1.5)
+    assert starts(long).cutting(2400) is None  # 24 s: longer than any
+    assert starts(long).active(0, None, 1200) and not starts(long).active(0, None, 2400)
+    # Most of the last steps' pieces along a diagonal, or 500 steps at one length: twice as long.
+    assert starts(long).lengthened(0.5, 10) and not starts(long).lengthened(0.4, 499)
+    assert starts(long).lengthened(0.0, 500)
+    assert starts(short).cutting(None) is None
+    assert starts(long, "train.init=runs/an4/averaged.pt").cutting(None) is None  # aligned already
+    assert starts(long, "model.ctc_weight=0").cutting(None) is None  # no alignment to cut at
+    assert starts(long, "model.speller=transformer").cutting(None) is not None  # any speller
+    assert AttentionStart(load_config(None, []), long).cutting(None) is None  # off by default
+    assert starts(short, "train.attention_pieces=on").cutting(None) is None  # none longer than 3 s
     on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
-    assert on.cutting(0, None) == Cutting(200, 1.5)
+    assert on.cutting(None) == Cutting(200, 1.5)
     assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
 
 

@@ -90,16 +90,20 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
 ) -> None:
     # AN4's short utterances are not cut by default; on, in pieces of at most a second, every alignment trusted.
     settings = dict(attention_pieces="on", attention_pieces_seconds=1.0, attention_guide_trigger=1e6)
-    run = train(with_training(tiny_config, epochs=2, attention_pieces_doubling_steps=100, **settings))
+    run = train(with_training(tiny_config, epochs=2, **settings))
     records = metrics(run)  # one step an epoch
     assert [record["train_cut"] for record in records] == [1.0, 1.0]
-    assert load_model(run / "last.pt").training_state["progress"]["alignment_start"] == 0
+    assert [record["train_piece_frames"] for record in records] == [100, 100]  # not attended along a diagonal yet
+    assert all(0 <= record["train_diagonal_share"] <= 1 for record in records)
+    progress = load_model(run / "last.pt").training_state["progress"]
+    assert progress["alignment_start"] == 0 and progress["pieces_since"] == 0 and progress["pieces_aligned"] < 0.5
     said = capsys.readouterr()
     assert "utterances cut into pieces at the CTC head's alignment once it has learnt, at most 1.0 s" in said.out
-    # Once pieces are longer than every utterance, nothing is cut, nor aligned to cut.
-    settings |= dict(attention_pieces_doubling_steps=1, out=str(run) + "-1")
-    run = train(with_training(tiny_config, epochs=2, **settings))
-    assert [record.get("train_cut") for record in metrics(run)] == [1.0, None]
+    # A step at each length (attention_pieces_most_steps): 1 s, then 2 s, longer than every utterance.
+    settings |= dict(attention_pieces_most_steps=1, out=str(run) + "-1")
+    records = metrics(train(with_training(tiny_config, epochs=3, **settings)))
+    assert [record.get("train_cut") for record in records] == [1.0, 1.0, None]
+    assert [record["train_piece_frames"] for record in records] == [100, 200, 200]
 
 
 def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:

@@ -470,11 +470,12 @@ class TrainConfig(Section):
     # From scratch on long utterances (las/training/pieces.py): once a batch's CTC loss is under
     # attention_guide_trigger, its utterances are cut into pieces of whole words at most
     # attention_pieces_seconds long at the CTC head's alignment, and the step trains on those;
-    # the pieces grow twice as long every attention_pieces_doubling_steps, until none is cut.
+    # the pieces grow twice as long once most of the steps' pieces are attended along a
+    # diagonal (or after attention_pieces_most_steps steps at one length), until none is cut.
     # auto: on where the guide's auto would be, for any speller with a CTC head.
     attention_pieces: Literal["auto", "on", "off"] = "off"
     attention_pieces_seconds: Positive = 3.0
-    attention_pieces_doubling_steps: Count = 300
+    attention_pieces_most_steps: Count = 500
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

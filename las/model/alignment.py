@@ -41,3 +41,18 @@ class Alignment:
     @property
     def diagonal(self) -> bool:
         return self.monotonic >= MONOTONIC_THRESHOLD and self.coverage >= COVERAGE_THRESHOLD
+
+
+def diagonal_rows(attention: torch.Tensor, characters: torch.Tensor, encoder_lengths: torch.Tensor) -> torch.Tensor:
+    """Which rows of a teacher-forced batch attend along a diagonal `(batch,)` bool, as
+    `Alignment.diagonal` judges one decoded utterance: from the weights `attention`
+    `(batch, steps, encoder_frames)`, each row's `characters` `(batch,)` (its steps before <eos>)
+    and `encoder_lengths` `(batch,)`. A row of fewer than two characters is not."""
+    peaks = attention.detach().argmax(dim=2)  # (batch, steps)
+    steps = torch.arange(peaks.shape[1], device=peaks.device)
+    characters = characters.to(peaks.device)
+    pairs = (steps[None, 1:] < characters[:, None]).float()  # (batch, steps - 1): both steps characters
+    forward = ((peaks[:, 1:] >= peaks[:, :-1]).float() * pairs).sum(dim=1) / pairs.sum(dim=1).clamp_min(1)
+    last = peaks.gather(1, (characters - 1).clamp_min(0)[:, None])[:, 0]
+    coverage = (last - peaks[:, 0] + 1).float() / encoder_lengths.to(peaks.device).clamp_min(1)
+    return (characters >= 2) & (forward >= MONOTONIC_THRESHOLD) & (coverage >= COVERAGE_THRESHOLD)

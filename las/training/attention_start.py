@@ -16,12 +16,16 @@ from las.core.config import Config
 from las.model.guide import Guide, guide_weight
 from las.training.pieces import Cutting
 
+# A moving average of the share of a step's pieces attended along a diagonal over which they are
+# lengthened: most, as a run's dev pass judges its attention aligned (las.training.dev_evaluation).
+ALIGNED_SHARE = 0.5
+
 
 class AttentionStart:
-    """The attention's start in a run: `cutting(step, start)` is how that training step cuts its
-    utterances, `at(step, start)` its guide, each None where there is none. Both schedules count
-    from `start`, the first step that had an alignment to use: until the CTC head has learnt there
-    is none, and on long utterances that takes the head 500 steps or more."""
+    """The attention's start in a run: `cutting(longest)` is how a training step cuts its
+    utterances, `at(step, start)` its guide, each None where there is none. The guide's schedule
+    counts from `start`, the first step that had an alignment to use: until the CTC head has
+    learnt there is none, and on long utterances that takes the head 500 steps or more."""
 
     def __init__(self, config: Config, frame_counts: Sequence[int]) -> None:
         settings = config.train
@@ -40,18 +44,22 @@ class AttentionStart:
         else:
             self.pieces = settings.attention_pieces == "on"
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
-        self.doubling_steps = settings.attention_pieces_doubling_steps
+        self.most_steps = settings.attention_pieces_most_steps
 
-    def cutting(self, step: int, start: int | None) -> Cutting | None:
-        """How training step `step` (from 0) cuts its utterances: pieces at most
-        `train.attention_pieces_seconds` long from `start` on (and before it, once the head has
-        learnt), twice as long every `attention_pieces_doubling_steps`; None once they are
-        longer than every training utterance (or were never on)."""
+    def cutting(self, longest: int | None) -> Cutting | None:
+        """How a training step cuts its utterances: pieces at most `longest` frames (None: the
+        first length, `train.attention_pieces_seconds`); None once they are longer than every
+        training utterance (or were never on)."""
         if not self.pieces:
             return None
-        doublings = 0 if start is None else (step - start) / self.doubling_steps
-        longest = round(self.first_piece_frames * 2**doublings)
+        longest = longest or self.first_piece_frames
         return Cutting(longest, self.trigger) if longest < self.longest_frames else None
+
+    def lengthened(self, aligned: float, steps: int) -> bool:
+        """Whether pieces that have been cut at one length for `steps` steps, with a moving
+        average `aligned` of the share of each step's pieces attended along a diagonal, are now
+        to be twice as long: most are, or they have waited `train.attention_pieces_most_steps`."""
+        return aligned >= ALIGNED_SHARE or steps >= self.most_steps
 
     def at(self, step: int, start: int | None) -> Guide | None:
         """The guide of training step `step` (from 0), None once it has gone (or was never on);
@@ -61,9 +69,9 @@ class AttentionStart:
         weight = 1.0 if start is None else guide_weight(step - start, self.steps)
         return Guide(weight, self.width, self.trigger) if weight > 0 else None
 
-    def active(self, step: int, start: int | None) -> bool:
-        """Whether pieces or the guide are still to come or under way at `step`."""
-        return self.cutting(step, start) is not None or self.at(step, start) is not None
+    def active(self, step: int, start: int | None, longest: int | None) -> bool:
+        """Whether pieces (now at most `longest` frames) or the guide are still to come or under way at `step`."""
+        return self.cutting(longest) is not None or self.at(step, start) is not None
 
     def describe(self) -> list[str]:
         """Lines for the log: what is on, and why."""
@@ -72,8 +80,9 @@ class AttentionStart:
         if self.pieces:
             seconds = self.first_piece_frames / self.frames_per_second
             lines.append(
-                f"utterances cut into pieces at the CTC head's alignment once it has learnt, at most "
-                f"{seconds:.1f} s long, twice as long every {self.doubling_steps} steps (train.attention_pieces): {why}"
+                f"utterances cut into pieces at the CTC head's alignment once it has learnt, at most {seconds:.1f} s "
+                "long at first, twice as long once their attention runs along a diagonal (train.attention_pieces): "
+                + why
             )
         if self.on:
             lines.append(
@@ -86,8 +95,8 @@ class AttentionStart:
         """What to do where the attention has not aligned (las.training.train's warning)."""
         if self.pieces:
             return (
-                "Its utterances were cut into pieces at the CTC head's alignment: keep them short for longer "
-                "(train.attention_pieces_doubling_steps), or train on short utterances first and start from "
+                "Its utterances were cut into pieces at the CTC head's alignment: let them wait longer to "
+                "grow (train.attention_pieces_most_steps), or train on short utterances first and start from "
                 "that run with --init"
             )
         if self.on:

@@ -15,6 +15,7 @@ from las.core.device import autocast, resolve_precision
 from las.core.errors import LasError
 from las.data.augment import spec_augment
 from las.data.dataset import Batch
+from las.model.alignment import diagonal_rows
 from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller
 from las.model.guide import Guide
@@ -75,10 +76,12 @@ class Optimisation:
         forcing: float,
         augment: bool,
         guide: Guide | None = None,
+        alignment: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
         characters: ranks' losses add up to the global batch's), and its parts for the log;
-        with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide)."""
+        with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide);
+        with `alignment`, a part "diagonal_share": the share of the batch whose attention runs along a diagonal."""
         settings = self.config.train
         features = batch.features
         if augment:
@@ -102,6 +105,9 @@ class Optimisation:
                 settings.label_smoothing,
                 global_lengths,
             )
+            if alignment:  # this rank's share of the mean over ranks
+                rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
+                parts["diagonal_share"] = rows.float().mean() / self.world_size
             if guide is None:
                 return loss, parts
             guided = guide.loss(output, batch.targets_in)  # a mean over this rank's characters

@@ -69,6 +69,12 @@ class Progress:
     # The first step that had the CTC head's alignment to cut its utterances at or to guide the
     # attention by (the head had learnt): their schedules count from there (las.training.attention_start).
     alignment_start: int | None = None
+    # Long utterances in pieces (las.training.pieces): the longest now in frames (None: the first
+    # length), the step they took it, and a moving average of the share of each step's pieces
+    # attended along a diagonal since.
+    piece_frames: int | None = None
+    pieces_since: int | None = None
+    pieces_aligned: float = 0.0
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
@@ -99,6 +105,9 @@ class Progress:
             elapsed=self.elapsed + seconds,
             snapshots=self.snapshots,
             alignment_start=self.alignment_start,
+            piece_frames=self.piece_frames,
+            pieces_since=self.pieces_since,
+            pieces_aligned=self.pieces_aligned,
         )
 
 
@@ -263,7 +272,8 @@ class Trainer:
                 f"training {parameters / 1e6:.2f}M parameters on {self.device}{processes}: "
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
-            if self.attention_start.active(self.progress.step, self.progress.alignment_start):
+            progress = self.progress
+            if self.attention_start.active(progress.step, progress.alignment_start, progress.piece_frames):
                 for line in self.attention_start.describe():
                     tqdm.write(line)
             if missing := missing_word_times(self.config):
@@ -324,6 +334,8 @@ class Trainer:
                 if step.updated:
                     if progress.alignment_start is None and (step.parts.get("guided", 0) or step.parts.get("cut", 0)):
                         progress.alignment_start = progress.step
+                    if step.parts.get("cut", 0):
+                        self.follow_pieces(step.parts["diagonal_share"])
                     progress.record(step.loss, step.parts, step.frames)
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
                     self.monitor.step(
@@ -356,7 +368,7 @@ class Trainer:
         distributed = self.distributed
         lengths = self.corpus.train.target_lengths(indices)
         step, start = self.progress.step, self.progress.alignment_start
-        cutting = self.attention_start.cutting(step, start)
+        cutting = self.attention_start.cutting(self.progress.piece_frames)
         pieces = None
         if cutting is not None and (start is not None or self.ctc_loss is None or self.ctc_loss < cutting.trigger):
             generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + step)
@@ -364,7 +376,8 @@ class Trainer:
         if pieces is not None:
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, self.attention_start.at(step, start))
+        guide = self.attention_start.at(step, start)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, alignment=cutting is not None)
         if cutting is not None:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
             parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
         norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
@@ -390,6 +403,20 @@ class Trainer:
         self.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
+
+    def follow_pieces(self, diagonal: float) -> None:
+        """After a step in pieces of which a share `diagonal` was attended along a diagonal: the
+        pieces twice as long once most are, over the last ten steps or so (las.training.pieces)."""
+        progress = self.progress
+        now = self.attention_start.cutting(progress.piece_frames)
+        if progress.pieces_since is None:
+            progress.pieces_since, progress.piece_frames = progress.step, now.longest if now else None
+        progress.pieces_aligned = 0.9 * progress.pieces_aligned + 0.1 * diagonal
+        if now is not None and self.attention_start.lengthened(
+            progress.pieces_aligned, progress.step - progress.pieces_since
+        ):
+            progress.piece_frames = 2 * now.longest
+            progress.pieces_since, progress.pieces_aligned = progress.step, 0.0
 
     def frozen_parts(self) -> tuple[str, ...]:
         """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs."""
@@ -491,6 +518,8 @@ def epoch_record(
         "step": progress.step,
         "train_loss": progress.loss_sum / batches,
         **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
+        # The longest piece at the epoch's end, once utterances have been cut (las.training.pieces).
+        **({"train_piece_frames": progress.piece_frames} if progress.piece_frames else {}),
         "dev_cer": dev.cer,
         "dev_wer": dev.wer,
         # How diagonal the attention of the first dev utterance (the plotted one) is.
