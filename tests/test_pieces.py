@@ -2,9 +2,11 @@
 of training from scratch (las/training/pieces.py), and when a run cuts them
 (las/training/attention_start.py)."""
 
+import pytest
 import torch
 
 from las.core.config import load_config
+from las.core.errors import LasError
 from las.core.text import Vocabulary
 from las.data.dataset import Batch, speller_targets
 from las.model.las import LAS
@@ -113,6 +115,10 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     assert starts(short, "train.attention_pieces=on").cutting(None) is None  # none longer than 3 s
     on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
     assert on.cutting(None) == Cutting(200, 1.5)
+    # Transcripts with no space (Chinese, Japanese) have no words to cut at: auto is off, on refused.
+    assert AttentionStart(load_config(None, ["train.attention_pieces=auto"]), long, spaced=False).cutting(None) is None
+    with pytest.raises(LasError, match="train.attention_pieces.*no space"):
+        AttentionStart(load_config(None, ["train.attention_pieces=on"]), long, spaced=False)
     assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
 
 

@@ -13,6 +13,7 @@ import statistics
 from collections.abc import Sequence
 
 from las.core.config import Config
+from las.core.errors import LasError
 from las.model.guide import Guide, guide_weight
 from las.training.pieces import Cutting
 
@@ -27,7 +28,9 @@ class AttentionStart:
     counts from `start`, the first step that had an alignment to use: until the CTC head has
     learnt there is none, and on long utterances that takes the head 500 steps or more."""
 
-    def __init__(self, config: Config, frame_counts: Sequence[int]) -> None:
+    def __init__(self, config: Config, frame_counts: Sequence[int], spaced: bool = True) -> None:
+        """For training utterances of `frame_counts` frames whose transcripts are `spaced` (words
+        between spaces: where pieces are cut)."""
         settings = config.train
         self.steps = settings.attention_guide_steps
         self.width, self.trigger = settings.attention_guide_width, settings.attention_guide_trigger
@@ -40,9 +43,14 @@ class AttentionStart:
         else:
             self.on = settings.attention_guide == "on"
         if settings.attention_pieces == "auto":
-            self.pieces = long and config.model.ctc_weight > 0
+            self.pieces = long and config.model.ctc_weight > 0 and spaced
         else:
             self.pieces = settings.attention_pieces == "on"
+        if self.pieces and not spaced:
+            raise LasError(
+                "config key 'train.attention_pieces': cuts utterances into words at the spaces between them; "
+                "these transcripts have no space"
+            )
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
         self.most_steps = settings.attention_pieces_most_steps
 

@@ -197,7 +197,7 @@ class Trainer:
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
         self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps)
-        self.attention_start = AttentionStart(config, corpus.train.frame_counts())
+        self.attention_start = AttentionStart(config, corpus.train.frame_counts(), " " in self.vocabulary.index)
         # With the LSTM speller's training pass as graphs, its dev pass's steps are graphs too.
         self.search = GreedySearch(
             Symbols.of(self.vocabulary),
@@ -367,18 +367,13 @@ class Trainer:
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
         lengths = self.corpus.train.target_lengths(indices)
-        step, start = self.progress.step, self.progress.alignment_start
-        cutting = self.attention_start.cutting(self.progress.piece_frames)
-        pieces = None
-        if cutting is not None and (start is not None or self.ctc_loss is None or self.ctc_loss < cutting.trigger):
-            generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + step)
-            pieces = cut(self.model, batch, cutting, self.vocabulary, generator)
+        cutting, pieces = self.in_pieces(batch)
         if pieces is not None:
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
-        guide = self.attention_start.at(step, start)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, alignment=cutting is not None)
-        if cutting is not None:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
+        guide = self.attention_start.at(self.progress.step, self.progress.alignment_start)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, alignment=cutting)
+        if cutting:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
             parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
         norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
         # One read of the device per step, after the backward pass is queued: each read waits for
@@ -403,6 +398,18 @@ class Trainer:
         self.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
+
+    def in_pieces(self, batch: Batch) -> tuple[bool, Batch | None]:
+        """Whether this step is one of pieces (las.training.pieces), and `batch` in pieces where
+        it was cut: not while the last step's CTC loss is over the trigger, before the first cut."""
+        progress = self.progress
+        cutting = self.attention_start.cutting(progress.piece_frames)
+        if cutting is None:
+            return False, None
+        if progress.alignment_start is None and self.ctc_loss is not None and self.ctc_loss >= cutting.trigger:
+            return True, None
+        generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + progress.step)
+        return True, cut(self.model, batch, cutting, self.vocabulary, generator)
 
     def follow_pieces(self, diagonal: float) -> None:
         """After a step in pieces of which a share `diagonal` was attended along a diagonal: the
