@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from dataclasses import replace
@@ -102,5 +103,10 @@ def test_las_plot_compares_runs(tiny_config: Config, tmp_path: Path) -> None:
     code, _, stderr = run("plot", *runs, "--out", figure)
     assert code == 0, stderr
     assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 20_000
+    assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
+    # A run saved before a setting existed ran as its default: not a difference.
+    saved = json.loads((runs[1] / "config.json").read_text())
+    del saved["train"]["attention_pieces"]
+    (runs[1] / "config.json").write_text(json.dumps(saved))
     assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
     assert_clear_error(*run("plot", tmp_path, "--out", figure)[::2], "no metrics.jsonl")

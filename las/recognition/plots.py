@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from las.core.config import flat_settings  # noqa: E402
+from las.core.config import flat_settings, load_config  # noqa: E402
 from las.core.errors import LasError  # noqa: E402
 from las.core.files import json_records, write_atomically  # noqa: E402
 from las.core.progress import warn  # noqa: E402
@@ -86,8 +86,9 @@ def plot_runs(runs: Sequence[Path], path: str | Path) -> None:
         for row in range(2):
             axes[row][column].grid(alpha=0.3)
     axes[1][0].set_ylim(0, min(100, max(max(record["dev_cer"] for record in run) for run in records) * 1.05))
-    axes[0][0].legend(fontsize=8)
-    figure.tight_layout()
+    # Above the plots, not in one: labels with settings are wider than an axis.
+    figure.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", fontsize=8)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.035 * len(runs)))
     save(figure, path)
 
 
@@ -125,10 +126,13 @@ UNLABELLED = {
 
 def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
     """Each run's directory name and up to `most` settings in which the runs differ."""
+    # A setting newer than a run's las: that run ran as its default does (a new setting's default
+    # keeps what las did before it), not a difference to label.
+    defaults = flat_settings(load_config(None, []).to_dict())
     settings = []
     for run in runs:
         try:
-            settings.append(flat_settings(json.loads((run / "config.json").read_text())))
+            settings.append(defaults | flat_settings(json.loads((run / "config.json").read_text())))
         except (OSError, ValueError):  # missing, or damaged: not UTF-8, not JSON
             settings.append({})
     keys = sorted({key for values in settings for key in values})
