@@ -32,6 +32,8 @@ def test_buckets_hold_their_size_in_a_short_ladder() -> None:
     assert [bucket(size) for size in sizes] == sorted(bucket(size) for size in sizes)
     assert [bucket_shape(rows, 30, 17)[0] for rows in (1, 2, 3, 6, 16, 17)] == [1, 2, 3, 7, 19, 19]
     assert [bucket_shape(rows, 30, 17, most_rows=16)[0] for rows in (6, 13, 16)] == [7, 15, 16]  # a full batch
+    # A batch in pieces has more rows than a batch by count has: padded up, never cut down.
+    assert [bucket_shape(rows, 30, 17, most_rows=16)[0] for rows in (17, 40)] == [19, 48]
 
 
 def test_padding_rows_attend_to_one_frame_and_real_rows_keep_their_mask() -> None:

@@ -38,9 +38,10 @@ def bucket(size: int, ratio: float = RATIO, quantum: int = QUANTUM) -> int:
 
 def bucket_rows(rows: int, most_rows: int = 0) -> int:
     """The rows a batch of `rows` is padded to; never more than a batch can have (`most_rows`, 0
-    for no bound): batches by count are all full but the last."""
+    for no bound): batches by count are all full but the last. A batch cut into more rows than
+    that (long utterances in pieces, las.training.pieces) takes the ladder's rung."""
     rows_bucket = bucket(rows, quantum=1)
-    return min(rows_bucket, most_rows or rows_bucket)
+    return min(rows_bucket, most_rows) if most_rows >= rows else rows_bucket
 
 
 class BucketedPasses:
