@@ -12,7 +12,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from las.core.config import Config
-from las.recognition.plots import run_labels
+from las.recognition.plots import run_labels, runs_figure
 from las.training.monitor import duration
 from las.training.train import train
 
@@ -104,6 +104,15 @@ def test_las_plot_compares_runs(tiny_config: Config, tmp_path: Path) -> None:
     assert code == 0, stderr
     assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 20_000
     assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
+    # Each run's speller and, dashed in its colour, its CTC head on dev.
+    lines = runs_figure(runs).axes[2].get_lines()
+    assert [(line.get_color(), line.get_linestyle()) for line in lines] == [
+        ("C0", "-"),
+        ("C0", "--"),
+        ("C1", "-"),
+        ("C1", "--"),
+    ]
+    assert all(len(line.get_xdata()) == 2 for line in lines)  # one point an epoch
     # A run saved before a setting existed ran as its default: not a difference.
     saved = json.loads((runs[1] / "config.json").read_text())
     del saved["train"]["attention_pieces"]

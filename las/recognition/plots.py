@@ -67,21 +67,37 @@ def plot_hypothesis(identifier: str, hypothesis: Hypothesis, vocabulary: Vocabul
 
 
 def plot_runs(runs: Sequence[Path], path: str | Path) -> None:
-    """Training loss and dev CER of `runs` against epochs and against wall-clock minutes, one line
-    per run, labelled by its directory and the settings in which the runs differ."""
+    save(runs_figure(runs), path)
+
+
+def runs_figure(runs: Sequence[Path]) -> Figure:
+    """Training loss and dev CER of `runs` against epochs and against wall-clock minutes, one
+    colour per run, labelled by its directory and the settings in which the runs differ; where a
+    run's CTC head read dev too, its CER dashed beside the speller's (a speller that has not
+    learnt to attend shows as a gap between the two)."""
     records = [read_metrics(run) for run in runs]
     labels = run_labels(runs)
     figure, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
-    for run_records, label in zip(records, labels, strict=True):
+    for number, (run_records, label) in enumerate(zip(records, labels, strict=True)):
+        colour = f"C{number % 10}"
         epochs = [record["epoch"] for record in run_records]
         minutes = [record["elapsed_seconds"] / 60 for record in run_records]
         for row, key in enumerate(("train_loss", "dev_cer")):
             values = [record[key] for record in run_records]
-            axes[row][0].plot(epochs, values, label=label)
-            axes[row][1].plot(minutes, values, label=label)
+            axes[row][0].plot(epochs, values, color=colour, label=label)
+            axes[row][1].plot(minutes, values, color=colour, label=label)
+        ctc = [
+            (epoch, minute, record["dev_ctc_cer"])
+            for epoch, minute, record in zip(epochs, minutes, run_records, strict=True)
+            if "dev_ctc_cer" in record
+        ]
+        if ctc:
+            ctc_epochs, ctc_minutes, values = zip(*ctc, strict=True)
+            axes[1][0].plot(ctc_epochs, values, color=colour, linestyle="--", linewidth=1)
+            axes[1][1].plot(ctc_minutes, values, color=colour, linestyle="--", linewidth=1)
     for column, unit in enumerate(("epoch", "training minutes (dev passes included)")):
         axes[0][column].set_ylabel("training loss")
-        axes[1][column].set_ylabel("dev CER % (greedy)")
+        axes[1][column].set_ylabel("dev CER % (greedy; dashed: CTC head alone)")
         axes[1][column].set_xlabel(unit)
         for row in range(2):
             axes[row][column].grid(alpha=0.3)
@@ -89,7 +105,7 @@ def plot_runs(runs: Sequence[Path], path: str | Path) -> None:
     # Above the plots, not in one: labels with settings are wider than an axis.
     figure.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", fontsize=8)
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.035 * len(runs)))
-    save(figure, path)
+    return figure
 
 
 def read_metrics(run: Path) -> list[dict]:
