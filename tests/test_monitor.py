@@ -116,6 +116,7 @@ def test_las_plot_compares_runs(tiny_config: Config, tmp_path: Path) -> None:
     # A run saved before a setting existed ran as its default: not a difference.
     saved = json.loads((runs[1] / "config.json").read_text())
     del saved["train"]["attention_pieces"]
+    saved["train"]["a_removed_setting"] = 3  # one las no longer has: not a difference either
     (runs[1] / "config.json").write_text(json.dumps(saved))
     assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
     assert_clear_error(*run("plot", tmp_path, "--out", figure)[::2], "no metrics.jsonl")

@@ -151,7 +151,8 @@ def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
             settings.append(defaults | flat_settings(json.loads((run / "config.json").read_text())))
         except (OSError, ValueError):  # missing, or damaged: not UTF-8, not JSON
             settings.append({})
-    keys = sorted({key for values in settings for key in values})
+    # A setting las no longer has is left out: what it did is gone, or is another setting now.
+    keys = sorted(defaults)
     differing = [
         key for key in keys if key not in UNLABELLED and len({json.dumps(values.get(key)) for values in settings}) > 1
     ]
