@@ -75,6 +75,9 @@ class Progress:
     piece_frames: int | None = None
     pieces_since: int | None = None
     pieces_aligned: float = 0.0
+    # The last step's CTC loss per character: no alignment pass is due while it is over the
+    # trigger (kept here so that a resumed run cuts its first batch as an unbroken one would).
+    ctc_loss: float | None = None
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
@@ -108,6 +111,7 @@ class Progress:
             piece_frames=self.piece_frames,
             pieces_since=self.pieces_since,
             pieces_aligned=self.pieces_aligned,
+            ctc_loss=self.ctc_loss,
         )
 
 
@@ -207,9 +211,6 @@ class Trainer:
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
         self.unaligned_said = False  # warn_if_unaligned speaks once a run
-        # The last step's CTC loss per character (None: none yet): no pass to align a batch at
-        # while it is over the trigger.
-        self.ctc_loss: float | None = None
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
         restored = False
@@ -395,7 +396,7 @@ class Trainer:
         finite = math.isfinite(total) and math.isfinite(local_norm)
         learning_rate = self.optimisation.step(finite)
         named_parts = dict(zip(parts, values, strict=True))
-        self.ctc_loss = named_parts.get("ctc_loss")
+        self.progress.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
 
@@ -406,7 +407,7 @@ class Trainer:
         cutting = self.attention_start.cutting(progress.piece_frames)
         if cutting is None:
             return False, None
-        if progress.alignment_start is None and self.ctc_loss is not None and self.ctc_loss >= cutting.trigger:
+        if progress.alignment_start is None and progress.ctc_loss is not None and progress.ctc_loss >= cutting.trigger:
             return True, None
         generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + progress.step)
         return True, cut(self.model, batch, cutting, self.vocabulary, generator)
