@@ -107,6 +107,20 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
     assert [record["train_piece_frames"] for record in records] == [100, 200, 200]
 
 
+def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(tiny_config: Config, tmp_path: Path) -> None:
+    # A head that never learns enough to cut at (the trigger out of reach): the speller waits as it began.
+    settings = dict(attention_pieces="on", attention_pieces_ctc_first=True, attention_guide_trigger=1e-6)
+    first = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "one"), **settings))
+    second = train(with_training(tiny_config, epochs=2, out=str(tmp_path / "two"), **settings))
+    before, after = (load_model(run / "last.pt").model_state for run in (first, second))
+    assert all(torch.equal(before[name], after[name]) for name in before if name.startswith("speller."))
+    lstm = "listener.input_layer.forward_lstm.weight_ih_l0"
+    assert not torch.equal(before[lstm], after[lstm])
+    record = metrics(second)[-1]
+    assert record["train_loss"] == pytest.approx(record["train_ctc_loss"]) and record["train_attention_loss"] > 0
+    assert "train_cut" not in record or record["train_cut"] == 0
+
+
 def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:
     """A CTC head that has not learnt has no alignment to teach: the guide waits for it, whole,
     however long that takes, and its steps are counted from the first it teaches (a schedule

@@ -476,6 +476,9 @@ class TrainConfig(Section):
     attention_pieces: Literal["auto", "on", "off"] = "off"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
+    # With the pieces: until the first cut, the CTC loss alone trains the listener and the speller
+    # keeps its first weights (on whole long recordings it learns to spell without reading them).
+    attention_pieces_ctc_first: bool = False
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

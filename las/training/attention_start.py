@@ -53,6 +53,7 @@ class AttentionStart:
             )
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
         self.most_steps = settings.attention_pieces_most_steps
+        self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
 
     def cutting(self, longest: int | None) -> Cutting | None:
         """How a training step cuts its utterances: pieces at most `longest` frames (None: the
@@ -68,6 +69,12 @@ class AttentionStart:
         average `aligned` of the share of each step's pieces attended along a diagonal, are now
         to be twice as long: most are, or they have waited `train.attention_pieces_most_steps`."""
         return aligned >= ALIGNED_SHARE or steps >= self.most_steps
+
+    def ctc_alone(self, start: int | None) -> bool:
+        """Whether a step trains the listener by its CTC head alone, its speller as it is: before
+        the first cut (`start` None), with `train.attention_pieces_ctc_first`. A speller trained
+        on whole long recordings it cannot attend to learns to spell without reading them."""
+        return self.ctc_first and start is None
 
     def at(self, step: int, start: int | None) -> Guide | None:
         """The guide of training step `step` (from 0), None once it has gone (or was never on);

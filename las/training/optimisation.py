@@ -77,11 +77,13 @@ class Optimisation:
         augment: bool,
         guide: Guide | None = None,
         alignment: bool = False,
+        ctc_alone: bool = False,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
         characters: ranks' losses add up to the global batch's), and its parts for the log;
         with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide);
-        with `alignment`, a part "diagonal_share": the share of the batch whose attention runs along a diagonal."""
+        with `alignment`, a part "diagonal_share": the share of the batch whose attention runs along a diagonal;
+        `ctc_alone`: the CTC loss alone (the attention's is still a part, for the log)."""
         settings = self.config.train
         features = batch.features
         if augment:
@@ -101,7 +103,7 @@ class Optimisation:
                 batch.targets_in,
                 batch.targets_out,
                 batch.target_lengths,
-                self.config.model.ctc_weight,
+                1.0 if ctc_alone else self.config.model.ctc_weight,
                 settings.label_smoothing,
                 global_lengths,
             )

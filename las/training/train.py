@@ -372,11 +372,14 @@ class Trainer:
         if pieces is not None:
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
-        guide = self.attention_start.at(self.progress.step, self.progress.alignment_start)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, alignment=cutting)
+        start = self.progress.alignment_start
+        guide = self.attention_start.at(self.progress.step, start)
+        ctc_alone = self.attention_start.ctc_alone(start)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_alone)
         if cutting:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
             parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
-        norm = self.optimisation.backward(loss, distributed.world_size, self.frozen_parts())
+        frozen = self.frozen_parts() + (("speller",) if ctc_alone else ())
+        norm = self.optimisation.backward(loss, distributed.world_size, frozen)
         # One read of the device per step, after the backward pass is queued: each read waits for
         # the GPU to finish, and the host queues nothing while it waits.
         read = torch.stack([value.float() for value in (loss.detach(), norm, *parts.values())]).tolist()
