@@ -107,9 +107,18 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
     assert [record["train_piece_frames"] for record in records] == [100, 200, 200]
 
 
-def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(tiny_config: Config, tmp_path: Path) -> None:
-    # A head that never learns enough to cut at (the trigger out of reach): the speller waits as it began.
-    settings = dict(attention_pieces="on", attention_pieces_ctc_first=True, attention_guide_trigger=1e-6)
+def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
+    tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A head that never learns enough to cut at (the trigger out of reach): the speller waits as it
+    # began, for attention_pieces_most_steps steps.
+    settings = dict(
+        attention_pieces="on",
+        attention_pieces_seconds=0.2,
+        attention_pieces_ctc_first=True,
+        attention_guide_trigger=1e-6,
+        attention_pieces_most_steps=2,
+    )
     first = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "one"), **settings))
     second = train(with_training(tiny_config, epochs=2, out=str(tmp_path / "two"), **settings))
     before, after = (load_model(run / "last.pt").model_state for run in (first, second))
@@ -119,6 +128,10 @@ def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(tiny_confi
     record = metrics(second)[-1]
     assert record["train_loss"] == pytest.approx(record["train_ctc_loss"]) and record["train_attention_loss"] > 0
     assert "train_cut" not in record or record["train_cut"] == 0
+    assert "until the first cut (or step 2), the CTC head alone trains; the speller waits" in capsys.readouterr().out
+    third = train(with_training(tiny_config, epochs=3, out=str(tmp_path / "three"), **settings))
+    weights = "speller.cells.0.weight_hh"
+    assert not torch.equal(after[weights], load_model(third / "last.pt").model_state[weights])  # from step 2 on
 
 
 def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:

@@ -70,11 +70,13 @@ class AttentionStart:
         to be twice as long: most are, or they have waited `train.attention_pieces_most_steps`."""
         return aligned >= ALIGNED_SHARE or steps >= self.most_steps
 
-    def ctc_alone(self, start: int | None) -> bool:
-        """Whether a step trains the listener by its CTC head alone, its speller as it is: before
-        the first cut (`start` None), with `train.attention_pieces_ctc_first`. A speller trained
-        on whole long recordings it cannot attend to learns to spell without reading them."""
-        return self.ctc_first and start is None
+    def ctc_alone(self, step: int, start: int | None) -> bool:
+        """Whether training step `step` trains the listener by its CTC head alone, its speller as
+        it is: with `train.attention_pieces_ctc_first`, before the first cut (`start` None), for
+        at most `train.attention_pieces_most_steps` steps (a head that has not learnt by then may
+        never: the speller learns from whole utterances as without pieces). A speller trained on
+        whole long recordings it cannot attend to learns to spell without reading them."""
+        return self.ctc_first and start is None and step < self.most_steps and self.cutting(None) is not None
 
     def at(self, step: int, start: int | None) -> Guide | None:
         """The guide of training step `step` (from 0), None once it has gone (or was never on);
@@ -98,6 +100,11 @@ class AttentionStart:
                 f"utterances cut into pieces at the CTC head's alignment once it has learnt, at most {seconds:.1f} s "
                 "long at first, twice as long once their attention runs along a diagonal (train.attention_pieces): "
                 + why
+            )
+        if self.ctc_first:
+            lines.append(
+                f"until the first cut (or step {self.most_steps}), the CTC head alone trains; the speller waits "
+                "(train.attention_pieces_ctc_first)"
             )
         if self.on:
             lines.append(

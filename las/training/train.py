@@ -374,7 +374,7 @@ class Trainer:
             batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
         start = self.progress.alignment_start
         guide = self.attention_start.at(self.progress.step, start)
-        ctc_alone = self.attention_start.ctc_alone(start)
+        ctc_alone = self.attention_start.ctc_alone(self.progress.step, start)
         loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_alone)
         if cutting:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
             parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
