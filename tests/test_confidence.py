@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from las.core.metrics import correct_words
-from las.recognition.confidence import confidences, overall_confidence, word_confidence
+from las.recognition.confidence import CharacterConfidence, confidences, overall_confidence, word_confidence
 
 from .conftest import run
 
@@ -34,6 +34,17 @@ def test_a_word_is_as_trusted_as_its_least_trusted_character() -> None:
     assert word_confidence([0.9, 0.4, 0.8]) == 0.4
     assert overall_confidence([0.5, None, 0.7]) == pytest.approx(0.6)
     assert overall_confidence([]) is None
+
+
+def test_a_streamed_character_is_trusted_by_the_distributions_asked_for_that_spelt_it() -> None:
+    speller, ctc = torch.tensor([0.5, 0.25, 0.25]).log(), torch.tensor([0.9, 0.05, 0.05]).log()
+    assert CharacterConfidence("probability", "both")(0, speller, ctc) == pytest.approx(0.7)  # their mean
+    assert CharacterConfidence("probability", "speller")(0, speller, ctc) == pytest.approx(0.5)
+    assert CharacterConfidence("probability", "ctc")(0, None, ctc) == pytest.approx(0.9)
+    assert CharacterConfidence("probability", "ctc")(0, speller, None) is None  # spelt without the CTC head
+    assert CharacterConfidence("entropy", "both")(0, speller, ctc) == pytest.approx(
+        float(confidences(torch.stack([speller, ctc]), torch.tensor([0, 0]), "entropy").mean())
+    )
 
 
 def test_words_are_right_where_the_cheapest_alignment_matches_them() -> None:

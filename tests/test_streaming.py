@@ -180,6 +180,9 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
             ]
             assert all(0 <= result.start <= result.end <= duration + 0.05 for result in results)
             assert all(result.heard <= duration for result in results)
+            # Each word's confidence, as decoding whole measures it: its least confident character's.
+            words = [word for result in results for word in result.words]
+            assert words and all(word.confidence is not None and 0 <= word.confidence <= 1 for word in words)
             if strategy == "greedy":  # spelt greedily, what a partial says is final already
                 final_text = " ".join(text for text, *_ in finals[piece])
                 assert all(result.text.replace(" ", "") in final_text.replace(" ", "") for result in results)
@@ -263,6 +266,8 @@ def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[s
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines and any(line["final"] for line in lines)
     assert all({"final", "text", "start", "end", "heard", "delay", "words"} <= set(line) for line in lines)
+    words = [word for line in lines for word in line["words"]]
+    assert words and all({"word", "start", "end", "confidence"} == set(word) for word in words)
     recognizer = Recognizer.load(checkpoint, "cpu", beam_size=4)
     expected = [result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final]
     assert [line["text"] for line in lines if line["final"]] == expected

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from las.core.config import ConfidenceMeasure
+from las.core.config import ConfidenceMeasure, ConfidenceSource
 
 ENTROPY_ORDER = 1 / 3  # Tsallis's alpha: below 1, the entropy weighs the unlikely symbols more
 DIGITS = 4  # a confidence's precision, in the output and against decode.min_confidence alike
@@ -54,6 +55,26 @@ def ctc_confidences(
         start + int(log_probs[start:end, token].argmax()) for token, (start, end) in zip(tokens, spans, strict=True)
     ]
     return confidences(log_probs[frames], torch.tensor(tokens, device=log_probs.device), measure)
+
+
+@dataclass(frozen=True)
+class CharacterConfidence:
+    """One character's confidence as a stream spells it (las.search.streaming.Judge): by `measure`
+    from the distributions of `source` that spelt it, the speller's at its step and the CTC
+    head's at its frame, averaged; None where none of them was used."""
+
+    measure: ConfidenceMeasure
+    source: ConfidenceSource
+
+    def __call__(self, token: int, speller: torch.Tensor | None, ctc: torch.Tensor | None) -> float | None:
+        wanted = [
+            log_probs.float().cpu()
+            for log_probs, name in ((speller, "speller"), (ctc, "ctc"))
+            if log_probs is not None and self.source in (name, "both")
+        ]
+        if not wanted:
+            return None
+        return float(confidences(torch.stack(wanted), torch.full((len(wanted),), token), self.measure).mean())
 
 
 def word_confidence(characters: Sequence[float]) -> float:

@@ -21,6 +21,7 @@ from las.data.audio import AUDIO_SUFFIXES, load_audio
 from las.export.runtime import load_model
 from las.recognition.recognizer import Recognizer
 from las.recognition.streaming import StreamResult
+from las.recognition.timing import Word
 
 PIECE_SECONDS = 0.1  # what is read (or played) at a time
 ARRIVALS_KEPT = 600  # a minute of pieces: when each arrived, for the delays of what they decide
@@ -74,13 +75,19 @@ def write(writer: TextIO, results: list[StreamResult], arrivals: deque[tuple[int
             "end": round(result.end, 3),
             "heard": round(result.heard, 3),
             "delay": round(now - arrived(arrivals, result.end * rate), 3),
-            "words": [
-                {"word": word.word, "start": round(word.start, 3), "end": round(word.end, 3)} for word in result.words
-            ],
+            "words": [word_line(word) for word in result.words],
         }
         writer.write(json.dumps(line) + "\n")
     writer.flush()
     return sum(result.final for result in results)
+
+
+def word_line(word: Word) -> dict[str, str | float]:
+    """A word as a JSON line gives it: its confidence where it was measured."""
+    line: dict[str, str | float] = {"word": word.word, "start": round(word.start, 3), "end": round(word.end, 3)}
+    if word.confidence is not None:
+        line["confidence"] = word.confidence
+    return line
 
 
 def arrived(arrivals: deque[tuple[int, float]], sample: float) -> float:

@@ -29,6 +29,7 @@ from las.data.features import FilterbankExtractor, Normalizer
 from las.data.streaming import FeatureStream
 from las.model.las import LAS
 from las.model.streaming_listener import ForwardListener
+from las.recognition.confidence import CharacterConfidence, word_confidence
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
 from las.search.streaming import SpellerStream, Spelt
@@ -140,7 +141,9 @@ class Stream:
             if run:
                 word = self.vocabulary.decode([item.token for item in run])
                 start, end = run[0].frame * self.frame_seconds, (run[-1].frame + 1) * self.frame_seconds
-                words.append(Word(start, end, word))
+                trust = [item.confidence for item in run]
+                confidence = word_confidence(trust) if None not in trust else None  # type: ignore[arg-type]
+                words.append(Word(start, end, word, confidence))
             run = []
         return words
 
@@ -153,6 +156,7 @@ def searcher(
     `decode.strategy=ctc`, that search with the CTC head alone and a beam of one; `greedy`, or a
     model without a CTC head, the speller alone, its monotonic attention selecting the frames."""
     settings = config.decode
+    judge = CharacterConfidence(settings.confidence, settings.confidence_from)
     space = vocabulary.index.get(" ", -1)  # without one, words are final at a segment's end
     if settings.strategy not in ("beam", "ctc", "greedy"):
         raise LasError(f"decode.strategy={settings.strategy}: a stream decodes with beam, ctc or greedy")
@@ -171,7 +175,8 @@ def searcher(
             settings.stream_beam_nats,
             pause_frames=max(1, round(settings.stream_pause_seconds / frame_seconds)),
             longest_frames=max(1, round(settings.segment_seconds / frame_seconds)),
+            judge=judge,
         )
     if settings.strategy == "ctc":
         raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")
-    return SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(settings), space)
+    return SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(settings), space, judge)

@@ -13,6 +13,7 @@ stopped: a recording of any length is spelt as segments.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,23 +27,34 @@ from las.search.common import Rules, Symbols
 
 @dataclass(frozen=True)
 class Spelt:
-    """A character, and the encoder frame (from the recording's start) its attention selected."""
+    """A character, the encoder frame (from the recording's start) its attention selected (or
+    where the CTC head emitted it), and how far to trust it (None: not measured)."""
 
     token: int
     frame: int
+    confidence: float | None = None
+
+
+# A character's confidence from the distributions it was spelt with: its token, the speller's
+# log-probabilities `(vocabulary,)` at its step and the CTC head's at its frame (None where not
+# used); None where not measured (las.recognition.confidence.CharacterConfidence).
+Judge = Callable[[int, torch.Tensor | None, torch.Tensor | None], float | None]
 
 
 class SpellerStream:
     """`extend` with the listener's keys and values as they come, then `spell`: the characters
     of the current segment grow in `segment`, and `spell` returns the segments it ended."""
 
-    def __init__(self, speller: Speller, symbols: Symbols, rules: Rules, space: int) -> None:
+    def __init__(
+        self, speller: Speller, symbols: Symbols, rules: Rules, space: int, judge: Judge | None = None
+    ) -> None:
         if not isinstance(speller, Speller) or not isinstance(speller.attention, MonotonicAttention):
             raise LasError(
                 "streaming spells with an attention that only moves forward: a model trained with "
                 "model.attention=monotonic or monotonic_chunk (data/recipes/an4-streaming.toml)"
             )
         self.speller, self.symbols, self.rules, self.space = speller, symbols, rules, space
+        self.judge = judge
         self.weights = speller.recurrent_weights()
         key_dim, value_dim = speller.attention_dimensions
         parameter = next(speller.parameters())
@@ -94,12 +106,14 @@ class SpellerStream:
             if not selected and self.state is None:
                 break  # at the end, a segment begins only on a selected frame
             frame = self.origin + int(after.history[0].argmax()) if selected else self.position
-            token = self.choose(self.speller.distribution(output, after.context)[0], frame)
+            logits = self.speller.distribution(output, after.context)[0]  # (vocabulary,)
+            token = self.choose(logits, frame)
             if token == self.symbols.eos:
                 ended.append(self.segment[self.finals :])
                 self.end_segment(frame)
                 continue
-            self.segment.append(Spelt(token, frame))
+            confidence = self.judge(token, logits.float().log_softmax(dim=-1), None) if self.judge else None
+            self.segment.append(Spelt(token, frame, confidence))
             self.state, self.token, self.position = after, token, frame
             if token == self.space:
                 ended.append(self.segment[self.finals :])

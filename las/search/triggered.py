@@ -32,7 +32,7 @@ from las.model.listener import ListenerOutput
 from las.model.monotonic import GMMAttention
 from las.model.speller import Speller, SpellerState
 from las.search.common import Symbols
-from las.search.streaming import Spelt, pad_frames
+from las.search.streaming import Judge, Spelt, pad_frames
 
 # A character whose CTC log probability at a frame is this far under the frame's likeliest symbol
 # extends no prefix there: under e^-10 of the frame's mass.
@@ -89,6 +89,7 @@ class TriggeredSearch:
         beam_nats: float,
         pause_frames: int,
         longest_frames: int,
+        judge: Judge | None = None,
     ) -> None:
         if speller is not None and not isinstance(speller, Speller):
             raise LasError(
@@ -98,6 +99,7 @@ class TriggeredSearch:
         self.ctc_weight = 1.0 if speller is None else ctc_weight
         self.length_penalty, self.beam_nats = length_penalty, beam_nats
         self.pause_frames, self.longest_frames = pause_frames, longest_frames
+        self.judge = judge  # each character's confidence when it is first emitted
         self.keys: list[torch.Tensor] = []  # (key_dim,) per frame of the current segment heard
         self.values: list[torch.Tensor] = []
         self.log_probs: list[torch.Tensor] = []  # (vocabulary,) per frame heard, not yet searched
@@ -165,7 +167,9 @@ class TriggeredSearch:
             for token in candidates:
                 tokens = (*prefix.tokens, token)
                 if tokens not in grown:  # a prefix in the beam already keeps its scores and state
-                    grown[tokens] = beam[tokens].successor() if tokens in beam else self.grow(prefix, token, steps)
+                    grown[tokens] = (
+                        beam[tokens].successor() if tokens in beam else self.grow(prefix, token, steps, log_probs)
+                    )
                 before = prefix.blank if token == last else prefix.ctc  # a repeat needs a blank between
                 grown[tokens].label = log_add(grown[tokens].label, before + float(log_probs[token]))
         ranked = sorted(grown.values(), key=self.score, reverse=True)[: self.beam_size]
@@ -180,13 +184,20 @@ class TriggeredSearch:
         return allowed.nonzero().flatten().tolist()
 
     def grow(
-        self, prefix: Prefix, token: int, steps: dict[tuple[int, ...], tuple[torch.Tensor, SpellerState]]
+        self,
+        prefix: Prefix,
+        token: int,
+        steps: dict[tuple[int, ...], tuple[torch.Tensor, SpellerState]],
+        ctc_log_probs: torch.Tensor,  # (vocabulary,) this frame's
     ) -> Prefix:
-        """`prefix` and `token`, emitted at this frame, scored by the speller's step for it."""
-        grown = Prefix((*prefix.characters, Spelt(token, self.searched)), attention=prefix.attention)
-        if prefix.tokens in steps:
-            log_probs, state = steps[prefix.tokens]
-            grown.attention, grown.state = prefix.attention + float(log_probs[token]), state
+        """`prefix` and `token`, emitted at this frame, scored by the speller's step for it, its
+        confidence from that step's distribution and this frame's (the CTC head's: the first
+        frame of the character's span, where the head's peak for it usually is)."""
+        speller_log_probs, state = steps.get(prefix.tokens, (None, None))
+        confidence = self.judge(token, speller_log_probs, ctc_log_probs) if self.judge else None
+        grown = Prefix((*prefix.characters, Spelt(token, self.searched, confidence)), attention=prefix.attention)
+        if speller_log_probs is not None:
+            grown.attention, grown.state = prefix.attention + float(speller_log_probs[token]), state
         return grown
 
     def speller_steps(
