@@ -111,7 +111,9 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     assert starts(long, "train.init=runs/an4/averaged.pt").cutting(None) is None  # aligned already
     assert starts(long, "model.ctc_weight=0").cutting(None) is None  # no alignment to cut at
     assert starts(long, "model.speller=transformer").cutting(None) is not None  # any speller
-    assert AttentionStart(load_config(None, []), long).cutting(None) is None  # off by default
+    # On by default for long utterances from scratch, off for AN4's: its results are as they were.
+    assert AttentionStart(load_config(None, []), long).cutting(None) == Cutting(300, 1.5)
+    assert AttentionStart(load_config(None, []), short).cutting(None) is None
     assert starts(short, "train.attention_pieces=on").cutting(None) is None  # none longer than 3 s
     on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
     assert on.cutting(None) == Cutting(200, 1.5)

@@ -472,8 +472,11 @@ class TrainConfig(Section):
     # attention_pieces_seconds long at the CTC head's alignment, and the step trains on those;
     # the pieces grow twice as long once most of the steps' pieces are attended along a
     # diagonal (or after attention_pieces_most_steps steps at one length), until none is cut.
-    # auto: on where the guide's auto would be, for any speller with a CTC head.
-    attention_pieces: Literal["auto", "on", "off"] = "off"
+    # auto (the default): on where the guide's auto would be (long utterances from scratch), for
+    # any speller with a CTC head and transcripts with spaces. AN4's model on 400 recordings of
+    # 13 s read dev at 25-35% after 2,000 steps in pieces where whole ones stayed at 70%
+    # (docs/BENCHMARKS.md, "Long utterances in pieces"); AN4's own 2.7 s utterances are not cut.
+    attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
     # With the pieces: until the first cut, the CTC loss alone trains the listener and the speller
