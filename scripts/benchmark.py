@@ -19,6 +19,7 @@
                                   # threads following the load, fixed, passive or spinning
     python scripts/benchmark.py logging           # an AN4 epoch with and without TensorBoard
     python scripts/benchmark.py recipe            # an AN4 epoch of the default recipe and the previous one
+    python scripts/benchmark.py alignment         # CTC forced alignments of a step in pieces: batched vs per row
     python scripts/benchmark.py augmentation --manifest runs/scale/small/train.tsv   # the augmented data
                                   # path's CPU cost per hour of audio, effect by effect
 
@@ -113,6 +114,36 @@ def blstm(repeats: int = 7, batch_size: int = 16, manifest: str = "data/an4/trai
     print(f"| packed (`pack_padded_sequence`) | {packed:.3f} | {frames / packed:,.0f} |")
     print(f"| padded, reversed within lengths | {padded:.3f} | {frames / padded:,.0f} |")
     print(f"\npadded is {packed / padded:.2f}x faster than packed")
+
+
+@app.command()
+def alignment(repeats: int = 5, rows: str = "6,21,85", frames: int = 325, characters: int = 150) -> None:
+    """The CTC forced alignments of a training step in pieces (las.training.pieces): a batch's rows
+    at once (`viterbi_paths`) against one row at a time, on random log-probabilities of `frames`
+    encoder frames (13 s at 40 ms) spelling `characters` each; batches of AN4's model on 13 s
+    recordings (6 rows of 8,500 frames) and of hw4p2.toml (21 of 32,000; 85 of 128,000)."""
+    from las.model.ctc_path import viterbi_path, viterbi_paths
+
+    generator = torch.Generator().manual_seed(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {repeats} paired rounds:\n")
+    print(header("rows", "one at a time, ms", "the batch at once, ms", "ratio"))
+    for count in [int(value) for value in rows.split(",")]:
+        log_probs = torch.randn(count, frames, 30, generator=generator).log_softmax(-1)
+        tokens = [torch.randint(1, 30, (characters,), generator=generator).tolist() for _ in range(count)]
+        timings: dict[str, list[float]] = {"alone": [], "batch": []}
+        for _ in range(repeats):  # interleaved, so that machine noise hits both alike
+            for name, times in timings.items():
+                started = time.perf_counter()
+                if name == "batch":
+                    viterbi_paths(log_probs, [frames] * count, tokens, 0)
+                else:
+                    [
+                        viterbi_path(row_log_probs, row_tokens, 0)
+                        for row_log_probs, row_tokens in zip(log_probs, tokens, strict=True)
+                    ]
+                times.append(time.perf_counter() - started)
+        alone, batch = (1000 * statistics.median(times) for times in timings.values())
+        print(f"| {count} | {alone:.0f} | {batch:.0f} | {alone / batch:.1f}x |")
 
 
 # What `throughput --graphs` captures, in turn: the LSTMCell speller alone, then with the pyramid

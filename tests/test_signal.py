@@ -22,7 +22,7 @@ from las.data.signal import (
     resample,
     resampled_length,
 )
-from las.model.ctc_path import runs, viterbi_path
+from las.model.ctc_path import runs, viterbi_path, viterbi_paths
 from las.recognition.timing import token_spans
 
 from .conftest import an4_rows
@@ -155,6 +155,17 @@ def test_the_ctc_viterbi_path_is_torchaudios_forced_alignment() -> None:
         targets = torch.tensor([tokens], dtype=torch.int32)
         path, _ = torchaudio.functional.forced_align(log_probs[None], targets, blank=0)
         assert viterbi_path(log_probs, tokens, 0) == path[0].tolist()
+
+
+def test_a_batch_of_viterbi_paths_is_each_rows_path_alone() -> None:
+    cases = random_alignment_cases(60)
+    longest = max(len(log_probs) for log_probs, _ in cases)
+    batch = torch.full((len(cases), longest, 6), -3.0)  # padding frames beyond each row's own
+    for row, (log_probs, _) in enumerate(cases):
+        batch[row, : len(log_probs)] = log_probs
+    lengths, tokens = [len(log_probs) for log_probs, _ in cases], [tokens for _, tokens in cases]
+    assert viterbi_paths(batch, lengths, tokens, 0) == [viterbi_path(*case, 0) for case in cases]
+    assert viterbi_paths(batch[:0], [], [], 0) == []
 
 
 def test_the_ctc_viterbi_path_spells_the_tokens_and_each_run_is_a_span() -> None:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from las.core.text import PAD_INDEX
-from las.model.ctc_path import ctc_frames_needed, runs, viterbi_path
+from las.model.ctc_path import ctc_frames_needed, runs, viterbi_paths
 from las.model.las import LASOutput
 
 
@@ -90,10 +90,13 @@ def aligned_frames(
     """The middle of each step's character on the CTC head's forced alignment of the utterance's
     `tokens`, in encoder frames `(batch, steps)`, for the utterances `rows` `(batch,)` says have
     frames enough; <eos>, padding steps and the other utterances at their last frame."""
-    log_probs = ctc_log_probs.detach().float().cpu()
     centres = (encoder_lengths.float().cpu() - 1)[:, None].repeat(1, steps)
-    for row in rows.cpu().nonzero().flatten().tolist():
-        path = viterbi_path(log_probs[: int(encoder_lengths[row]), row], tokens[row], PAD_INDEX)
+    aligned = rows.cpu().nonzero().flatten().tolist()
+    log_probs = ctc_log_probs.detach().transpose(0, 1)[aligned]  # (aligned, frames, vocabulary)
+    frames = [int(encoder_lengths[row]) for row in aligned]
+    for row, path in zip(
+        aligned, viterbi_paths(log_probs, frames, [tokens[row] for row in aligned], PAD_INDEX), strict=True
+    ):
         centres[row, : len(tokens[row])] = torch.tensor([(start + end - 1) / 2 for start, end in runs(path, PAD_INDEX)])
     return centres.to(ctc_log_probs.device)
 

@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from las.core.text import PAD_INDEX, Vocabulary
 from las.data.dataset import Batch, speller_targets
-from las.model.ctc_path import Span, ctc_frames_needed, runs, viterbi_path
+from las.model.ctc_path import Span, ctc_frames_needed, runs, viterbi_paths
 from las.model.las import LAS
 
 
@@ -101,27 +101,32 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
         )
         per_character = (losses / counts.clamp_min(1)).tolist()
     encoder_lengths = memory.lengths.tolist()
-    log_probs = log_probs.cpu()
     space = vocabulary.index[" "]
+    row_tokens = [characters[row, : int(counts[row])].tolist() for row in range(len(lengths))]
+    # Each utterance longer than a piece, where the head aligns it: the others are not cut, or
+    # are left out of this step (too long for the attention to learn from, with no alignment to
+    # cut them at; in a batch of pieces, their frames and characters would cost the step what all
+    # the pieces cost).
+    alignable = [
+        row
+        for row, frames in enumerate(lengths)
+        if frames > cutting.longest
+        and row_tokens[row]
+        and encoder_lengths[row] >= ctc_frames_needed(row_tokens[row])
+        and per_character[row] < cutting.trigger  # inf where no path fits
+    ]
+    frames_of, tokens_of = [encoder_lengths[row] for row in alignable], [row_tokens[row] for row in alignable]
+    paths = dict(zip(alignable, viterbi_paths(log_probs[alignable], frames_of, tokens_of, PAD_INDEX), strict=True))
     ids: list[str] = []
     features: list[torch.Tensor] = []
     tokens: list[torch.Tensor] = []
     divided = False  # whether any utterance was cut in two or more
     for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
-        row_tokens = characters[row, : int(counts[row])].tolist()
-        pieces = [Piece((0, frames), (0, len(row_tokens)))]
+        pieces = [Piece((0, frames), (0, len(row_tokens[row])))]
         if frames > cutting.longest:
-            if not (
-                row_tokens
-                and encoder_frames >= ctc_frames_needed(row_tokens)
-                and per_character[row] < cutting.trigger  # inf where no path fits
-            ):
-                # Left out of this step: too long for the attention to learn from, no alignment
-                # to cut it at (and in a batch of pieces, its frames and characters would cost
-                # the step what all the pieces cost).
-                continue
-            path = viterbi_path(log_probs[row, :encoder_frames], row_tokens, PAD_INDEX)
-            words = word_spans(row_tokens, runs(path, PAD_INDEX), space)
+            if row not in paths:
+                continue  # left out of this step
+            words = word_spans(row_tokens[row], runs(paths[row], PAD_INDEX), space)
             draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
             longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
             pieces = pieces_of(words, encoder_frames, frames, longests)
@@ -129,7 +134,7 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
         for number, ((start, end), (first, last)) in enumerate(pieces):
             ids.append(batch.ids[row] if len(pieces) == 1 else f"{batch.ids[row]}#{number + 1}")
             features.append(batch.features[row, start:end])
-            tokens.append(torch.tensor(row_tokens[first:last], dtype=torch.long))
+            tokens.append(torch.tensor(row_tokens[row][first:last], dtype=torch.long))
     if not divided:
         return None  # the step trains on the batch as it is
     targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
