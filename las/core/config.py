@@ -474,8 +474,9 @@ class TrainConfig(Section):
     # diagonal (or after attention_pieces_most_steps steps at one length), until none is cut.
     # auto (the default): on where the guide's auto would be (long utterances from scratch), for
     # any speller with a CTC head and transcripts with spaces. AN4's model on 400 recordings of
-    # 13 s read dev at 25-35% after 2,000 steps in pieces where whole ones stayed at 70%
-    # (docs/BENCHMARKS.md, "Long utterances in pieces"); AN4's own 2.7 s utterances are not cut.
+    # 13 s read dev at 31% (25-37%, 3 seeds; speller alone) after 2,000 steps in pieces where
+    # whole ones stayed at 70% (docs/BENCHMARKS.md, "Long utterances in pieces"); AN4's own 2.7 s
+    # utterances are not cut.
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
