@@ -122,6 +122,9 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     with pytest.raises(LasError, match="train.attention_pieces.*no space"):
         AttentionStart(load_config(None, ["train.attention_pieces=on"]), long, spaced=False)
     assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
+    # The warning of an unaligned run says what is left to try.
+    assert "train.attention_pieces_ctc_first=true" in starts(long).advice()
+    assert "ctc_first" not in starts(long, "train.attention_pieces_ctc_first=true").advice()
 
 
 DIMENSIONS = 10

@@ -116,10 +116,16 @@ class AttentionStart:
     def advice(self) -> str:
         """What to do where the attention has not aligned (las.training.train's warning)."""
         if self.pieces:
+            first = (
+                ""
+                if self.ctc_first
+                else "train the CTC head alone until the first cut (train.attention_pieces_ctc_first=true), "
+            )
             return (
-                "Its utterances were cut into pieces at the CTC head's alignment: let them wait longer to "
-                "grow (train.attention_pieces_most_steps), or train on short utterances first and start from "
-                "that run with --init"
+                "Its utterances were cut into pieces at the CTC head's alignment: "
+                + first
+                + "let them wait longer to grow (train.attention_pieces_most_steps), or train on short "
+                "utterances first and start from that run with --init"
             )
         if self.on:
             return (
