@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 from dataclasses import replace
@@ -119,4 +120,8 @@ def test_las_plot_compares_runs(tiny_config: Config, tmp_path: Path) -> None:
     saved["train"]["a_removed_setting"] = 3  # one las no longer has: not a difference either
     (runs[1] / "config.json").write_text(json.dumps(saved))
     assert run_labels(runs) == ["fast (train.learning_rate=0.005)", "slow (train.learning_rate=0.001)"]
+    # Runs of one name in different folders are told apart by their folders.
+    twin = tmp_path / "other" / "fast"
+    shutil.copytree(runs[0], twin)
+    assert run_labels([runs[0], twin]) == [f"{tmp_path.name}/fast", "other/fast"]
     assert_clear_error(*run("plot", tmp_path, "--out", figure)[::2], "no metrics.jsonl")

@@ -140,8 +140,9 @@ UNLABELLED = {
 }
 
 
-def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
-    """Each run's directory name and up to `most` settings in which the runs differ."""
+def run_labels(runs: Sequence[Path], most: int = 4) -> list[str]:
+    """Each run's directory name (with its parent's where two runs share a name: `pieces/seed-1`
+    beside `whole/seed-1`) and up to `most` settings in which the runs differ."""
     # A setting newer than a run's las: that run ran as its default does (a new setting's default
     # keeps what las did before it), not a difference to label.
     defaults = flat_settings(load_config(None, []).to_dict())
@@ -156,7 +157,10 @@ def run_labels(runs: Sequence[Path], most: int = 3) -> list[str]:
     differing = [
         key for key in keys if key not in UNLABELLED and len({json.dumps(values.get(key)) for values in settings}) > 1
     ]
+    names = [run.name for run in runs]
+    if len(set(names)) < len(names):
+        names = [f"{run.resolve().parent.name}/{run.name}" for run in runs]
     return [
-        run.name + (" (" + ", ".join(f"{key}={values.get(key)}" for key in differing[:most]) + ")" if differing else "")
-        for run, values in zip(runs, settings, strict=True)
+        name + (" (" + ", ".join(f"{key}={values.get(key)}" for key in differing[:most]) + ")" if differing else "")
+        for name, values in zip(names, settings, strict=True)
     ]
