@@ -190,6 +190,22 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         assert first and all(found == first for found in finals.values())
 
 
+def test_min_confidence_leaves_less_confident_final_words_out_as_decoding_whole_does(
+    streaming_model: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    samples = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
+    every = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    words = [word for result in streamed(every.stream(), samples, 1600) if result.final for word in result.words]
+    threshold = sorted(word.confidence for word in words)[len(words) // 2]  # about half of them kept
+    kept = [word for word in words if word.confidence >= threshold]
+    assert 0 < len(kept) < len(words)
+    choosy = Recognizer.load(streaming_model["checkpoint"], "cpu", min_confidence=threshold)
+    results = streamed(choosy.stream(), samples, 1600)
+    assert [word for result in results if result.final for word in result.words] == kept
+    assert all(result.text == " ".join(word.word for word in result.words) for result in results if result.final)
+    assert f"{len(words) - len(kept)} words less confident than decode.min_confidence" in capsys.readouterr().err
+
+
 def test_the_first_segment_is_what_decoding_the_whole_recording_spells(streaming_model: dict[str, Path]) -> None:
     """Under the same limit on its length: the stream counts a segment's frames up to each step
     (what comes later cannot change a step), decoding whole the recording's."""

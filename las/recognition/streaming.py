@@ -23,6 +23,7 @@ import torch
 
 from las.core.config import Config
 from las.core.errors import LasError
+from las.core.progress import warn
 from las.core.text import Vocabulary
 from las.data.audio import float_samples
 from las.data.features import FilterbankExtractor, Normalizer
@@ -71,6 +72,8 @@ class Stream:
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
         self.told: list[Spelt] = []  # the partial result given last
+        self.min_confidence = config.decode.min_confidence
+        self.left_out = 0  # final words less confident than that
         self.finished = False
 
     def push(self, samples: np.ndarray | torch.Tensor) -> list[StreamResult]:
@@ -90,7 +93,10 @@ class Stream:
         if self.finished:
             return []
         self.finished = True
-        return self.advance(self.features.finish(), finished=True)
+        results = self.advance(self.features.finish(), finished=True)
+        if self.left_out:
+            warn(f"{self.left_out} words less confident than decode.min_confidence={self.min_confidence:g} left out")
+        return results
 
     @torch.no_grad()
     def advance(self, groups: list[torch.Tensor], finished: bool) -> list[StreamResult]:
@@ -123,6 +129,10 @@ class Stream:
     def result(self, characters: list[Spelt], final: bool) -> StreamResult:
         heard = self.features.samples / self.sample_rate
         words = self.words(characters)
+        if final:  # as decoding whole leaves them out; a partial one may still change
+            kept = [word for word in words if word.confidence is None or word.confidence >= self.min_confidence]
+            self.left_out += len(words) - len(kept)
+            words = kept
         if not words:
             return StreamResult(final, "", heard, heard, heard, [])
         spelt = self.vocabulary.decode([item.token for item in characters])
