@@ -16,6 +16,11 @@ after saying the word. Words are matched to the reference's by an edit-distance 
 wrong word has no delay. **Partial words changed**: of the complete words partial results show
 (each time one is shown), the share that the final transcript does not have at that place.
 **Streams in real time**: the cores divided by the real-time factor of one stream at a thread.
+
+    python scripts/streaming.py speed runs/streaming/guided/best.pt --variant "" --variant ctc_weight=1
+
+`speed` times the stream alone: search settings (or two checkouts, run a round each in turn)
+side by side in paired rounds, the median real-time factor of each and its ratio to the first.
 """
 
 from __future__ import annotations
@@ -178,6 +183,41 @@ def measure(
         )
         stability = f"{100 * changed / shown:.1f}" if shown else ""
         print(row(manifest, *cells, *timing, stability, f"{factor:.3f}", f"{cores / (threads * factor):.0f}"))
+
+
+@app.command()
+def speed(
+    checkpoint: Path,
+    manifest: Path = Path("data/an4/dev.tsv"),
+    utterances: int = typer.Option(20, help="The manifest's first recordings streamed each round."),
+    variants: list[str] = typer.Option(
+        [""], "--variant", help="decode.* settings of one variant, KEY=VALUE joined by commas; empty: the defaults."
+    ),
+    rounds: int = 3,
+    threads: int = 1,
+) -> None:
+    """Real-time factor of streaming by search settings, variants interleaved in paired rounds."""
+    torch.set_num_threads(threads)
+    recognizers = {
+        variant or "defaults": Recognizer.load(
+            checkpoint, "cpu", **dict(setting.split("=", 1) for setting in variant.split(",") if setting)
+        )
+        for variant in variants
+    }
+    rate = next(iter(recognizers.values())).config.features.sample_rate
+    waveforms = [
+        load_audio(Path(utterance.audio_location), rate).numpy() for utterance in read_utterances(manifest)[:utterances]
+    ]
+    factors: dict[str, list[float]] = {name: [] for name in recognizers}
+    for _ in range(rounds):
+        for name, recognizer in recognizers.items():
+            streamed = [stream_recording(recognizer, waveform) for waveform in waveforms]
+            factors[name].append(sum(item.seconds for item in streamed) / sum(item.audio_seconds for item in streamed))
+    first = statistics.median(next(iter(factors.values())))
+    print(header("variant", "RTF, median of rounds", "x the first", "streams in real time per core"))
+    for name, values in factors.items():
+        factor = statistics.median(values)
+        print(row(name, f"{factor:.4f}", f"{factor / first:.2f}", f"{1 / (threads * factor):.1f}"))
 
 
 if __name__ == "__main__":

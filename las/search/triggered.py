@@ -23,7 +23,8 @@ beam and the current segment's frames.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 import torch
 
@@ -59,7 +60,7 @@ class Prefix:
     # whose first step starts from the frames heard when it is taken.
     state: SpellerState | None = None
 
-    @property
+    @cached_property  # a beam's dictionaries are keyed by it, many times a frame
     def tokens(self) -> tuple[int, ...]:
         return tuple(item.token for item in self.characters)
 
@@ -158,6 +159,7 @@ class TriggeredSearch:
         steps = self.speller_steps(self.beam, frames) if candidates and self.speller is not None else {}
         beam = {prefix.tokens: prefix for prefix in self.beam}
         grown: dict[tuple[int, ...], Prefix] = {}
+        fresh: set[tuple[int, ...]] = set()  # prefixes this frame grew: their last character is new
         for prefix in self.beam:
             stay = grown.setdefault(prefix.tokens, prefix.successor())
             stay.blank = log_add(stay.blank, prefix.ctc + float(log_probs[self.symbols.blank]))
@@ -167,14 +169,20 @@ class TriggeredSearch:
             for token in candidates:
                 tokens = (*prefix.tokens, token)
                 if tokens not in grown:  # a prefix in the beam already keeps its scores and state
-                    grown[tokens] = (
-                        beam[tokens].successor() if tokens in beam else self.grow(prefix, token, steps, log_probs)
-                    )
+                    if tokens in beam:
+                        grown[tokens] = beam[tokens].successor()
+                    else:
+                        grown[tokens] = self.grow(prefix, token, steps)
+                        fresh.add(tokens)
                 before = prefix.blank if token == last else prefix.ctc  # a repeat needs a blank between
                 grown[tokens].label = log_add(grown[tokens].label, before + float(log_probs[token]))
         ranked = sorted(grown.values(), key=self.score, reverse=True)[: self.beam_size]
         best = self.score(ranked[0])
         self.beam = [prefix for prefix in ranked if self.score(prefix) >= best - self.beam_nats]
+        if self.judge is not None:  # only for the few that stay: most grown prefixes leave the beam
+            for prefix in self.beam:
+                if prefix.tokens in fresh:
+                    self.judged(prefix, steps, log_probs)
 
     def candidates(self, log_probs: torch.Tensor) -> list[int]:
         """The characters this frame may emit: within CANDIDATE_NATS of its likeliest symbol."""
@@ -184,21 +192,29 @@ class TriggeredSearch:
         return allowed.nonzero().flatten().tolist()
 
     def grow(
-        self,
-        prefix: Prefix,
-        token: int,
-        steps: dict[tuple[int, ...], tuple[torch.Tensor, SpellerState]],
-        ctc_log_probs: torch.Tensor,  # (vocabulary,) this frame's
+        self, prefix: Prefix, token: int, steps: dict[tuple[int, ...], tuple[torch.Tensor, SpellerState]]
     ) -> Prefix:
-        """`prefix` and `token`, emitted at this frame, scored by the speller's step for it, its
-        confidence from that step's distribution and this frame's (the CTC head's: the first
-        frame of the character's span, where the head's peak for it usually is)."""
+        """`prefix` and `token`, emitted at this frame, scored by the speller's step for it."""
         speller_log_probs, state = steps.get(prefix.tokens, (None, None))
-        confidence = self.judge(token, speller_log_probs, ctc_log_probs) if self.judge else None
-        grown = Prefix((*prefix.characters, Spelt(token, self.searched, confidence)), attention=prefix.attention)
+        grown = Prefix((*prefix.characters, Spelt(token, self.searched)), attention=prefix.attention)
         if speller_log_probs is not None:
             grown.attention, grown.state = prefix.attention + float(speller_log_probs[token]), state
         return grown
+
+    def judged(
+        self,
+        prefix: Prefix,
+        steps: dict[tuple[int, ...], tuple[torch.Tensor, SpellerState]],
+        ctc_log_probs: torch.Tensor,  # (vocabulary,) this frame's
+    ) -> None:
+        """The confidence of `prefix`'s last character, new at this frame: from the speller's step
+        that gave it and this frame's CTC distribution (the first frame of the character's span,
+        where the head's peak for it usually is)."""
+        assert self.judge is not None
+        *before, last = prefix.characters
+        speller_log_probs, _ = steps.get(prefix.tokens[:-1], (None, None))
+        confidence = self.judge(last.token, speller_log_probs, ctc_log_probs)
+        prefix.characters = (*before, replace(last, confidence=confidence))  # the same tokens
 
     def speller_steps(
         self, prefixes: list[Prefix], frames: int
