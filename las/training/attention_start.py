@@ -12,10 +12,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+import torch
+
 from las.core.config import Config
 from las.core.errors import LasError
+from las.core.text import Vocabulary
+from las.data.dataset import Batch
 from las.model.guide import Guide, guide_weight
-from las.training.pieces import Cutting
+from las.model.las import LAS
+from las.training.pieces import Cutting, cut
+from las.training.run_progress import Progress
 
 # A moving average of the share of a step's pieces attended along a diagonal over which they are
 # lengthened: most, as a run's dev pass judges its attention aligned (las.training.dev_evaluation).
@@ -69,6 +75,30 @@ class AttentionStart:
         average `aligned` of the share of each step's pieces attended along a diagonal, are now
         to be twice as long: most are, or they have waited `train.attention_pieces_most_steps`."""
         return aligned >= ALIGNED_SHARE or steps >= self.most_steps
+
+    def in_pieces(
+        self, progress: Progress, model: LAS, batch: Batch, vocabulary: Vocabulary, seed: int
+    ) -> tuple[bool, Batch | None]:
+        """Whether the step after `progress` is one of pieces, and `batch` in pieces where it was
+        cut: not while the last step's CTC loss is over the trigger, before the first cut."""
+        cutting = self.cutting(progress.piece_frames)
+        if cutting is None:
+            return False, None
+        if progress.alignment_start is None and progress.ctc_loss is not None and progress.ctc_loss >= cutting.trigger:
+            return True, None
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + progress.step)
+        return True, cut(model, batch, cutting, vocabulary, generator)
+
+    def follow(self, progress: Progress, diagonal: float) -> None:
+        """After a step in pieces of which a share `diagonal` was attended along a diagonal: the
+        pieces twice as long once most are, over the last ten steps or so."""
+        now = self.cutting(progress.piece_frames)
+        if progress.pieces_since is None:
+            progress.pieces_since, progress.piece_frames = progress.step, now.longest if now else None
+        progress.pieces_aligned = 0.9 * progress.pieces_aligned + 0.1 * diagonal
+        if now is not None and self.lengthened(progress.pieces_aligned, progress.step - progress.pieces_since):
+            progress.piece_frames = 2 * now.longest
+            progress.pieces_since, progress.pieces_aligned = progress.step, 0.0
 
     def ctc_alone(self, step: int, start: int | None) -> bool:
         """Whether training step `step` trains the listener by its CTC head alone, its speller as

@@ -9,7 +9,7 @@ import os
 import resource
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from las.model.las import LAS
 from las.model.pretrained import load_speller
 from las.search import GreedySearch, Rules, Symbols
 from las.training.attention_start import AttentionStart
-from las.training.averaging import Snapshot, average_states, keep_snapshot, load_snapshots, snapshot_path
+from las.training.averaging import average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.training.batch_memory import sized_batches
 from las.training.corpus import Corpus, load_corpus
 from las.training.dev_evaluation import DevResult, evaluate_dev
@@ -39,80 +39,13 @@ from las.training.distributed import Distributed
 from las.training.initialisation import initialise
 from las.training.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.training.optimisation import Optimisation
-from las.training.pieces import cut
 from las.training.random_states import capture_rng, restore_rng
+from las.training.run_progress import Progress
 
 
 def teacher_forcing_rate(epoch: int, final_rate: float, decay_epochs: int) -> float:
     """Probability of feeding the true previous character: 1 at first, falling to `final_rate`."""
     return 1.0 - (1.0 - final_rate) * min(1.0, epoch / max(1, decay_epochs))
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint so that `--resume` continues exactly."""
-
-    epoch: int = 0  # epochs completed
-    batch_in_epoch: int = 0  # batches of epoch `epoch + 1` already trained on (non-zero after Ctrl-C)
-    step: int = 0  # optimizer steps
-    best_cer: float = math.inf
-    bad_batches: int = 0
-    elapsed: float = 0.0  # seconds spent on completed epochs
-    # Sums over the current epoch so far:
-    loss_sum: float = 0.0
-    part_sums: dict[str, float] = field(default_factory=dict)  # attention and CTC parts of loss_sum
-    loss_batches: int = 0
-    frames: int = 0
-    train_seconds: float = 0.0
-    rng: dict[str, Any] = field(default_factory=dict)
-    snapshots: list[Snapshot] = field(default_factory=list)  # the epochs kept for averaging
-    # The first step that had the CTC head's alignment to cut its utterances at or to guide the
-    # attention by (the head had learnt): their schedules count from there (las.training.attention_start).
-    alignment_start: int | None = None
-    # Long utterances in pieces (las.training.pieces): the longest now in frames (None: the first
-    # length), the step they took it, and a moving average of the share of each step's pieces
-    # attended along a diagonal since.
-    piece_frames: int | None = None
-    pieces_since: int | None = None
-    pieces_aligned: float = 0.0
-    # The last step's CTC loss per character: no alignment pass is due while it is over the
-    # trigger (kept here so that a resumed run cuts its first batch as an unbroken one would).
-    ctc_loss: float | None = None
-
-    def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
-        """One optimizer update done: counted only now, so a resume never skips a batch."""
-        self.batch_in_epoch += 1
-        self.step += 1
-        self.loss_sum += loss
-        self.loss_batches += 1
-        for name, value in parts.items():
-            self.part_sums[name] = self.part_sums.get(name, 0.0) + value
-        self.frames += frames
-
-    def skip_bad_batch(self, max_bad_batches: int) -> None:
-        """A batch whose loss or gradient is not finite is skipped; too many of them stop training."""
-        self.batch_in_epoch += 1
-        self.bad_batches += 1
-        if self.bad_batches > max_bad_batches:
-            raise LasError(
-                f"training diverged: {self.bad_batches} batches with a non-finite loss (lower train.learning_rate?)"
-            )
-
-    def next_epoch(self, dev_cer: float, seconds: float) -> Progress:
-        """The progress at the start of the following epoch: totals kept, epoch sums cleared."""
-        return Progress(
-            epoch=self.epoch + 1,
-            step=self.step,
-            best_cer=min(self.best_cer, dev_cer),
-            bad_batches=self.bad_batches,
-            elapsed=self.elapsed + seconds,
-            snapshots=self.snapshots,
-            alignment_start=self.alignment_start,
-            piece_frames=self.piece_frames,
-            pieces_since=self.pieces_since,
-            pieces_aligned=self.pieces_aligned,
-            ctc_loss=self.ctc_loss,
-        )
 
 
 def train(config: Config, resume: bool = False, assignments: list[str] | None = None) -> Path:
@@ -336,7 +269,7 @@ class Trainer:
                     if progress.alignment_start is None and (step.parts.get("guided", 0) or step.parts.get("cut", 0)):
                         progress.alignment_start = progress.step
                     if step.parts.get("cut", 0):
-                        self.follow_pieces(step.parts["diagonal_share"])
+                        self.attention_start.follow(progress, step.parts["diagonal_share"])
                     progress.record(step.loss, step.parts, step.frames)
                     bar.set_postfix(loss=f"{progress.loss_sum / max(1, progress.loss_batches):.3f}")
                     self.monitor.step(
@@ -368,7 +301,8 @@ class Trainer:
         rate's schedule, unless the loss or the gradient is not finite (the caller decides)."""
         distributed = self.distributed
         lengths = self.corpus.train.target_lengths(indices)
-        cutting, pieces = self.in_pieces(batch)
+        seed = self.config.train.seed
+        cutting, pieces = self.attention_start.in_pieces(self.progress, self.model, batch, self.vocabulary, seed)
         if pieces is not None:
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
@@ -402,32 +336,6 @@ class Trainer:
         self.progress.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
-
-    def in_pieces(self, batch: Batch) -> tuple[bool, Batch | None]:
-        """Whether this step is one of pieces (las.training.pieces), and `batch` in pieces where
-        it was cut: not while the last step's CTC loss is over the trigger, before the first cut."""
-        progress = self.progress
-        cutting = self.attention_start.cutting(progress.piece_frames)
-        if cutting is None:
-            return False, None
-        if progress.alignment_start is None and progress.ctc_loss is not None and progress.ctc_loss >= cutting.trigger:
-            return True, None
-        generator = torch.Generator().manual_seed(self.config.train.seed * 1_000_003 + progress.step)
-        return True, cut(self.model, batch, cutting, self.vocabulary, generator)
-
-    def follow_pieces(self, diagonal: float) -> None:
-        """After a step in pieces of which a share `diagonal` was attended along a diagonal: the
-        pieces twice as long once most are, over the last ten steps or so (las.training.pieces)."""
-        progress = self.progress
-        now = self.attention_start.cutting(progress.piece_frames)
-        if progress.pieces_since is None:
-            progress.pieces_since, progress.piece_frames = progress.step, now.longest if now else None
-        progress.pieces_aligned = 0.9 * progress.pieces_aligned + 0.1 * diagonal
-        if now is not None and self.attention_start.lengthened(
-            progress.pieces_aligned, progress.step - progress.pieces_since
-        ):
-            progress.piece_frames = 2 * now.longest
-            progress.pieces_since, progress.pieces_aligned = progress.step, 0.0
 
     def frozen_parts(self) -> tuple[str, ...]:
         """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs."""
