@@ -482,8 +482,9 @@ class TrainConfig(Section):
     attention_pieces_most_steps: Count = 500
     # With the pieces: until the first cut, the CTC loss alone trains the listener and the speller
     # keeps its first weights (on whole long recordings it learns to spell without reading them).
-    # Off until 3 seeds are measured: one read the 13 s recordings' dev at 18.3% after 2,000
-    # steps where pieces alone read 31% (3 seeds).
+    # Off: of 3 seeds on 13 s recordings, two read dev at 18-19% with the speller alone after
+    # 2,000 steps (pieces alone: 25-37%), one at 47%, and decoded by default they read 15.7% on
+    # the mean against pieces alone's 13.0% (docs/BENCHMARKS.md, "Long utterances in pieces").
     attention_pieces_ctc_first: bool = False
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
