@@ -161,13 +161,22 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
     return results + stream.finish()
 
 
-@pytest.mark.parametrize(("strategy", "ctc_weight"), [("beam", 0.5), ("beam", 1.0), ("greedy", 0.5)])
+@pytest.mark.parametrize(
+    ("strategy", "ctc_weight", "lookahead"),
+    [("beam", 0.5, 0.0), ("beam", 1.0, 0.0), ("greedy", 0.5, 0.0), ("beam", 0.5, 0.12)],
+)
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
-    streaming_model: dict[str, Path], strategy: str, ctc_weight: float
+    streaming_model: dict[str, Path], strategy: str, ctc_weight: float, lookahead: float
 ) -> None:
-    """By the default joint search (las.search.triggered), its CTC head alone, and the speller
-    alone (las.search.streaming)."""
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", strategy=strategy, ctc_weight=ctc_weight)
+    """By the default joint search (las.search.triggered), with its speller reading past the
+    trigger, its CTC head alone, and the speller alone (las.search.streaming)."""
+    recognizer = Recognizer.load(
+        streaming_model["checkpoint"],
+        "cpu",
+        strategy=strategy,
+        ctc_weight=ctc_weight,
+        stream_trigger_lookahead_seconds=lookahead,
+    )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
         samples = soundfile.read(row[1], dtype="int16")[0]
         duration = len(samples) / 16000

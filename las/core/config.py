@@ -618,6 +618,12 @@ class DecodeConfig(Section):
     # 2, 1 the joint search read 17.5, 16.4, 16.0, 17.8, 24.0% CER; the CTC head alone 13.5, 12.0,
     # 12.0, 12.0, 12.0%, with its median word final 0.72, 0.72, 0.57, 0.37, 0.24 s after its end.
     stream_beam_nats: Positive = 3.0
+    # ... and the speller scores a character over the frames heard this long after the CTC head
+    # first emitted it (the head's spike comes before the character's sound): each frame is
+    # searched this much later. Chosen on the tuning speakers (3 streaming seeds, docs/BENCHMARKS.md
+    # "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s the joint search read
+    # 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16.
+    stream_trigger_lookahead_seconds: Annotated[float, Range(0, 2)] = 0.16
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

@@ -186,6 +186,8 @@ def searcher(
             pause_frames=max(1, round(settings.stream_pause_seconds / frame_seconds)),
             longest_frames=max(1, round(settings.segment_seconds / frame_seconds)),
             judge=judge,
+            # the CTC head alone reads no frame past its own: a look-ahead would only delay it
+            lookahead_frames=round(settings.stream_trigger_lookahead_seconds / frame_seconds) if speller else 0,
         )
     if settings.strategy == "ctc":
         raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")

@@ -4,10 +4,11 @@ Le Roux, 2019) over a frame-synchronous CTC prefix beam search.
 Each encoder frame, once heard, extends the beam's prefixes by the characters the CTC head gives
 there (prefix beam search: a prefix's probability is that of every CTC path that collapses to it,
 ending in a blank or in its last character). The speller scores each extension when the CTC head
-first emits it, the trigger: its attention reads the segment's frames up to that one and no
-further, so later audio changes no score. A prefix ranks by `ctc_weight` x its CTC log
-probability plus (1 - `ctc_weight`) x the speller's, and `length_penalty` per character, as
-offline joint decoding weighs the two.
+first emits it, the trigger: its attention reads the segment's frames up to that one and
+`lookahead_frames` more (the head's spike comes before the character's sound; each frame is
+searched once those have arrived) and no further, so later audio changes no score. A prefix
+ranks by `ctc_weight` x its CTC log probability plus (1 - `ctc_weight`) x the speller's, and
+`length_penalty` per character, as offline joint decoding weighs the two.
 
 What every prefix in the beam shares is final: each later hypothesis extends one of them, so
 words are final as soon as the beam agrees on them. A prefix that ranks `beam_nats` under the
@@ -91,6 +92,7 @@ class TriggeredSearch:
         pause_frames: int,
         longest_frames: int,
         judge: Judge | None = None,
+        lookahead_frames: int = 0,
     ) -> None:
         if speller is not None and not isinstance(speller, Speller):
             raise LasError(
@@ -101,6 +103,7 @@ class TriggeredSearch:
         self.length_penalty, self.beam_nats = length_penalty, beam_nats
         self.pause_frames, self.longest_frames = pause_frames, longest_frames
         self.judge = judge  # each character's confidence when it is first emitted
+        self.lookahead = lookahead_frames  # frames past the trigger the speller reads
         self.keys: list[torch.Tensor] = []  # (key_dim,) per frame of the current segment heard
         self.values: list[torch.Tensor] = []
         self.log_probs: list[torch.Tensor] = []  # (vocabulary,) per frame heard, not yet searched
@@ -129,7 +132,7 @@ class TriggeredSearch:
         """Search the frames heard: what became final, in pieces of segments (with `finished`,
         everything)."""
         pieces = []
-        while self.log_probs:
+        while len(self.log_probs) > self.lookahead or (finished and self.log_probs):
             self.search(self.log_probs.pop(0))
             self.searched += 1
             best = self.beam[0].characters
@@ -155,7 +158,9 @@ class TriggeredSearch:
         """One frame of prefix beam search: each prefix stays (a blank, or its last character
         again) or grows by a character the frame gives."""
         candidates = self.candidates(log_probs)
-        frames = self.searched - self.origin + 1  # the segment's, to this one
+        frames = min(
+            self.searched - self.origin + 1 + self.lookahead, len(self.keys)
+        )  # the segment's, to this one's look-ahead
         steps = self.speller_steps(self.beam, frames) if candidates and self.speller is not None else {}
         beam = {prefix.tokens: prefix for prefix in self.beam}
         grown: dict[tuple[int, ...], Prefix] = {}
