@@ -21,7 +21,7 @@ from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition.recognizer import Recognizer
 from las.recognition.streaming import Stream, StreamResult
-from las.search.common import Rules, Symbols
+from las.search.common import Rules, Strategy, Symbols
 from las.search.paths import GreedySearch
 from las.search.triggered import TriggeredSearch
 
@@ -162,20 +162,28 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
 
 
 @pytest.mark.parametrize(
-    ("strategy", "ctc_weight", "lookahead"),
-    [("beam", 0.5, 0.0), ("beam", 1.0, 0.0), ("greedy", 0.5, 0.0), ("beam", 0.5, 0.12)],
+    ("strategy", "ctc_weight", "lookahead", "second_pass"),
+    [
+        ("beam", 0.5, 0.0, False),
+        ("beam", 1.0, 0.0, False),
+        ("greedy", 0.5, 0.0, False),
+        ("beam", 0.5, 0.12, False),
+        ("beam", 0.5, 0.12, True),
+    ],
 )
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
-    streaming_model: dict[str, Path], strategy: str, ctc_weight: float, lookahead: float
+    streaming_model: dict[str, Path], strategy: str, ctc_weight: float, lookahead: float, second_pass: bool
 ) -> None:
     """By the default joint search (las.search.triggered), with its speller reading past the
-    trigger, its CTC head alone, and the speller alone (las.search.streaming)."""
+    trigger, with each segment decoded again whole once it ends, its CTC head alone, and the
+    speller alone (las.search.streaming)."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
         strategy=strategy,
         ctc_weight=ctc_weight,
         stream_trigger_lookahead_seconds=lookahead,
+        stream_second_pass=second_pass,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
         samples = soundfile.read(row[1], dtype="int16")[0]
@@ -229,23 +237,53 @@ def test_the_first_segment_is_what_decoding_the_whole_recording_spells(streaming
 def whole_greedy(recognizer: Recognizer, samples: np.ndarray) -> str:
     """Greedy decoding by the speller alone of the whole recording's features, as training's dev
     pass decodes."""
+    rules = Rules(max_length_ratio=recognizer.config.decode.max_length_ratio, ctc_length_ratio=0)
+    return decoded_whole(recognizer, samples, GreedySearch(Symbols.of(recognizer.vocabulary), rules))
+
+
+def decoded_whole(recognizer: Recognizer, samples: np.ndarray, search: Strategy) -> str:
+    """`search` over the listener's frames of the whole recording's features."""
     features = FilterbankExtractor(recognizer.config.features.at_decoding())(torch.from_numpy(samples / 32768).float())
     features = recognizer.checkpoint.normalizer(features)
     model = recognizer.model
     memory = model.listener(features[None], torch.tensor([len(features)]))
-    rules = Rules(max_length_ratio=recognizer.config.decode.max_length_ratio, ctc_length_ratio=0)
-    search = GreedySearch(Symbols.of(recognizer.vocabulary), rules)
     return recognizer.vocabulary.decode(search.search(model, memory)[0][0].tokens)
 
 
-@pytest.mark.parametrize(("strategy", "frames"), [("greedy", 8), ("beam", 2 * 1000 // 40 + 1)])
+def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streaming_model: dict[str, Path]) -> None:
+    """A recording short of a pause long enough to end a segment is one segment: its final text is
+    the default beam search's over the whole recording's features (at one speed); partial results
+    come before it."""
+    recognizer = Recognizer.load(
+        streaming_model["checkpoint"],
+        "cpu",
+        stream_second_pass=True,
+        stream_pause_seconds=10,
+        segment_seconds=30,
+        other_speed=0,
+    )
+    for row in an4_rows("dev", 2):
+        samples = soundfile.read(row[1], dtype="int16")[0]
+        results = streamed(recognizer.stream(), samples, 1600)
+        finals = [result for result in results if result.final]
+        assert len(finals) == 1 and results[-1] is finals[0] and len(results) > 1
+        whole = " ".join(decoded_whole(recognizer, samples, recognizer.strategy).split())
+        assert whole and finals[0].text == whole
+
+
+@pytest.mark.parametrize(
+    ("strategy", "frames", "second_pass"),
+    [("greedy", 8, False), ("beam", 2 * 1000 // 40 + 1, False), ("beam", 2 * 1000 // 40 + 1, True)],
+)
 def test_a_stream_keeps_bounded_state_over_long_audio(
-    streaming_model: dict[str, Path], strategy: str, frames: int
+    streaming_model: dict[str, Path], strategy: str, frames: int, second_pass: bool
 ) -> None:
     """Spelling greedily, the frames from the one selected last and MoChA's chunk behind it; the
-    joint search, a segment's frames (ended at decode.segment_seconds, 2 s of 40 ms here, if no
-    pause ends it first)."""
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", strategy=strategy, segment_seconds=2)
+    joint search (and its second pass), a segment's frames (ended at decode.segment_seconds, 2 s
+    of 40 ms here, if no pause ends it first)."""
+    recognizer = Recognizer.load(
+        streaming_model["checkpoint"], "cpu", strategy=strategy, segment_seconds=2, stream_second_pass=second_pass
+    )
     stream = recognizer.stream()
     generator = np.random.default_rng(0)
     speech = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
@@ -255,6 +293,7 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
         stream.push((generator.standard_normal(16000) * 30).astype(np.int16))
         kept.append((len(stream.search.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
     assert max(keys for keys, _, _ in kept) <= frames
+    assert stream.second_pass is None or len(stream.second_pass.groups) <= frames + 4  # + the look-ahead's
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
 
@@ -266,6 +305,8 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
+    with pytest.raises(LasError, match="stream_second_pass"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="greedy", stream_second_pass=True).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
     with pytest.raises(LasError, match="mono samples"):
         stream.push(np.zeros((160, 2), dtype=np.int16))

@@ -624,6 +624,10 @@ class DecodeConfig(Section):
     # "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s the joint search read
     # 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16.
     stream_trigger_lookahead_seconds: Annotated[float, Range(0, 2)] = 0.16
+    # A stream's segment is decoded whole once it has ended, as `las decode` decodes a piece of a
+    # recording (at one speed): its words are final then, not one by one as the beam agrees on
+    # them (las.recognition.second_pass).
+    stream_second_pass: bool = False
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

@@ -31,10 +31,11 @@ from las.data.streaming import FeatureStream
 from las.model.las import LAS
 from las.model.streaming_listener import ForwardListener
 from las.recognition.confidence import CharacterConfidence, word_confidence
+from las.recognition.second_pass import SegmentDecoder
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
 from las.search.streaming import SpellerStream, Spelt
-from las.search.triggered import TriggeredSearch
+from las.search.triggered import SecondPass, TriggeredSearch
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,10 @@ class Stream:
         self.features = FeatureStream(extractor, normalizer, reduction)
         self.listener = model.listener.stream()
         self.ctc_head = model.ctc_head
-        self.search = searcher(model, config, vocabulary, self.frame_seconds)
+        self.second_pass = (
+            SegmentDecoder(model, config, normalizer, vocabulary) if config.decode.stream_second_pass else None
+        )
+        self.search = searcher(model, config, vocabulary, self.frame_seconds, self.second_pass)
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
         self.told: list[Spelt] = []  # the partial result given last
@@ -86,7 +90,10 @@ class Stream:
             raise LasError(f"a stream takes mono samples of shape (samples,): got {array.shape}")
         if not array.size:
             return []
-        return self.advance(self.features.push(float_samples(array)), finished=False)
+        samples = float_samples(array)
+        if self.second_pass is not None:
+            self.second_pass.hear(samples=samples)
+        return self.advance(self.features.push(samples), finished=False)
 
     def finish(self) -> list[StreamResult]:
         """The end of the recording: the rest of what it says."""
@@ -102,6 +109,8 @@ class Stream:
     def advance(self, groups: list[torch.Tensor], finished: bool) -> list[StreamResult]:
         results = []
         for group in groups:
+            if self.second_pass is not None:
+                self.second_pass.hear(group=group)
             self.hear(self.listener.push(group.to(self.device)))
             results += self.spell(finished=False)
         if finished:
@@ -159,7 +168,7 @@ class Stream:
 
 
 def searcher(
-    model: LAS, config: Config, vocabulary: Vocabulary, frame_seconds: float
+    model: LAS, config: Config, vocabulary: Vocabulary, frame_seconds: float, second_pass: SecondPass | None = None
 ) -> TriggeredSearch | SpellerStream:
     """How a stream spells: by default (`decode.strategy=beam` with a CTC head), a prefix beam
     search over the CTC head's frames that the speller scores as they come (las.search.triggered);
@@ -188,7 +197,13 @@ def searcher(
             judge=judge,
             # the CTC head alone reads no frame past its own: a look-ahead would only delay it
             lookahead_frames=round(settings.stream_trigger_lookahead_seconds / frame_seconds) if speller else 0,
+            second_pass=second_pass,
         )
     if settings.strategy == "ctc":
         raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")
+    if second_pass is not None:
+        raise LasError(
+            "decode.stream_second_pass decodes again the segments of the CTC head's search: "
+            "decode.strategy=beam or ctc, with a model trained with a CTC head"
+        )
     return SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(settings), space, judge)

@@ -17,13 +17,15 @@ that fell behind on a word stays behind by as much, and kept, it would hold that
 
 A segment ends once no character has come for `pause_frames` (or after `longest_frames`): its
 best prefix, with the speller's <eos>, is final, and the next segment starts afresh without the
-frames of this one, as decoding whole cuts a long recording at its pauses. A stream keeps the
-beam and the current segment's frames.
+frames of this one, as decoding whole cuts a long recording at its pauses. With a `second_pass`,
+nothing is final before the segment ends, and then what the second pass makes of its frames is
+(las.recognition.second_pass). A stream keeps the beam and the current segment's frames.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -39,6 +41,10 @@ from las.search.streaming import Judge, Spelt, pad_frames
 # A character whose CTC log probability at a frame is this far under the frame's likeliest symbol
 # extends no prefix there: under e^-10 of the frame's mass.
 CANDIDATE_NATS = 10.0
+
+# A segment's final characters from its frames `[start, end)` (from the recording's start) and
+# what the first pass spelt there.
+SecondPass = Callable[[int, int, list[Spelt]], list[Spelt]]
 
 
 def log_add(first: float, second: float) -> float:
@@ -93,6 +99,7 @@ class TriggeredSearch:
         longest_frames: int,
         judge: Judge | None = None,
         lookahead_frames: int = 0,
+        second_pass: SecondPass | None = None,
     ) -> None:
         if speller is not None and not isinstance(speller, Speller):
             raise LasError(
@@ -104,6 +111,7 @@ class TriggeredSearch:
         self.pause_frames, self.longest_frames = pause_frames, longest_frames
         self.judge = judge  # each character's confidence when it is first emitted
         self.lookahead = lookahead_frames  # frames past the trigger the speller reads
+        self.second_pass = second_pass
         self.keys: list[torch.Tensor] = []  # (key_dim,) per frame of the current segment heard
         self.values: list[torch.Tensor] = []
         self.log_probs: list[torch.Tensor] = []  # (vocabulary,) per frame heard, not yet searched
@@ -253,7 +261,10 @@ class TriggeredSearch:
 
     def agreed(self) -> list[Spelt]:
         """The words every prefix of the beam shares beyond those given as final, each with the
-        space after it: no later hypothesis can change them."""
+        space after it: no later hypothesis can change them. With a second pass, none are before
+        the segment ends."""
+        if self.second_pass is not None:
+            return []
         shared = self.finals
         first = self.beam[0].characters
         while shared < len(first) and all(
@@ -268,17 +279,22 @@ class TriggeredSearch:
         return piece
 
     def end_segment(self) -> list[Spelt]:
-        """The segment's best prefix with the speller's <eos> (the rest of it, beyond what was
-        final), and a new segment."""
-        if self.speller is not None and self.ctc_weight < 1 and len(self.beam) > 1:
-            ends = self.speller_steps(self.beam, self.searched - self.origin)
-            ending = {tokens: float(log_probs[self.symbols.eos]) for tokens, (log_probs, _) in ends.items()}
-            best = max(self.beam, key=lambda prefix: self.score(prefix) + (1 - self.ctc_weight) * ending[prefix.tokens])
+        """The rest of the segment beyond what was final, and a new segment: its best prefix with
+        the speller's <eos>, or what the second pass makes of it."""
+        if self.second_pass is not None:
+            piece = self.second_pass(self.origin, self.searched, list(self.beam[0].characters))
         else:
-            best = self.beam[0]
-        piece = list(best.characters[self.finals :])
+            piece = list(self.ended().characters[self.finals :])
         self.start_segment()
         return piece
+
+    def ended(self) -> Prefix:
+        """The best prefix once the speller's <eos> is scored after each."""
+        if self.speller is None or self.ctc_weight == 1 or len(self.beam) == 1:
+            return self.beam[0]
+        ends = self.speller_steps(self.beam, self.searched - self.origin)
+        ending = {tokens: float(log_probs[self.symbols.eos]) for tokens, (log_probs, _) in ends.items()}
+        return max(self.beam, key=lambda prefix: self.score(prefix) + (1 - self.ctc_weight) * ending[prefix.tokens])
 
     def is_space(self, spelt: Spelt) -> bool:
         return spelt.token == self.space

@@ -1,0 +1,85 @@
+"""A stream's second pass: each segment decoded whole once it has ended (`decode.stream_second_pass`).
+
+The first pass (las.search.triggered) spells as the frames arrive, its speller reading only the
+frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
+its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
+recording: its features through a listener started afresh (the stream's has run since the
+recording began), the same search (decode.strategy, beam, CTC weight), played at
+`decode.other_speed` too and the better transcript kept, characters placed on their frames by the
+CTC head's forced alignment, confidences as offline. Its words are the segment's final ones: the
+stream gives up word-by-word finality for the accuracy of decoding whole, as two-pass recognisers
+rescore a streaming pass at each endpoint (Sainath et al., 2019).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from las.core.config import Config
+from las.core.text import Vocabulary
+from las.data.features import FilterbankExtractor, Normalizer
+from las.model.las import LAS
+from las.recognition.inference import aligned
+from las.search import Hypothesis, Rules, build_strategy
+from las.search.streaming import Spelt
+
+
+class SegmentDecoder:
+    """`hear` the stream's samples and its normalised features, a group of frames per encoder
+    frame, as they come; called with a segment's span of encoder frames and the first pass's
+    characters for it, the segment decoded whole (nothing where the first pass heard nothing: a
+    pause is not decoded). Keeps the current segment's samples and features."""
+
+    def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
+        settings = config.decode
+        self.model, self.normalizer = model, normalizer
+        self.strategy = build_strategy(settings, vocabulary, model)
+        self.rank = Rules.of(settings).rank
+        self.confidence = (settings.confidence, settings.confidence_from)
+        self.extractor = FilterbankExtractor(config.features.at_decoding())
+        other = settings.other_speed
+        self.other_speed = other if other > 0 and other != 1 else None
+        self.frame_samples = 2**config.model.pyramid_layers * self.extractor.hop  # of an encoder frame
+        self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
+        self.samples = torch.zeros(0)  # heard, from encoder frame `origin`'s first
+        self.origin = 0  # the encoder frame of groups[0], from the recording's start
+
+    def hear(self, samples: torch.Tensor | None = None, group: torch.Tensor | None = None) -> None:
+        """The stream's next `samples` `(samples,)` in [-1, 1], or its next `group` of features."""
+        if samples is not None:
+            self.samples = torch.cat([self.samples, samples.float()])
+        if group is not None:
+            self.groups.append(group)
+
+    @torch.no_grad()
+    def __call__(self, start: int, end: int, first: list[Spelt]) -> list[Spelt]:
+        """The characters of the segment of encoder frames `[start, end)` (from the recording's
+        start), each at the first frame of its aligned span; what was heard before `end` is then
+        dropped."""
+        features = self.groups[start - self.origin : end - self.origin]
+        samples = self.samples[(start - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples]
+        self.groups = self.groups[end - self.origin :]
+        self.samples = self.samples[(end - self.origin) * self.frame_samples :]
+        self.origin = end
+        if not first or not features:
+            return []
+        heard = [torch.cat(features)]  # (frames, mel_bins)
+        if self.other_speed is not None and len(samples) >= self.extractor.window:
+            heard.append(self.normalizer(self.extractor(samples, self.other_speed)))
+        found = self.decoded(heard)
+        best, speed = max(zip(found, (1.0, self.other_speed), strict=False), key=lambda pair: self.rank(pair[0]))
+        spans = best.spans or []
+        trust = best.confidences or [None] * len(best.tokens)
+        return [
+            Spelt(token, start + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
+            for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
+        ]
+
+    def decoded(self, heard: list[torch.Tensor]) -> list[Hypothesis]:
+        """The best hypothesis of each of `heard`'s features, aligned by the CTC head."""
+        lengths = torch.tensor([len(item) for item in heard])
+        batch = torch.nn.utils.rnn.pad_sequence(heard, batch_first=True)  # (pieces, frames, mel_bins)
+        device = next(self.model.parameters()).device
+        memory = self.model.listener(batch.to(device), lengths)
+        found = self.strategy.search(self.model, memory)
+        return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
