@@ -166,7 +166,7 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
     [
         ("beam", 0.5, 0.0, False),
         ("beam", 1.0, 0.0, False),
-        ("greedy", 0.5, 0.0, False),
+        ("greedy", 0.5, 0.0, True),  # the speller alone ends its own segments: no second pass
         ("beam", 0.5, 0.12, False),
         ("beam", 0.5, 0.12, True),
     ],
@@ -305,8 +305,6 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
-    with pytest.raises(LasError, match="stream_second_pass"):
-        Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="greedy", stream_second_pass=True).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
     with pytest.raises(LasError, match="mono samples"):
         stream.push(np.zeros((160, 2), dtype=np.int16))
@@ -340,7 +338,9 @@ def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[s
     # A file, at its own pace or as fast as it decodes, into --out.
     soundfile.write(tmp_path / "one.wav", samples, 16000)
     out = tmp_path / "stream.jsonl"
-    result = CliRunner().invoke(app, ["decode", checkpoint, str(tmp_path / "one.wav"), "--stream", "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["decode", checkpoint, str(tmp_path / "one.wav"), "--stream", "--out", str(out), "--beam-size", "4"]
+    )
     assert result.exit_code == 0, result.output
     assert [json.loads(line)["text"] for line in out.read_text().splitlines() if json.loads(line)["final"]] == expected
 

@@ -611,7 +611,10 @@ class DecodeConfig(Section):
     inner_pause_seconds: Annotated[float, Range(0)] = 1.0
     # A stream's segment ends once its best hypothesis has had no character for this long: its
     # last words are final then (the words before them, as soon as the beam agrees on them).
-    stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 0.5
+    # At 0.5 s, AN4's spelt letters end segments between them; with the second pass, 0.5 / 0.75 /
+    # 1 / 1.5 s read the choosing speakers at 14.03 / 13.07 / 12.97 / 12.99% (3 streaming seeds,
+    # docs/BENCHMARKS.md "A second pass at each pause").
+    stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 1.0
     # ... and a hypothesis this many nats under the best leaves a stream's beam: the sooner rivals
     # go, the sooner the beam agrees on a word, which is then final (las.search.triggered). Chosen
     # on the tuning speakers (one streaming model, docs/BENCHMARKS.md "Streaming"): at 10, 5, 3,
@@ -625,9 +628,12 @@ class DecodeConfig(Section):
     # 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16.
     stream_trigger_lookahead_seconds: Annotated[float, Range(0, 2)] = 0.16
     # A stream's segment is decoded whole once it has ended, as `las decode` decodes a piece of a
-    # recording (at one speed): its words are final then, not one by one as the beam agrees on
-    # them (las.recognition.second_pass).
-    stream_second_pass: bool = False
+    # recording: its words are final then, not one by one as the beam agrees on them, and the
+    # search's words are partial (las.recognition.second_pass; the CTC head's search only). Chosen
+    # on the choosing speakers (3 streaming seeds): 12.97% against 15.87 without; on dev 10.37
+    # against 14.87, its words final 1.04 s after their end at the median against 0.57 (docs/
+    # BENCHMARKS.md "A second pass at each pause"). Off, with the CTC head alone, for latency.
+    stream_second_pass: bool = True
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

@@ -35,7 +35,7 @@ from las.recognition.second_pass import SegmentDecoder
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
 from las.search.streaming import SpellerStream, Spelt
-from las.search.triggered import SecondPass, TriggeredSearch
+from las.search.triggered import TriggeredSearch
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,10 @@ class Stream:
         self.features = FeatureStream(extractor, normalizer, reduction)
         self.listener = model.listener.stream()
         self.ctc_head = model.ctc_head
-        self.second_pass = (
-            SegmentDecoder(model, config, normalizer, vocabulary) if config.decode.stream_second_pass else None
-        )
-        self.search = searcher(model, config, vocabulary, self.frame_seconds, self.second_pass)
+        self.search = searcher(model, config, vocabulary, self.frame_seconds)
+        self.second_pass: SegmentDecoder | None = None  # the CTC head's search only: its segments end at pauses
+        if config.decode.stream_second_pass and isinstance(self.search, TriggeredSearch):
+            self.second_pass = self.search.second_pass = SegmentDecoder(model, config, normalizer, vocabulary)
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
         self.told: list[Spelt] = []  # the partial result given last
@@ -168,7 +168,7 @@ class Stream:
 
 
 def searcher(
-    model: LAS, config: Config, vocabulary: Vocabulary, frame_seconds: float, second_pass: SecondPass | None = None
+    model: LAS, config: Config, vocabulary: Vocabulary, frame_seconds: float
 ) -> TriggeredSearch | SpellerStream:
     """How a stream spells: by default (`decode.strategy=beam` with a CTC head), a prefix beam
     search over the CTC head's frames that the speller scores as they come (las.search.triggered);
@@ -197,13 +197,7 @@ def searcher(
             judge=judge,
             # the CTC head alone reads no frame past its own: a look-ahead would only delay it
             lookahead_frames=round(settings.stream_trigger_lookahead_seconds / frame_seconds) if speller else 0,
-            second_pass=second_pass,
         )
     if settings.strategy == "ctc":
         raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")
-    if second_pass is not None:
-        raise LasError(
-            "decode.stream_second_pass decodes again the segments of the CTC head's search: "
-            "decode.strategy=beam or ctc, with a model trained with a CTC head"
-        )
     return SpellerStream(model.speller, Symbols.of(vocabulary), Rules.of(settings), space, judge)
