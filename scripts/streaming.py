@@ -151,6 +151,7 @@ def measure(
     threads: int = 1,
     cores: int = typer.Option(2, help="Cores whose streams in real time are counted."),
     decoding: list[str] = typer.Option([], "--decode", help="KEY=VALUE: a decode.* setting of the stream."),
+    pad: float = typer.Option(0.0, help="Seconds of digital silence (zeros) streamed before and after each recording."),
 ) -> None:
     """CER streamed and decoded whole per set, word delays and streams in real time (tables)."""
     torch.set_num_threads(threads)
@@ -165,13 +166,16 @@ def measure(
             recognizer = Recognizer.load(checkpoint, "cpu", **dict(setting.split("=", 1) for setting in decoding))
             hypotheses, seconds, audio = {}, 0.0, 0.0
             for utterance in utterances:
-                waveform = load_audio(Path(utterance.audio_location), recognizer.config.features.sample_rate).numpy()
-                streamed = stream_recording(recognizer, waveform)
+                rate = recognizer.config.features.sample_rate
+                waveform = load_audio(Path(utterance.audio_location), rate).numpy()
+                silence = np.zeros(round(pad * rate), dtype=waveform.dtype)
+                streamed = stream_recording(recognizer, np.concatenate([silence, waveform, silence]))
                 hypotheses[utterance.id] = streamed.text
                 seconds, audio = seconds + streamed.seconds, audio + streamed.audio_seconds
                 shown, changed = shown + len(streamed.shown), changed + streamed.changed()
                 if manifest == sets[0] and utterance.id in reference_times:
-                    word_delays += delays(streamed.emitted, reference_times[utterance.id])
+                    emitted = [(word, heard - pad) for word, heard in streamed.emitted]  # on the recording's clock
+                    word_delays += delays(emitted, reference_times[utterance.id])
             rates.append(character_error_rate([hypotheses[key] for key in references], list(references.values())))
             factors.append(seconds / audio)
         whole = [offline_cer(checkpoint, manifest) for checkpoint in offline]

@@ -5,6 +5,7 @@ final text, the text that decoding the whole recording gives, with bounded state
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from las.cli import app
 from las.core.config import FeatureConfig, load_config
 from las.core.errors import LasError
 from las.data.features import FilterbankExtractor, Normalizer
+from las.data.signal import POWER_FLOOR
 from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition.recognizer import Recognizer
@@ -96,6 +98,19 @@ def test_a_causal_normaliser_fits_exact_statistics_and_runs_frame_by_frame_as_ov
     assert Normalizer.from_dict(normalizer.to_dict()).causal
     with pytest.raises(LasError, match="causal front end"):
         Normalizer.fit(iter(utterances), utterance_mean=True, prior_frames=30).running()
+
+
+@pytest.mark.parametrize("prior_frames", [30, 0])
+def test_digital_silence_before_the_speech_moves_no_causal_mean(prior_frames: int) -> None:
+    """Frames at the log floor (exact zeros: a muted microphone, a padded file) say nothing of the
+    channel: the speech after them is normalised as without them, and they are finite."""
+    torch.manual_seed(0)
+    speech = torch.randn(60, 5) * 3 + torch.arange(5.0)
+    normalizer = Normalizer.fit(iter([speech]), utterance_mean=True, prior_frames=prior_frames, causal=True)
+    floor = torch.full((100, 5), math.log(POWER_FLOOR))
+    padded = normalizer(torch.cat([floor, speech, floor]))
+    torch.testing.assert_close(padded[100:160], normalizer(speech), atol=1e-5, rtol=0)
+    assert torch.isfinite(padded).all()
 
 
 def test_streamed_features_are_the_same_in_pieces_of_any_size_and_those_of_the_whole_recording() -> None:

@@ -15,7 +15,7 @@ from las.data.declipping import declipped
 from las.data.dereverberation import Dereverberation
 from las.data.loudness import within_training_levels
 from las.data.runs import leading, long_runs
-from las.data.segmentation import has_speech
+from las.data.segmentation import digital_silence, frame_energy, has_speech
 from las.data.signal import POWER_FLOOR, MelPowerSpectrum, resample, resampled_length
 
 
@@ -320,8 +320,9 @@ class Normalizer:
             raw = raw + item.sum(dim=0)
             if utterance_mean:
                 sums, counts = own_sums(item, causal)
-                weight = (prior_frames / (counts + prior_frames)).expand(frames, 1)  # b: the prior's share
-                item = item - sums / (counts + prior_frames)  # x - a
+                counted = (counts + prior_frames).clamp_min(1)  # none before the first sound, without a prior
+                weight = (prior_frames / counted).expand(frames, 1)  # b: the prior's share
+                item = item - sums / counted  # x - a
                 cross = cross + (weight * item).sum(dim=0)
                 pull, pull_squared = pull + float(weight.sum()), pull_squared + float(weight.pow(2).sum())
             total = total + item.sum(dim=0)
@@ -384,11 +385,16 @@ class Normalizer:
 def own_sums(features: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """What each frame's utterance mean is made of, before its prior: the sum of its frames
     `(1 or frames, mel_bins)` and their count `(1 or frames, 1)`, the whole utterance's, or with
-    `causal` those up to each frame (float64, as `features` `(frames, mel_bins)` come)."""
+    `causal` those up to each frame (float64, as `features` `(frames, mel_bins)` come).
+
+    A causal mean leaves out frames of digital silence (exact zeros, at the log floor: a muted
+    microphone, a padded file), which say nothing of the channel: a stream cannot trim them as
+    decoding whole does, and a second of them before the speech pulled the running mean so far
+    down that AN4 dev streamed at 32% CER against 12% (docs/BENCHMARKS.md, "Digital silence")."""
     if not causal:
         return features.sum(dim=0, keepdim=True), features.new_full((1, 1), len(features))
-    counts = torch.arange(1, len(features) + 1, dtype=features.dtype, device=features.device)[:, None]
-    return features.cumsum(dim=0), counts
+    heard = (~digital_silence(frame_energy(features), features.shape[1])).to(features.dtype)[:, None]
+    return (features * heard).cumsum(dim=0), heard.cumsum(dim=0)
 
 
 class RunningNormalizer:
@@ -410,5 +416,5 @@ class RunningNormalizer:
                 self.heard, self.count = sums[-1], int(counts[-1])
             if normalizer.prior is not None:
                 sums = sums + normalizer.prior_frames * normalizer.prior.double()
-            features = features - (sums / (counts + normalizer.prior_frames)).float()
+            features = features - (sums / (counts + normalizer.prior_frames).clamp_min(1)).float()
         return (features - normalizer.mean) / normalizer.std

@@ -40,6 +40,10 @@ class SegmentDecoder:
         other = settings.other_speed
         self.other_speed = other if other > 0 and other != 1 else None
         self.frame_samples = 2**config.model.pyramid_layers * self.extractor.hop  # of an encoder frame
+        import os
+
+        self.context = round(float(os.environ.get("LAS_CONTEXT", "0")) * 1000 / (self.frame_samples / 16))
+        self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
         self.samples = torch.zeros(0)  # heard, from encoder frame `origin`'s first
         self.origin = 0  # the encoder frame of groups[0], from the recording's start
@@ -56,11 +60,14 @@ class SegmentDecoder:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
         start), each at the first frame of its aligned span; what was heard before `end` is then
         dropped."""
+        own = start
+        start = max(self.origin, start - self.context)
         features = self.groups[start - self.origin : end - self.origin]
         samples = self.samples[(start - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples]
-        self.groups = self.groups[end - self.origin :]
-        self.samples = self.samples[(end - self.origin) * self.frame_samples :]
-        self.origin = end
+        kept = max(self.origin, end - self.context)
+        self.groups = self.groups[kept - self.origin :]
+        self.samples = self.samples[(kept - self.origin) * self.frame_samples :]
+        self.origin = kept
         if not first or not features:
             return []
         heard = [torch.cat(features)]  # (frames, mel_bins)
@@ -70,10 +77,22 @@ class SegmentDecoder:
         best, speed = max(zip(found, (1.0, self.other_speed), strict=False), key=lambda pair: self.rank(pair[0]))
         spans = best.spans or []
         trust = best.confidences or [None] * len(best.tokens)
-        return [
+        spelt = [
             Spelt(token, start + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
             for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
         ]
+        return self.owned(spelt, own)
+
+    def owned(self, spelt: list[Spelt], start: int) -> list[Spelt]:
+        words, word = [], []
+        for item in [*spelt, None]:
+            if item is None or item.token == self.space:
+                if word and (word[0].frame + word[-1].frame + 1) / 2 >= start:
+                    words.append(word + ([item] if item is not None else []))
+                word = []
+            else:
+                word.append(item)
+        return [item for word in words for item in word]
 
     def decoded(self, heard: list[torch.Tensor]) -> list[Hypothesis]:
         """The best hypothesis of each of `heard`'s features, aligned by the CTC head."""
