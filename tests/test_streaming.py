@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,9 +23,11 @@ from las.data.signal import POWER_FLOOR
 from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition.recognizer import Recognizer
+from las.recognition.second_pass import SegmentDecoder
 from las.recognition.streaming import Stream, StreamResult
 from las.search.common import Rules, Strategy, Symbols
 from las.search.paths import GreedySearch
+from las.search.streaming import Spelt
 from las.search.triggered import TriggeredSearch
 
 from .conftest import AN4, TINY, an4_rows, write_manifest
@@ -308,7 +311,8 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
         stream.push((generator.standard_normal(16000) * 30).astype(np.int16))
         kept.append((len(stream.search.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
     assert max(keys for keys, _, _ in kept) <= frames
-    assert stream.second_pass is None or len(stream.second_pass.groups) <= frames + 4  # + the look-ahead's
+    # + the look-ahead's and the context before the segment
+    assert stream.second_pass is None or len(stream.second_pass.groups) <= frames + 4 + stream.second_pass.context
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
 
@@ -331,6 +335,19 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
     stream.finish()
     with pytest.raises(LasError, match="has finished"):
         stream.push(np.zeros(160, dtype=np.int16))
+
+
+def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_context() -> None:
+    space = 0
+    spelt = [
+        Spelt(token, frame) for token, frame in [(5, 8), (6, 11), (space, 12), (7, 13), (8, 16), (space, 17), (9, 20)]
+    ]
+    owner = SimpleNamespace(space=space)
+    # The first word spans frames 8-11 (centre 10): the segment before's, from 11 on; the second's centre is 15.
+    assert SegmentDecoder.owned(owner, spelt, 10) == spelt  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 11) == spelt[3:]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 16) == spelt[6:]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 21) == []  # type: ignore[arg-type]
 
 
 def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[str, Path], tmp_path: Path) -> None:

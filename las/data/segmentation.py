@@ -340,6 +340,12 @@ def has_speech(features: torch.Tensor) -> bool:
     return Levels.of(features).speech
 
 
+# Heard beyond a cut in a recording, so that no word is decoded half: decoding whole hears each
+# piece this much further where a neighbour follows without a pause, and a stream's second pass
+# hears this much before each segment (las.recognition.second_pass).
+CONTEXT_SECONDS = 0.5
+
+
 def split_at_pauses(features: torch.Tensor, max_frames: int) -> list[tuple[int, int]]:
     """`[start, end)` frame spans of the speech in `features` `(frames, mel_bins)`, in order: cut at
     every pause (`Levels.pauses`), long silence left out, and no span longer than `max_frames` (a

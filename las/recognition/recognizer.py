@@ -27,7 +27,7 @@ from las.data.dataset import SpeechDataset
 from las.data.declipping import clipped_share
 from las.data.features import Analysed, FeatureSet, FilterbankExtractor, InMemoryFeatures, analysed_features
 from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
-from las.data.segmentation import Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
+from las.data.segmentation import CONTEXT_SECONDS, Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
 from las.data.surroundings import Surroundings
 from las.data.utterances import Utterance
 from las.export.runtime import load_model, run_on
@@ -40,7 +40,6 @@ from las.search import Hypothesis, build_strategy
 from las.search.common import Rules
 
 Audio = str | Path | np.ndarray | torch.Tensor  # a file (or manifest, or folder), or samples
-CONTEXT_SECONDS = 0.5  # heard beyond a cut that falls in speech, so no word is decoded half
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,13 @@
 The first pass (las.search.triggered) spells as the frames arrive, its speller reading only the
 frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
 its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
-recording: its features through a listener started afresh (the stream's has run since the
-recording began), the same search (decode.strategy, beam, CTC weight), played at
-`decode.other_speed` too and the better transcript kept, characters placed on their frames by the
-CTC head's forced alignment, confidences as offline. Its words are the segment's final ones: the
-stream gives up word-by-word finality for the accuracy of decoding whole, as two-pass recognisers
-rescore a streaming pass at each endpoint (Sainath et al., 2019).
+recording: its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
+stream's has run since the recording began), the same search (decode.strategy, beam, CTC
+weight), played at `decode.other_speed` too and the better transcript kept, characters placed on
+their frames by the CTC head's forced alignment, confidences as offline. The words centred in the
+segment are its final ones (those in the context were the segment before's). The stream gives up
+word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
+streaming pass at each endpoint (Sainath et al., 2019).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from las.core.config import Config
 from las.core.text import Vocabulary
 from las.data.features import FilterbankExtractor, Normalizer
+from las.data.segmentation import CONTEXT_SECONDS
 from las.model.las import LAS
 from las.recognition.inference import aligned
 from las.search import Hypothesis, Rules, build_strategy
@@ -25,10 +27,11 @@ from las.search.streaming import Spelt
 
 
 class SegmentDecoder:
-    """`hear` the stream's samples and its normalised features, a group of frames per encoder
-    frame, as they come; called with a segment's span of encoder frames and the first pass's
-    characters for it, the segment decoded whole (nothing where the first pass heard nothing: a
-    pause is not decoded). Keeps the current segment's samples and features."""
+    """Given the stream's samples (`listen`) and its normalised features, a group of frames per
+    encoder frame (`hear`), as they come; called with a segment's span of encoder frames and the
+    first pass's characters for it, the segment decoded whole (nothing where the first pass heard
+    nothing: a pause is not decoded). Keeps the current segment's samples and features, and the
+    context before it."""
 
     def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
         settings = config.decode
@@ -40,34 +43,31 @@ class SegmentDecoder:
         other = settings.other_speed
         self.other_speed = other if other > 0 and other != 1 else None
         self.frame_samples = 2**config.model.pyramid_layers * self.extractor.hop  # of an encoder frame
-        import os
-
-        self.context = round(float(os.environ.get("LAS_CONTEXT", "0")) * 1000 / (self.frame_samples / 16))
+        self.context = round(CONTEXT_SECONDS * config.features.sample_rate / self.frame_samples)  # encoder frames
         self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
         self.samples = torch.zeros(0)  # heard, from encoder frame `origin`'s first
         self.origin = 0  # the encoder frame of groups[0], from the recording's start
 
-    def hear(self, samples: torch.Tensor | None = None, group: torch.Tensor | None = None) -> None:
-        """The stream's next `samples` `(samples,)` in [-1, 1], or its next `group` of features."""
-        if samples is not None:
-            self.samples = torch.cat([self.samples, samples.float()])
-        if group is not None:
-            self.groups.append(group)
+    def listen(self, samples: torch.Tensor) -> None:
+        """The stream's next samples `(samples,)` in [-1, 1]."""
+        self.samples = torch.cat([self.samples, samples.float()])
+
+    def hear(self, group: torch.Tensor) -> None:
+        """The stream's next group of normalised features `(group, mel_bins)`: an encoder frame's."""
+        self.groups.append(group)
 
     @torch.no_grad()
     def __call__(self, start: int, end: int, first: list[Spelt]) -> list[Spelt]:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
-        start), each at the first frame of its aligned span; what was heard before `end` is then
-        dropped."""
-        own = start
-        start = max(self.origin, start - self.context)
-        features = self.groups[start - self.origin : end - self.origin]
-        samples = self.samples[(start - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples]
-        kept = max(self.origin, end - self.context)
-        self.groups = self.groups[kept - self.origin :]
-        self.samples = self.samples[(kept - self.origin) * self.frame_samples :]
-        self.origin = kept
+        start), each at the first frame of its aligned span; what was heard before the next
+        segment's context is then dropped."""
+        heard_from = max(self.origin, start - self.context)
+        features = self.groups[heard_from - self.origin : end - self.origin]
+        samples = self.samples[
+            (heard_from - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples
+        ]
+        self.drop(max(self.origin, end - self.context))
         if not first or not features:
             return []
         heard = [torch.cat(features)]  # (frames, mel_bins)
@@ -78,21 +78,16 @@ class SegmentDecoder:
         spans = best.spans or []
         trust = best.confidences or [None] * len(best.tokens)
         spelt = [
-            Spelt(token, start + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
+            Spelt(token, heard_from + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
             for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
         ]
-        return self.owned(spelt, own)
+        return self.owned(spelt, start)
 
-    def owned(self, spelt: list[Spelt], start: int) -> list[Spelt]:
-        words, word = [], []
-        for item in [*spelt, None]:
-            if item is None or item.token == self.space:
-                if word and (word[0].frame + word[-1].frame + 1) / 2 >= start:
-                    words.append(word + ([item] if item is not None else []))
-                word = []
-            else:
-                word.append(item)
-        return [item for word in words for item in word]
+    def drop(self, frame: int) -> None:
+        """Forget what was heard before encoder frame `frame`."""
+        self.groups = self.groups[frame - self.origin :]
+        self.samples = self.samples[(frame - self.origin) * self.frame_samples :]
+        self.origin = frame
 
     def decoded(self, heard: list[torch.Tensor]) -> list[Hypothesis]:
         """The best hypothesis of each of `heard`'s features, aligned by the CTC head."""
@@ -102,3 +97,17 @@ class SegmentDecoder:
         memory = self.model.listener(batch.to(device), lengths)
         found = self.strategy.search(self.model, memory)
         return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
+
+    def owned(self, spelt: list[Spelt], start: int) -> list[Spelt]:
+        """The words of `spelt` (each with the space after it) centred at or after frame `start`:
+        those before it were heard as context, and the segment before gave them."""
+        kept: list[Spelt] = []
+        word: list[Spelt] = []
+        for item in [*spelt, None]:
+            if item is not None and item.token != self.space:
+                word.append(item)
+                continue
+            if word and (word[0].frame + word[-1].frame + 1) / 2 >= start:
+                kept += word + ([item] if item is not None else [])
+            word = []
+        return kept

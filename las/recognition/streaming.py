@@ -92,7 +92,7 @@ class Stream:
             return []
         samples = float_samples(array)
         if self.second_pass is not None:
-            self.second_pass.hear(samples=samples)
+            self.second_pass.listen(samples)
         return self.advance(self.features.push(samples), finished=False)
 
     def finish(self) -> list[StreamResult]:
@@ -110,7 +110,7 @@ class Stream:
         results = []
         for group in groups:
             if self.second_pass is not None:
-                self.second_pass.hear(group=group)
+                self.second_pass.hear(group)
             self.hear(self.listener.push(group.to(self.device)))
             results += self.spell(finished=False)
         if finished:
