@@ -390,7 +390,8 @@ def own_sums(features: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.
     A causal mean leaves out frames of digital silence (exact zeros, at the log floor: a muted
     microphone, a padded file), which say nothing of the channel: a stream cannot trim them as
     decoding whole does, and a second of them before the speech pulled the running mean so far
-    down that AN4 dev streamed at 32% CER against 12% (docs/BENCHMARKS.md, "Digital silence")."""
+    down that AN4 dev streamed at 34% CER against 10% (3 seeds; docs/BENCHMARKS.md, "Digital
+    silence before the speech")."""
     if not causal:
         return features.sum(dim=0, keepdim=True), features.new_full((1, 1), len(features))
     heard = (~digital_silence(frame_energy(features), features.shape[1])).to(features.dtype)[:, None]
