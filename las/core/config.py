@@ -630,7 +630,7 @@ class DecodeConfig(Section):
     # A stream's segment is decoded whole once it has ended, as `las decode` decodes a piece of a
     # recording: its words are final then, not one by one as the beam agrees on them, and the
     # search's words are partial (las.recognition.second_pass; the CTC head's search only). Chosen
-    # on the choosing speakers (3 streaming seeds): 12.97% against 15.87 without; on dev 10.37
+    # on the choosing speakers (3 streaming seeds): 12.97% against 15.87 without; on dev 10.34
     # against 14.87, its words final 1.04 s after their end at the median against 0.57 (docs/
     # BENCHMARKS.md "A second pass at each pause"). Off, with the CTC head alone, for latency.
     stream_second_pass: bool = True
