@@ -17,7 +17,7 @@ $(UV):
 # --locked: an error, not a new resolution, where uv.lock is out of date with pyproject.toml;
 # --inexact: uv itself stays in the environment; --compile-bytecode: each package's .pyc written
 # once here, not compiled anew by every process that imports torch where the environment asks
-# Python to write none (PYTHONDONTWRITEBYTECODE): a fresh clone's suite took 10.5 min, not 8.
+# Python to write none (PYTHONDONTWRITEBYTECODE): a fresh clone's suite took 10.5 min, now 9.
 $(BIN)/las: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --locked --inexact --compile-bytecode $(EXTRAS)
 	touch $@
