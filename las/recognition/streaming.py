@@ -8,10 +8,12 @@
         ...
 
 A model trained for it (data/recipes/an4-streaming.toml: a causal front end, a listener that hears
-a bounded time ahead, an attention that only moves forward) is run a fixed group of frames at a
-time: the features (las.data.streaming), the listener (las.model.streaming_listener), then the
-speller, which spells each character once the frame its attention selects has arrived
-(las.search.streaming). Cut into pieces of any size, a recording gives the same final text.
+a bounded time ahead) is run a fixed group of frames at a time: the features
+(las.data.streaming), the listener (las.model.streaming_listener), then the search: by default
+the CTC head's, the speller scoring what it emits (las.search.triggered), each segment decoded
+again whole once it ends (las.recognition.second_pass); or the speller alone, with an attention
+that only moves forward (las.search.streaming). Cut into pieces of any size, a recording gives
+the same final text.
 """
 
 from __future__ import annotations

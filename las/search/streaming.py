@@ -50,8 +50,9 @@ class SpellerStream:
     ) -> None:
         if not isinstance(speller, Speller) or not isinstance(speller.attention, MonotonicAttention):
             raise LasError(
-                "streaming spells with an attention that only moves forward: a model trained with "
-                "model.attention=monotonic or monotonic_chunk (data/recipes/an4-streaming.toml)"
+                "a stream spells with the speller alone (decode.strategy=greedy, or a model without a CTC head) "
+                "only with an attention that moves forward: model.attention=monotonic or monotonic_chunk; "
+                "with a CTC head, decode.strategy=beam streams any attention"
             )
         self.speller, self.symbols, self.rules, self.space = speller, symbols, rules, space
         self.judge = judge
