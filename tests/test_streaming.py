@@ -180,21 +180,27 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
 
 
 @pytest.mark.parametrize(
-    ("strategy", "ctc_weight", "lookahead", "second_pass"),
+    ("strategy", "ctc_weight", "lookahead", "second_pass", "reach"),
     [
-        ("beam", 0.5, 0.0, False),
-        ("beam", 1.0, 0.0, False),
-        ("greedy", 0.5, 0.0, True),  # the speller alone ends its own segments: no second pass
-        ("beam", 0.5, 0.12, False),
-        ("beam", 0.5, 0.12, True),
+        ("beam", 0.5, 0.0, False, 0.0),
+        ("beam", 1.0, 0.0, False, 0.0),
+        ("greedy", 0.5, 0.0, True, 0.0),  # the speller alone ends its own segments: no second pass
+        ("beam", 0.5, 0.12, False, 0.0),
+        ("beam", 0.5, 0.12, True, 0.0),
+        ("beam", 0.5, 0.12, True, 5.0),  # segments at short pauses, each decoded with those before it
     ],
 )
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
-    streaming_model: dict[str, Path], strategy: str, ctc_weight: float, lookahead: float, second_pass: bool
+    streaming_model: dict[str, Path],
+    strategy: str,
+    ctc_weight: float,
+    lookahead: float,
+    second_pass: bool,
+    reach: float,
 ) -> None:
     """By the default joint search (las.search.triggered), with its speller reading past the
-    trigger, with each segment decoded again whole once it ends, its CTC head alone, and the
-    speller alone (las.search.streaming)."""
+    trigger, with each segment decoded again whole once it ends (alone, or with the segments
+    before it), its CTC head alone, and the speller alone (las.search.streaming)."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
@@ -202,6 +208,8 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         ctc_weight=ctc_weight,
         stream_trigger_lookahead_seconds=lookahead,
         stream_second_pass=second_pass,
+        stream_second_pass_reach_seconds=reach,
+        stream_pause_seconds=0.2 if reach else 1.0,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
         samples = soundfile.read(row[1], dtype="int16")[0]
@@ -290,17 +298,27 @@ def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streami
 
 
 @pytest.mark.parametrize(
-    ("strategy", "frames", "second_pass"),
-    [("greedy", 8, False), ("beam", 2 * 1000 // 40 + 1, False), ("beam", 2 * 1000 // 40 + 1, True)],
+    ("strategy", "frames", "second_pass", "reach"),
+    [
+        ("greedy", 8, False, 0.0),
+        ("beam", 2 * 1000 // 40 + 1, False, 0.0),
+        ("beam", 2 * 1000 // 40 + 1, True, 0.0),
+        ("beam", 2 * 1000 // 40 + 1, True, 1.0),
+    ],
 )
 def test_a_stream_keeps_bounded_state_over_long_audio(
-    streaming_model: dict[str, Path], strategy: str, frames: int, second_pass: bool
+    streaming_model: dict[str, Path], strategy: str, frames: int, second_pass: bool, reach: float
 ) -> None:
     """Spelling greedily, the frames from the one selected last and MoChA's chunk behind it; the
     joint search (and its second pass), a segment's frames (ended at decode.segment_seconds, 2 s
-    of 40 ms here, if no pause ends it first)."""
+    of 40 ms here, if no pause ends it first), and the second pass's reach back before it."""
     recognizer = Recognizer.load(
-        streaming_model["checkpoint"], "cpu", strategy=strategy, segment_seconds=2, stream_second_pass=second_pass
+        streaming_model["checkpoint"],
+        "cpu",
+        strategy=strategy,
+        segment_seconds=2,
+        stream_second_pass=second_pass,
+        stream_second_pass_reach_seconds=reach,
     )
     stream = recognizer.stream()
     generator = np.random.default_rng(0)
@@ -312,7 +330,8 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
         kept.append((len(stream.search.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
     assert max(keys for keys, _, _ in kept) <= frames
     # + the look-ahead's and the context before the segment
-    assert stream.second_pass is None or len(stream.second_pass.groups) <= frames + 4 + stream.second_pass.context
+    held = None if stream.second_pass is None else stream.second_pass
+    assert held is None or len(held.groups) <= frames + 4 + held.context + held.reach
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
 
@@ -335,6 +354,20 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
     stream.finish()
     with pytest.raises(LasError, match="has finished"):
         stream.push(np.zeros(160, dtype=np.int16))
+
+
+def test_a_second_pass_reaches_back_to_the_first_segment_begun_within_its_reach(
+    streaming_model: dict[str, Path],
+) -> None:
+    decoder = (
+        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_reach_seconds=1).stream().second_pass
+    )
+    assert decoder is not None and decoder.reach == 25 and decoder.context == 12  # encoder frames of 40 ms
+    decoder.starts = [10, 30, 50]  # segments decoded before
+    assert decoder.window(60) == 50 - 12  # those begun 25 frames before it or later, and the context before
+    assert decoder.window(52) == 30 - 12
+    assert decoder.window(100) == 100 - 12  # none within reach: its own context, as with no reach
+    assert decoder.window(15) == 0  # never before what the stream has heard
 
 
 def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_context() -> None:

@@ -634,6 +634,13 @@ class DecodeConfig(Section):
     # against 14.87, its words final 1.04 s after their end at the median against 0.57 (docs/
     # BENCHMARKS.md "A second pass at each pause"). Off, with the CTC head alone, for latency.
     stream_second_pass: bool = True
+    # ... reading again the segments that began within this many seconds before the one that
+    # ended (their words, given already, are not given again): segments ended at short pauses
+    # then have each word final at the first pause after it, spelt with the words before it in
+    # view as a segment ended at a long pause spells them. 0: the segment alone (and 0.5 s before
+    # it, las.data.segmentation.CONTEXT_SECONDS). A segment's decoding then costs up to this much
+    # more audio; state stays bounded by it.
+    stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

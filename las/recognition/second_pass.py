@@ -7,7 +7,10 @@ recording: its features, with CONTEXT_SECONDS before it, through a listener star
 stream's has run since the recording began), the same search (decode.strategy, beam, CTC
 weight), played at `decode.other_speed` too and the better transcript kept, characters placed on
 their frames by the CTC head's forced alignment, confidences as offline. The words centred in the
-segment are its final ones (those in the context were the segment before's). The stream gives up
+segment are its final ones (those in the context were the segment before's). With
+`decode.stream_second_pass_reach_seconds`, the context is the segments that began within that
+long before this one, whole: with short pauses ending segments, each word is final at the first
+pause after it but spelt with the sentence before it in view. The stream gives up
 word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
 streaming pass at each endpoint (Sainath et al., 2019).
 """
@@ -43,7 +46,10 @@ class SegmentDecoder:
         other = settings.other_speed
         self.other_speed = other if other > 0 and other != 1 else None
         self.frame_samples = 2**config.model.pyramid_layers * self.extractor.hop  # of an encoder frame
-        self.context = round(CONTEXT_SECONDS * config.features.sample_rate / self.frame_samples)  # encoder frames
+        encoder_frame_seconds = self.frame_samples / config.features.sample_rate
+        self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
+        self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
+        self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
         self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
         self.samples = torch.zeros(0)  # heard, from encoder frame `origin`'s first
@@ -62,12 +68,14 @@ class SegmentDecoder:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
         start), each at the first frame of its aligned span; what was heard before the next
         segment's context is then dropped."""
-        heard_from = max(self.origin, start - self.context)
+        heard_from = self.window(start)
         features = self.groups[heard_from - self.origin : end - self.origin]
         samples = self.samples[
             (heard_from - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples
         ]
-        self.drop(max(self.origin, end - self.context))
+        # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
+        self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
+        self.drop(max(self.origin, min([*self.starts, end]) - self.context))
         if not first or not features:
             return []
         heard = [torch.cat(features)]  # (frames, mel_bins)
@@ -82,6 +90,13 @@ class SegmentDecoder:
             for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
         ]
         return self.owned(spelt, start)
+
+    def window(self, start: int) -> int:
+        """The first encoder frame a segment starting at frame `start` is decoded from: the first
+        of the segments decoded before it that began within `reach` frames of it (or its own),
+        with the context before that."""
+        first = min((frame for frame in self.starts if frame >= start - self.reach), default=start)
+        return max(self.origin, min(first, start) - self.context)
 
     def drop(self, frame: int) -> None:
         """Forget what was heard before encoder frame `frame`."""
