@@ -127,20 +127,6 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     assert "ctc_first" not in starts(long, "train.attention_pieces_ctc_first=true").advice()
 
 
-def test_the_first_cut_waits_for_the_ctc_loss_of_most_steps_not_one_batch() -> None:
-    from las.training.run_progress import Progress
-
-    start, progress = starts([1300, 1100, 900, 2000]), Progress()
-    for loss in (3.0, 3.0, 2.5, 0.9):  # one batch the head reads well, the steps before it not
-        progress.heard_ctc(loss)
-    assert progress.ctc_loss == pytest.approx(0.9 * (0.9 * (0.9 * 3.0 + 0.3) + 0.25) + 0.09)
-    # Over the trigger: the step is one of pieces, and nothing is aligned or cut (no model needed).
-    assert start.in_pieces(progress, None, None, VOCABULARY, seed=1) == (True, None)  # type: ignore[arg-type]
-    for _ in range(30):
-        progress.heard_ctc(1.0)
-    assert progress.ctc_loss < 1.5  # most steps under it now: the next step aligns its batch
-
-
 DIMENSIONS = 10
 
 

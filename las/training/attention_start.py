@@ -80,7 +80,7 @@ class AttentionStart:
         self, progress: Progress, model: LAS, batch: Batch, vocabulary: Vocabulary, seed: int
     ) -> tuple[bool, Batch | None]:
         """Whether the step after `progress` is one of pieces, and `batch` in pieces where it was
-        cut: not while the steps' CTC loss (a moving average) is over the trigger, before the first cut."""
+        cut: not while the last step's CTC loss is over the trigger, before the first cut."""
         cutting = self.cutting(progress.piece_frames)
         if cutting is None:
             return False, None

@@ -37,10 +37,8 @@ class Progress:
     piece_frames: int | None = None
     pieces_since: int | None = None
     pieces_aligned: float = 0.0
-    # A moving average (about ten steps) of the steps' CTC loss per character: no alignment pass
-    # is due while it is over the trigger, so that one batch the head happens to read well does
-    # not start the cuts of a head that has not learnt (kept here so that a resumed run cuts its
-    # first batch as an unbroken one would).
+    # The last step's CTC loss per character: no alignment pass is due while it is over the
+    # trigger (kept here so that a resumed run cuts its first batch as an unbroken one would).
     ctc_loss: float | None = None
 
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
@@ -52,10 +50,6 @@ class Progress:
         for name, value in parts.items():
             self.part_sums[name] = self.part_sums.get(name, 0.0) + value
         self.frames += frames
-
-    def heard_ctc(self, loss: float) -> None:
-        """A step's CTC loss per character, into the moving average."""
-        self.ctc_loss = loss if self.ctc_loss is None else 0.9 * self.ctc_loss + 0.1 * loss
 
     def skip_bad_batch(self, max_bad_batches: int) -> None:
         """A batch whose loss or gradient is not finite is skipped; too many of them stop training."""

@@ -333,8 +333,7 @@ class Trainer:
         finite = math.isfinite(total) and math.isfinite(local_norm)
         learning_rate = self.optimisation.step(finite)
         named_parts = dict(zip(parts, values, strict=True))
-        if finite and "ctc_loss" in named_parts:
-            self.progress.heard_ctc(named_parts["ctc_loss"])
+        self.progress.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
 
