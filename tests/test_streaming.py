@@ -330,7 +330,7 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
         kept.append((len(stream.search.keys), len(stream.features.pending), stream.listener.waiting.shape[1]))
     assert max(keys for keys, _, _ in kept) <= frames
     # + the look-ahead's and the context before the segment
-    held = None if stream.second_pass is None else stream.second_pass
+    held = stream.second_pass
     assert held is None or len(held.groups) <= frames + 4 + held.context + held.reach
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
