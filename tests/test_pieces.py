@@ -7,7 +7,7 @@ import torch
 
 from las.core.config import load_config
 from las.core.errors import LasError
-from las.core.text import Vocabulary
+from las.core.text import PAD_INDEX, Vocabulary
 from las.data.dataset import Batch, speller_targets
 from las.model.las import LAS
 from las.model.losses import joint_loss
@@ -92,6 +92,46 @@ def test_an_utterance_the_head_cannot_align_is_left_out_of_a_step_in_pieces() ->
         )
         is None
     )
+
+
+def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alone() -> None:
+    torch.manual_seed(0)
+    model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
+    batch = batch_of(["AB CD ABC D CA", "DC BA DC BA", "A"], [400, 400, 20])
+    # Each utterance's CTC loss per character, as the head reads it now: a trigger between the two.
+    with torch.no_grad():
+        memory = model.listener(batch.features, batch.feature_lengths)
+        log_probs = model.ctc_head(memory.hidden).log_softmax(dim=-1)
+    counts = batch.target_lengths - 1
+    losses = torch.nn.functional.ctc_loss(
+        log_probs.transpose(0, 1), batch.targets_in[:, 1:], memory.lengths, counts, reduction="none"
+    )
+    per_character = (losses / counts).tolist()
+    aligned, unaligned = (0, 1) if per_character[0] < per_character[1] else (1, 0)
+    trigger = sum(per_character[:2]) / 2
+    pieces = cut(model, batch, Cutting(longest=100, trigger=trigger), VOCABULARY, torch.Generator().manual_seed(1))
+    assert pieces is not None
+    assert sum(name.startswith(f"u{aligned}#") for name in pieces.ids) > 1  # cut
+    whole = pieces.ids.index(f"u{unaligned}")  # heard whole, every frame and character
+    assert pieces.feature_lengths[whole] == 400
+    torch.testing.assert_close(pieces.features[whole], batch.features[unaligned])
+    characters = int(counts[unaligned])
+    assert pieces.target_lengths[whole] == characters + 1
+    assert (
+        pieces.targets_in[whole, 1 : characters + 1].tolist()
+        == batch.targets_in[unaligned, 1 : characters + 1].tolist()
+    )
+    assert pieces.targets_out[whole].eq(PAD_INDEX).all()  # nothing for the speller
+    spelt = [row for row in range(len(pieces.ids)) if row != whole]
+    assert pieces.targets_out[spelt].ne(PAD_INDEX).any(dim=1).all()
+    # Its characters train the CTC head and none of the speller's: the joint loss with the CTC
+    # weight at 0 is the attention's over the other rows' characters.
+    output = model(pieces.features, pieces.feature_lengths, pieces.targets_in)
+    attention, parts = joint_loss(output, pieces.targets_in, pieces.targets_out, pieces.target_lengths, 0.0, 0.0)
+    others = torch.nn.functional.cross_entropy(
+        output.logits[spelt].transpose(1, 2), pieces.targets_out[spelt], ignore_index=PAD_INDEX, reduction="sum"
+    )
+    torch.testing.assert_close(attention, others / pieces.target_lengths.sum())
 
 
 def starts(frame_counts: list[int], *settings: str) -> AttentionStart:

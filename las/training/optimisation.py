@@ -13,6 +13,7 @@ import torch
 from las.core.config import Config
 from las.core.device import autocast, resolve_precision
 from las.core.errors import LasError
+from las.core.text import PAD_INDEX
 from las.data.augment import spec_augment
 from las.data.dataset import Batch
 from las.model.alignment import diagonal_rows
@@ -109,7 +110,9 @@ class Optimisation:
             )
             if alignment:  # this rank's share of the mean over ranks
                 rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
-                parts["diagonal_share"] = rows.float().mean() / self.world_size
+                spelt = (batch.targets_out != PAD_INDEX).any(dim=1)  # (batch,): not heard by the CTC head alone
+                share = (rows & spelt).sum() / spelt.sum().clamp_min(1)
+                parts["diagonal_share"] = share.float() / self.world_size
             if guide is None:
                 return loss, parts
             guided = guide.loss(output, batch.targets_in)  # a mean over this rank's characters

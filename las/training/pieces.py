@@ -84,8 +84,10 @@ def pieces_of(
 
 def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, generator: torch.Generator) -> Batch | None:
     """`batch` with each utterance longer than a piece cut into pieces where the CTC head has
-    learnt to align it, and left out where it has not (utterances no longer than a piece whole),
-    or None where nothing was cut: the head has not learnt, or every utterance fits."""
+    learnt to align it, heard whole by the CTC head alone where it has not yet (no character
+    for the speller: PAD targets), left out where no CTC path spells it (utterances no longer
+    than a piece whole), or None where nothing was cut: the head has not learnt, or every
+    utterance fits."""
     if model.ctc_head is None or " " not in vocabulary.index:
         return None
     lengths = batch.feature_lengths.tolist()
@@ -103,29 +105,32 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
     encoder_lengths = memory.lengths.tolist()
     space = vocabulary.index[" "]
     row_tokens = [characters[row, : int(counts[row])].tolist() for row in range(len(lengths))]
-    # Each utterance longer than a piece, where the head aligns it: the others are not cut, or
-    # are left out of this step (too long for the attention to learn from, with no alignment to
-    # cut them at; in a batch of pieces, their frames and characters would cost the step what all
-    # the pieces cost).
-    alignable = [
+    # Each utterance longer than a piece that a CTC path can spell: cut where the head aligns it
+    # well enough; where it does not yet, heard whole by the head alone (too long for the
+    # attention to learn from, with no alignment to cut it at), so that the head keeps learning
+    # from the utterances it reads worst rather than only from those it already reads. Their
+    # characters count in the attention loss's denominator too: while many are heard whole, the
+    # step leans on CTC, as a joint weight heavy at first would.
+    spellable = [
         row
         for row, frames in enumerate(lengths)
-        if frames > cutting.longest
-        and row_tokens[row]
-        and encoder_lengths[row] >= ctc_frames_needed(row_tokens[row])
-        and per_character[row] < cutting.trigger  # inf where no path fits
+        if frames > cutting.longest and row_tokens[row] and encoder_lengths[row] >= ctc_frames_needed(row_tokens[row])
     ]
+    alignable = [row for row in spellable if per_character[row] < cutting.trigger]  # inf where no path fits
     frames_of, tokens_of = [encoder_lengths[row] for row in alignable], [row_tokens[row] for row in alignable]
     paths = dict(zip(alignable, viterbi_paths(log_probs[alignable], frames_of, tokens_of, PAD_INDEX), strict=True))
     ids: list[str] = []
     features: list[torch.Tensor] = []
     tokens: list[torch.Tensor] = []
+    heard: list[int] = []  # rows of the new batch for the CTC head alone
     divided = False  # whether any utterance was cut in two or more
     for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
         pieces = [Piece((0, frames), (0, len(row_tokens[row])))]
-        if frames > cutting.longest:
-            if row not in paths:
+        if frames > cutting.longest and row not in paths:
+            if row not in spellable:
                 continue  # left out of this step
+            heard.append(len(ids))
+        elif frames > cutting.longest:
             words = word_spans(row_tokens[row], runs(paths[row], PAD_INDEX), space)
             draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
             longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
@@ -138,6 +143,7 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
     if not divided:
         return None  # the step trains on the batch as it is
     targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
+    targets_out[heard] = PAD_INDEX  # (pieces, steps): nothing for the speller to learn there
     device = batch.features.device
     return Batch(
         ids=ids,
