@@ -2,6 +2,8 @@
 of training from scratch (las/training/pieces.py), and when a run cuts them
 (las/training/attention_start.py)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -12,6 +14,8 @@ from las.data.dataset import Batch, speller_targets
 from las.model.las import LAS
 from las.model.losses import joint_loss
 from las.training.attention_start import AttentionStart
+from las.training.distributed import Distributed
+from las.training.optimisation import Optimisation
 from las.training.pieces import Cutting, Piece, cut, pieces_of, word_spans
 
 from .conftest import TINY
@@ -124,6 +128,8 @@ def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alo
     assert pieces.targets_out[whole].eq(PAD_INDEX).all()  # nothing for the speller
     spelt = [row for row in range(len(pieces.ids)) if row != whole]
     assert pieces.targets_out[spelt].ne(PAD_INDEX).any(dim=1).all()
+    # The speller reads as far as the longest row it spells, not the whole utterance's characters.
+    assert pieces.speller_steps == int(pieces.target_lengths[spelt].max()) < characters + 1
     # Its characters train the CTC head and none of the speller's: the joint loss with the CTC
     # weight at 0 is the attention's over the other rows' characters.
     output = model(pieces.features, pieces.feature_lengths, pieces.targets_in)
@@ -132,6 +138,17 @@ def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alo
         output.logits[spelt].transpose(1, 2), pieces.targets_out[spelt], ignore_index=PAD_INDEX, reduction="sum"
     )
     torch.testing.assert_close(attention, others / pieces.target_lengths.sum())
+    # A training step's loss reads the speller's steps only so far, to the same loss and parts.
+    model.eval()  # no dropout: the two passes comparable
+    config = load_config(None, TINY)
+    optimisation = Optimisation(config, model, torch.device("cpu"), Distributed(), 10)
+    short, short_parts = optimisation.loss(pieces, pieces.target_lengths, 1.0, False, alignment=True)
+    full, full_parts = optimisation.loss(
+        dataclasses.replace(pieces, speller_steps=None), pieces.target_lengths, 1.0, False, alignment=True
+    )
+    torch.testing.assert_close(short, full)
+    assert short_parts.keys() == full_parts.keys() and "diagonal_share" in short_parts
+    torch.testing.assert_close(short_parts["diagonal_share"], full_parts["diagonal_share"])
 
 
 def starts(frame_counts: list[int], *settings: str) -> AttentionStart:

@@ -35,6 +35,9 @@ class Batch:
     targets_out: torch.Tensor  # (batch, characters + 1): c1 ... cn <eos>, then <pad>
     target_lengths: torch.Tensor  # (batch,) characters + 1 (the <eos>)
     texts: list[str | None]
+    # How many steps of its targets the speller reads (None: all). A batch in pieces holds rows for
+    # the CTC head alone, whose characters the speller would otherwise read to no purpose.
+    speller_steps: int | None = None
 
     def pin_memory(self) -> Batch:
         """Page-locked copies, so that `to(cuda, non_blocking=True)` overlaps the copy (DataLoader
@@ -49,14 +52,12 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         move = dict(non_blocking=True)
-        return Batch(
-            self.ids,
-            self.features.to(device, **move),
-            self.feature_lengths,
-            self.targets_in.to(device, **move),
-            self.targets_out.to(device, **move),
-            self.target_lengths.to(device, **move),
-            self.texts,
+        return dataclasses.replace(
+            self,
+            features=self.features.to(device, **move),
+            targets_in=self.targets_in.to(device, **move),
+            targets_out=self.targets_out.to(device, **move),
+            target_lengths=self.target_lengths.to(device, **move),
         )
 
 

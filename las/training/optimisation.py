@@ -96,26 +96,29 @@ class Optimisation:
                 settings.time_masks,
                 settings.time_mask_width,
             )
+        # The speller reads its targets up to the longest row it spells; CTC reads all of them.
+        steps = batch.speller_steps or batch.targets_in.shape[1]
+        targets_in, targets_out = batch.targets_in[:, :steps], batch.targets_out[:, :steps]
         # A CUDA graph cannot capture autocast's cache of cast weights.
         with autocast(self.device, self.precision, cache=self.spell is None and self.listen is None):
-            output = self.network(features, batch.feature_lengths, batch.targets_in, forcing, self.spell, self.listen)
+            output = self.network(features, batch.feature_lengths, targets_in, forcing, self.spell, self.listen)
             loss, parts = joint_loss(
                 output,
                 batch.targets_in,
-                batch.targets_out,
+                targets_out,
                 batch.target_lengths,
                 1.0 if ctc_alone else self.config.model.ctc_weight,
                 settings.label_smoothing,
                 global_lengths,
             )
             if alignment:  # this rank's share of the mean over ranks
-                rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
-                spelt = (batch.targets_out != PAD_INDEX).any(dim=1)  # (batch,): not heard by the CTC head alone
-                share = (rows & spelt).sum() / spelt.sum().clamp_min(1)
-                parts["diagonal_share"] = share.float() / self.world_size
+                characters = (targets_out != PAD_INDEX).sum(dim=1) - 1  # (batch,): -1 where heard by CTC alone
+                rows = diagonal_rows(output.attention, characters, output.memory.lengths)
+                spelt = characters >= 0
+                parts["diagonal_share"] = ((rows & spelt).sum() / spelt.sum().clamp_min(1)).float() / self.world_size
             if guide is None:
                 return loss, parts
-            guided = guide.loss(output, batch.targets_in)  # a mean over this rank's characters
+            guided = guide.loss(output, targets_in)  # a mean over this rank's characters
             # "guided": this rank's share of the ranks whose batch it taught (parts add up over ranks).
             taught = loss.new_tensor(float(guided is not None) / self.world_size)
             if guided is None:  # nothing to teach yet: the CTC head has not learnt

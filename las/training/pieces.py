@@ -153,4 +153,5 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
         targets_out=targets_out.to(device),
         target_lengths=target_lengths.to(device),
         texts=[None] * len(features),
+        speller_steps=max((len(tokens[row]) + 1 for row in range(len(tokens)) if row not in heard), default=1),
     )
