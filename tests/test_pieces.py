@@ -2,8 +2,6 @@
 of training from scratch (las/training/pieces.py), and when a run cuts them
 (las/training/attention_start.py)."""
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -60,8 +58,9 @@ def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
     generator = torch.Generator().manual_seed(1)
     # An untrained head is trusted only with a trigger above any loss.
     assert cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator) is None
-    pieces = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
-    assert pieces is not None
+    step = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
+    assert step is not None and step.heard is None  # every utterance aligned
+    pieces = step.pieces
     # The first utterance in pieces; the second, one word, whole; the third shorter than a piece.
     firsts = [position for position, name in enumerate(pieces.ids) if name.startswith("u0")]
     assert len(firsts) > 1 and pieces.ids[firsts[-1] + 1 :] == ["u1", "u2"]
@@ -82,8 +81,10 @@ def test_an_utterance_the_head_cannot_align_is_left_out_of_a_step_in_pieces() ->
     model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
     # The second: 27 characters in 40 frames, 10 encoder frames: no CTC path spells them.
     batch = batch_of(["AB CD ABC D CA", "ABCDEFGH ABCDEFGH ABCDEFGH", "A"], [400, 40, 20])
-    pieces = cut(model, batch, Cutting(longest=30, trigger=1e6), VOCABULARY, torch.Generator().manual_seed(1))
-    assert pieces is not None and "u1" not in pieces.ids and pieces.ids[-1] == "u2"
+    step = cut(model, batch, Cutting(longest=30, trigger=1e6), VOCABULARY, torch.Generator().manual_seed(1))
+    assert step is not None and step.heard is None  # not heard by the head either
+    pieces = step.pieces
+    assert "u1" not in pieces.ids and pieces.ids[-1] == "u2"
     assert {name.split("#")[0] for name in pieces.ids} == {"u0", "u2"}
     # Nothing cut: the batch as it is, the unaligned utterance in it.
     assert (
@@ -100,7 +101,7 @@ def test_an_utterance_the_head_cannot_align_is_left_out_of_a_step_in_pieces() ->
 
 def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alone() -> None:
     torch.manual_seed(0)
-    model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
+    model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY)).eval()  # no dropout
     batch = batch_of(["AB CD ABC D CA", "DC BA DC BA", "A"], [400, 400, 20])
     # Each utterance's CTC loss per character, as the head reads it now: a trigger between the two.
     with torch.no_grad():
@@ -113,42 +114,43 @@ def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alo
     per_character = (losses / counts).tolist()
     aligned, unaligned = (0, 1) if per_character[0] < per_character[1] else (1, 0)
     trigger = sum(per_character[:2]) / 2
-    pieces = cut(model, batch, Cutting(longest=100, trigger=trigger), VOCABULARY, torch.Generator().manual_seed(1))
-    assert pieces is not None
-    assert sum(name.startswith(f"u{aligned}#") for name in pieces.ids) > 1  # cut
-    whole = pieces.ids.index(f"u{unaligned}")  # heard whole, every frame and character
-    assert pieces.feature_lengths[whole] == 400
-    torch.testing.assert_close(pieces.features[whole], batch.features[unaligned])
+    step = cut(model, batch, Cutting(longest=100, trigger=trigger), VOCABULARY, torch.Generator().manual_seed(1))
+    assert step is not None and step.heard is not None
+    pieces, heard = step
+    assert sum(name.startswith(f"u{aligned}#") for name in pieces.ids) > 1 and pieces.ids[-1] == "u2"
+    # Heard whole, every frame and character, apart from the pieces (not padded to its length).
+    assert heard.ids == [f"u{unaligned}"] and heard.feature_lengths.tolist() == [400]
+    assert pieces.features.shape[1] == int(pieces.feature_lengths.max()) < 400
+    torch.testing.assert_close(heard.features[0], batch.features[unaligned])
     characters = int(counts[unaligned])
-    assert pieces.target_lengths[whole] == characters + 1
-    assert (
-        pieces.targets_in[whole, 1 : characters + 1].tolist()
-        == batch.targets_in[unaligned, 1 : characters + 1].tolist()
+    assert heard.target_lengths.tolist() == [characters + 1]
+    assert heard.targets_in[0].tolist() == batch.targets_in[unaligned, : characters + 1].tolist()
+    assert heard.targets_out.eq(PAD_INDEX).all() and heard.speller_steps == 1  # nothing for the speller
+    # Its loss adds to the pieces' as if all were one batch: CTC over every character, the
+    # attention over the pieces' alone (its characters counted: the step leans on CTC).
+    optimisation = Optimisation(load_config(None, TINY), model, torch.device("cpu"), Distributed(), 10)
+    lengths = torch.cat([pieces.target_lengths, heard.target_lengths])
+    apart, apart_parts = optimisation.loss(pieces, lengths, 1.0, False)
+    heard_loss, heard_parts = optimisation.loss(heard, lengths, 1.0, False)
+    rows = [
+        (name, pieces.features[row, :length], pieces.targets_in[row], pieces.targets_out[row])
+        for row, (name, length) in enumerate(zip(pieces.ids, pieces.feature_lengths.tolist(), strict=True))
+    ] + [(heard.ids[0], heard.features[0], heard.targets_in[0], heard.targets_out[0])]
+    pad = torch.nn.utils.rnn.pad_sequence
+    together = Batch(
+        [name for name, _, _, _ in rows],
+        pad([features for _, features, _, _ in rows], batch_first=True),
+        torch.tensor([len(features) for _, features, _, _ in rows]),
+        pad([targets for _, _, targets, _ in rows], batch_first=True, padding_value=PAD_INDEX),
+        pad([targets for _, _, _, targets in rows], batch_first=True, padding_value=PAD_INDEX),
+        lengths,
+        [None] * len(rows),
     )
-    assert pieces.targets_out[whole].eq(PAD_INDEX).all()  # nothing for the speller
-    spelt = [row for row in range(len(pieces.ids)) if row != whole]
-    assert pieces.targets_out[spelt].ne(PAD_INDEX).any(dim=1).all()
-    # The speller reads as far as the longest row it spells, not the whole utterance's characters.
-    assert pieces.speller_steps == int(pieces.target_lengths[spelt].max()) < characters + 1
-    # Its characters train the CTC head and none of the speller's: the joint loss with the CTC
-    # weight at 0 is the attention's over the other rows' characters.
-    output = model(pieces.features, pieces.feature_lengths, pieces.targets_in)
-    attention, parts = joint_loss(output, pieces.targets_in, pieces.targets_out, pieces.target_lengths, 0.0, 0.0)
-    others = torch.nn.functional.cross_entropy(
-        output.logits[spelt].transpose(1, 2), pieces.targets_out[spelt], ignore_index=PAD_INDEX, reduction="sum"
-    )
-    torch.testing.assert_close(attention, others / pieces.target_lengths.sum())
-    # A training step's loss reads the speller's steps only so far, to the same loss and parts.
-    model.eval()  # no dropout: the two passes comparable
-    config = load_config(None, TINY)
-    optimisation = Optimisation(config, model, torch.device("cpu"), Distributed(), 10)
-    short, short_parts = optimisation.loss(pieces, pieces.target_lengths, 1.0, False, alignment=True)
-    full, full_parts = optimisation.loss(
-        dataclasses.replace(pieces, speller_steps=None), pieces.target_lengths, 1.0, False, alignment=True
-    )
-    torch.testing.assert_close(short, full)
-    assert short_parts.keys() == full_parts.keys() and "diagonal_share" in short_parts
-    torch.testing.assert_close(short_parts["diagonal_share"], full_parts["diagonal_share"])
+    whole, whole_parts = optimisation.loss(together, lengths, 1.0, False)
+    torch.testing.assert_close(apart + heard_loss, whole)
+    for name in ("ctc_loss", "attention_loss"):
+        torch.testing.assert_close(apart_parts[name] + heard_parts[name], whole_parts[name])
+    assert heard_parts["attention_loss"] == 0
 
 
 def starts(frame_counts: list[int], *settings: str) -> AttentionStart:
@@ -249,8 +251,8 @@ def test_a_tiny_models_attention_finds_its_place_on_long_utterances_when_trained
             batch = batch_of_sentences(train[step * 8 % 64 :][:8])
             # Twice as long every 60 steps (the CTC head learns to align by step 25 or so).
             cutting = Cutting(longest=round(60 * 2 ** (step / 60)), trigger=1.5)
-            pieces = cut(model, batch, cutting, VOCABULARY, generator) if in_pieces else None
-            batch = pieces or batch
+            step_in_pieces = cut(model, batch, cutting, VOCABULARY, generator) if in_pieces else None
+            batch = step_in_pieces.pieces if step_in_pieces else batch  # those heard whole left out here
             output = model(batch.features, batch.feature_lengths, batch.targets_in)
             loss, _ = joint_loss(output, batch.targets_in, batch.targets_out, batch.target_lengths, 0.3, 0.0)
             optimizer.zero_grad()

@@ -20,7 +20,7 @@ from las.core.text import Vocabulary
 from las.data.dataset import Batch
 from las.model.guide import Guide, guide_weight
 from las.model.las import LAS
-from las.training.pieces import Cutting, cut
+from las.training.pieces import Cutting, InPieces, cut
 from las.training.run_progress import Progress
 
 # A moving average of the share of a step's pieces attended along a diagonal over which they are
@@ -78,7 +78,7 @@ class AttentionStart:
 
     def in_pieces(
         self, progress: Progress, model: LAS, batch: Batch, vocabulary: Vocabulary, seed: int
-    ) -> tuple[bool, Batch | None]:
+    ) -> tuple[bool, InPieces | None]:
         """Whether the step after `progress` is one of pieces, and `batch` in pieces where it was
         cut: not while the last step's CTC loss is over the trigger, before the first cut."""
         cutting = self.cutting(progress.piece_frames)

@@ -13,7 +13,6 @@ import torch
 from las.core.config import Config
 from las.core.device import autocast, resolve_precision
 from las.core.errors import LasError
-from las.core.text import PAD_INDEX
 from las.data.augment import spec_augment
 from las.data.dataset import Batch
 from las.model.alignment import diagonal_rows
@@ -96,7 +95,7 @@ class Optimisation:
                 settings.time_masks,
                 settings.time_mask_width,
             )
-        # The speller reads its targets up to the longest row it spells; CTC reads all of them.
+        # The speller reads as many steps as the batch asks (one, where the CTC head alone learns); CTC all.
         steps = batch.speller_steps or batch.targets_in.shape[1]
         targets_in, targets_out = batch.targets_in[:, :steps], batch.targets_out[:, :steps]
         # A CUDA graph cannot capture autocast's cache of cast weights.
@@ -112,10 +111,8 @@ class Optimisation:
                 global_lengths,
             )
             if alignment:  # this rank's share of the mean over ranks
-                characters = (targets_out != PAD_INDEX).sum(dim=1) - 1  # (batch,): -1 where heard by CTC alone
-                rows = diagonal_rows(output.attention, characters, output.memory.lengths)
-                spelt = characters >= 0
-                parts["diagonal_share"] = ((rows & spelt).sum() / spelt.sum().clamp_min(1)).float() / self.world_size
+                rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
+                parts["diagonal_share"] = rows.float().mean() / self.world_size
             if guide is None:
                 return loss, parts
             guided = guide.loss(output, targets_in)  # a mean over this rank's characters

@@ -82,12 +82,21 @@ def pieces_of(
     return pieces
 
 
-def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, generator: torch.Generator) -> Batch | None:
+class InPieces(NamedTuple):
+    """A step's batch cut: its `pieces`, and its utterances `heard` whole by the CTC head alone
+    (None: none), apart so that the pieces are not padded to their length."""
+
+    pieces: Batch
+    heard: Batch | None
+
+
+def cut(
+    model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, generator: torch.Generator
+) -> InPieces | None:
     """`batch` with each utterance longer than a piece cut into pieces where the CTC head has
-    learnt to align it, heard whole by the CTC head alone where it has not yet (no character
-    for the speller: PAD targets), left out where no CTC path spells it (utterances no longer
-    than a piece whole), or None where nothing was cut: the head has not learnt, or every
-    utterance fits."""
+    learnt to align it, heard whole by the head alone where it has not yet, left out where no
+    CTC path spells it (utterances no longer than a piece whole), or None where nothing was cut:
+    the head has not learnt, or every utterance fits."""
     if model.ctc_head is None or " " not in vocabulary.index:
         return None
     lengths = batch.feature_lengths.tolist()
@@ -119,39 +128,51 @@ def cut(model: LAS, batch: Batch, cutting: Cutting, vocabulary: Vocabulary, gene
     alignable = [row for row in spellable if per_character[row] < cutting.trigger]  # inf where no path fits
     frames_of, tokens_of = [encoder_lengths[row] for row in alignable], [row_tokens[row] for row in alignable]
     paths = dict(zip(alignable, viterbi_paths(log_probs[alignable], frames_of, tokens_of, PAD_INDEX), strict=True))
-    ids: list[str] = []
-    features: list[torch.Tensor] = []
-    tokens: list[torch.Tensor] = []
-    heard: list[int] = []  # rows of the new batch for the CTC head alone
+    pieces: list[tuple[str, torch.Tensor, list[int]]] = []  # id, features (frames, mel_bins), characters
+    heard: list[tuple[str, torch.Tensor, list[int]]] = []
     divided = False  # whether any utterance was cut in two or more
     for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
-        pieces = [Piece((0, frames), (0, len(row_tokens[row])))]
-        if frames > cutting.longest and row not in paths:
-            if row not in spellable:
-                continue  # left out of this step
-            heard.append(len(ids))
-        elif frames > cutting.longest:
+        whole = (batch.ids[row], batch.features[row, :frames], row_tokens[row])
+        if frames <= cutting.longest:
+            pieces.append(whole)
+        elif row in paths:
             words = word_spans(row_tokens[row], runs(paths[row], PAD_INDEX), space)
             draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
             longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
-            pieces = pieces_of(words, encoder_frames, frames, longests)
-            divided |= len(pieces) > 1
-        for number, ((start, end), (first, last)) in enumerate(pieces):
-            ids.append(batch.ids[row] if len(pieces) == 1 else f"{batch.ids[row]}#{number + 1}")
-            features.append(batch.features[row, start:end])
-            tokens.append(torch.tensor(row_tokens[row][first:last], dtype=torch.long))
+            parts = pieces_of(words, encoder_frames, frames, longests)
+            divided |= len(parts) > 1
+            for number, ((start, end), (first, last)) in enumerate(parts):
+                name = batch.ids[row] if len(parts) == 1 else f"{batch.ids[row]}#{number + 1}"
+                pieces.append((name, batch.features[row, start:end], row_tokens[row][first:last]))
+        elif row in spellable:
+            heard.append(whole)
     if not divided:
         return None  # the step trains on the batch as it is
-    targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
-    targets_out[heard] = PAD_INDEX  # (pieces, steps): nothing for the speller to learn there
     device = batch.features.device
+    return InPieces(
+        batched(pieces, vocabulary, device), batched(heard, vocabulary, device, spelt=False) if heard else None
+    )
+
+
+def batched(
+    utterances: Sequence[tuple[str, torch.Tensor, list[int]]],
+    vocabulary: Vocabulary,
+    device: torch.device,
+    spelt: bool = True,
+) -> Batch:
+    """A batch of `utterances` (id, features `(frames, mel_bins)`, characters); not `spelt`: for
+    the CTC head alone, with no target for the speller, which reads one step of it."""
+    tokens = [torch.tensor(characters, dtype=torch.long) for _, _, characters in utterances]
+    targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
+    if not spelt:
+        targets_out.fill_(PAD_INDEX)  # (batch, steps)
     return Batch(
-        ids=ids,
-        features=pad_sequence(features, batch_first=True),
-        feature_lengths=torch.tensor([piece.shape[0] for piece in features]),
+        ids=[name for name, _, _ in utterances],
+        features=pad_sequence([features for _, features, _ in utterances], batch_first=True),
+        feature_lengths=torch.tensor([len(features) for _, features, _ in utterances]),
         targets_in=targets_in.to(device),
         targets_out=targets_out.to(device),
         target_lengths=target_lengths.to(device),
-        texts=[None] * len(features),
-        speller_steps=max((len(tokens[row]) + 1 for row in range(len(tokens)) if row not in heard), default=1),
+        texts=[None] * len(utterances),
+        speller_steps=None if spelt else 1,
     )

@@ -303,13 +303,21 @@ class Trainer:
         lengths = self.corpus.train.target_lengths(indices)
         seed = self.config.train.seed
         cutting, pieces = self.attention_start.in_pieces(self.progress, self.model, batch, self.vocabulary, seed)
+        heard = None  # utterances for the CTC head alone, in a step in pieces
         if pieces is not None:
+            batch, heard = pieces
+            counted = [part.target_lengths.cpu() for part in (batch, heard) if part is not None]
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
-            batch, lengths = pieces, pieces.target_lengths.cpu().repeat(distributed.world_size)
+            lengths = torch.cat(counted).repeat(distributed.world_size)
         start = self.progress.alignment_start
         guide = self.attention_start.at(self.progress.step, start)
         ctc_alone = self.attention_start.ctc_alone(self.progress.step, start)
         loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_alone)
+        frames = batch.feature_lengths.sum()
+        if heard is not None:  # their loss per character of the whole step, as if in one batch with the pieces
+            heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment)
+            loss, frames = loss + heard_loss, frames + heard.feature_lengths.sum()
+            parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
         if cutting:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
             parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
         frozen = self.frozen_parts() + (("speller",) if ctc_alone else ())
@@ -324,7 +332,7 @@ class Trainer:
         total, frames, stop, save, *values = distributed.sum(
             [
                 local_loss,
-                float(batch.feature_lengths.sum()),
+                float(frames),
                 float(self.stop_requests.requested),
                 float(distributed.is_main and self.checkpoint_due()),
                 *local_parts,
