@@ -8,7 +8,9 @@ on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, pe
 each utterance of a batch is cut into pieces of whole words at most `longest` frames long, at
 the middle of the pauses between words on the head's forced alignment of the transcript, and
 the step trains on the pieces; their longest doubles every so many steps, until no training
-utterance is cut. Only training reads pieces: the dev pass and decoding read whole utterances.
+utterance is cut. An utterance the head does not align well enough yet is heard whole by the head
+alone, in a batch of its own, so that the head goes on learning from what it reads worst. Only
+training reads pieces: the dev pass and decoding read whole utterances.
 """
 
 from __future__ import annotations
