@@ -97,3 +97,15 @@ def test_two_processes_resume_bit_exactly_with_every_ranks_random_state(tmp_path
     timings = ("seconds", "elapsed_seconds", "train_frames_per_second", "peak_memory_mb")
     records = [[{k: v for k, v in r.items() if k not in timings} for r in metrics(run)] for run in (straight, split)]
     assert records[0] == records[1]
+
+
+@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch built without gloo")
+def test_two_processes_train_in_pieces_with_utterances_heard_whole_by_the_ctc_head(tmp_path: Path) -> None:
+    # Each rank cuts its own utterances, and hears whole those its CTC head does not yet align (a
+    # second forward pass before the one backward), whether or not the other rank does: the ranks
+    # must stay in step through DistributedDataParallel's reduction all the same.
+    pieces = ("train.attention_pieces=on", "train.attention_pieces_seconds=0.5", "train.attention_guide_trigger=7")
+    records = metrics(run_training(tmp_path, 2, pieces))
+    assert [record["epoch"] for record in records] == [1, 2, 3]
+    assert all(record["train_cut"] > 0 for record in records)
+    assert any(0 < record["train_heard"] < 1 for record in records)

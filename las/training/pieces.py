@@ -84,6 +84,15 @@ def pieces_of(
     return pieces
 
 
+class Utterance(NamedTuple):
+    """An utterance or a piece of one, to batch: its `name`, `features` `(frames, mel_bins)` and
+    `characters`."""
+
+    name: str
+    features: torch.Tensor
+    characters: list[int]
+
+
 class InPieces(NamedTuple):
     """A step's batch cut: its `pieces`, and its utterances `heard` whole by the CTC head alone
     (None: none), apart so that the pieces are not padded to their length."""
@@ -130,11 +139,11 @@ def cut(
     alignable = [row for row in spellable if per_character[row] < cutting.trigger]  # inf where no path fits
     frames_of, tokens_of = [encoder_lengths[row] for row in alignable], [row_tokens[row] for row in alignable]
     paths = dict(zip(alignable, viterbi_paths(log_probs[alignable], frames_of, tokens_of, PAD_INDEX), strict=True))
-    pieces: list[tuple[str, torch.Tensor, list[int]]] = []  # id, features (frames, mel_bins), characters
-    heard: list[tuple[str, torch.Tensor, list[int]]] = []
+    pieces: list[Utterance] = []
+    heard: list[Utterance] = []
     divided = False  # whether any utterance was cut in two or more
     for row, (frames, encoder_frames) in enumerate(zip(lengths, encoder_lengths, strict=True)):
-        whole = (batch.ids[row], batch.features[row, :frames], row_tokens[row])
+        whole = Utterance(batch.ids[row], batch.features[row, :frames], row_tokens[row])
         if frames <= cutting.longest:
             pieces.append(whole)
         elif row in paths:
@@ -145,7 +154,7 @@ def cut(
             divided |= len(parts) > 1
             for number, ((start, end), (first, last)) in enumerate(parts):
                 name = batch.ids[row] if len(parts) == 1 else f"{batch.ids[row]}#{number + 1}"
-                pieces.append((name, batch.features[row, start:end], row_tokens[row][first:last]))
+                pieces.append(Utterance(name, batch.features[row, start:end], row_tokens[row][first:last]))
         elif row in spellable:
             heard.append(whole)
     if not divided:
@@ -157,21 +166,21 @@ def cut(
 
 
 def batched(
-    utterances: Sequence[tuple[str, torch.Tensor, list[int]]],
+    utterances: Sequence[Utterance],
     vocabulary: Vocabulary,
     device: torch.device,
     spelt: bool = True,
 ) -> Batch:
-    """A batch of `utterances` (id, features `(frames, mel_bins)`, characters); not `spelt`: for
-    the CTC head alone, with no target for the speller, which reads one step of it."""
-    tokens = [torch.tensor(characters, dtype=torch.long) for _, _, characters in utterances]
+    """A batch of `utterances`; not `spelt`: for the CTC head alone, with no target for the
+    speller, which reads one step of it."""
+    tokens = [torch.tensor(utterance.characters, dtype=torch.long) for utterance in utterances]
     targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
     if not spelt:
         targets_out.fill_(PAD_INDEX)  # (batch, steps)
     return Batch(
-        ids=[name for name, _, _ in utterances],
-        features=pad_sequence([features for _, features, _ in utterances], batch_first=True),
-        feature_lengths=torch.tensor([len(features) for _, features, _ in utterances]),
+        ids=[utterance.name for utterance in utterances],
+        features=pad_sequence([utterance.features for utterance in utterances], batch_first=True),
+        feature_lengths=torch.tensor([len(utterance.features) for utterance in utterances]),
         targets_in=targets_in.to(device),
         targets_out=targets_out.to(device),
         target_lengths=target_lengths.to(device),

@@ -303,7 +303,7 @@ class Trainer:
         lengths = self.corpus.train.target_lengths(indices)
         seed = self.config.train.seed
         cutting, pieces = self.attention_start.in_pieces(self.progress, self.model, batch, self.vocabulary, seed)
-        heard = None  # utterances for the CTC head alone, in a step in pieces
+        heard, utterances = None, len(batch.ids)  # heard: utterances for the CTC head alone, in a step in pieces
         if pieces is not None:
             batch, heard = pieces
             counted = [part.target_lengths.cpu() for part in (batch, heard) if part is not None]
@@ -318,8 +318,9 @@ class Trainer:
             heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment)
             loss, frames = loss + heard_loss, frames + heard.feature_lengths.sum()
             parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
-        if cutting:  # this rank's share of the ranks whose batch was cut (parts add up over ranks)
-            parts = parts | {"cut": loss.new_tensor(float(pieces is not None) / distributed.world_size)}
+        if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
+            share = loss.new_tensor([pieces is not None, len(heard.ids) / utterances if heard else 0.0])
+            parts = parts | dict(zip(("cut", "heard"), share / distributed.world_size, strict=True))
         frozen = self.frozen_parts() + (("speller",) if ctc_alone else ())
         norm = self.optimisation.backward(loss, distributed.world_size, frozen)
         # One read of the device per step, after the backward pass is queued: each read waits for
