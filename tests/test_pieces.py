@@ -182,8 +182,8 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
         AttentionStart(load_config(None, ["train.attention_pieces=on"]), long, spaced=False)
     assert "cut into pieces" in starts(long).describe()[0] and "12.0 s at the median" in starts(long).describe()[0]
     # The warning of an unaligned run says what is left to try.
-    assert "train.attention_pieces_ctc_first=true" in starts(long).advice()
-    assert "ctc_first" not in starts(long, "train.attention_pieces_ctc_first=true").advice()
+    assert "ctc_first" not in starts(long).advice()  # on by default
+    assert "train.attention_pieces_ctc_first=true" in starts(long, "train.attention_pieces_ctc_first=false").advice()
 
 
 DIMENSIONS = 10

@@ -474,18 +474,18 @@ class TrainConfig(Section):
     # diagonal (or after attention_pieces_most_steps steps at one length), until none is cut.
     # auto (the default): on where the guide's auto would be (long utterances from scratch), for
     # any speller with a CTC head and transcripts with spaces. AN4's model on 400 recordings of
-    # 13 s read dev at 31% (25-37%, 3 seeds; speller alone) after 2,000 steps in pieces where
-    # whole ones stayed at 70% (docs/BENCHMARKS.md, "Long utterances in pieces"); AN4's own 2.7 s
-    # utterances are not cut.
+    # 13 s read dev at 21% (16-30%, 3 seeds; speller alone, the CTC head first) after 2,000 steps
+    # in pieces where whole ones stayed at 70% (docs/BENCHMARKS.md, "Long utterances in pieces");
+    # AN4's own 2.7 s utterances are not cut.
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
     # With the pieces: until the first cut, the CTC loss alone trains the listener and the speller
     # keeps its first weights (on whole long recordings it learns to spell without reading them).
-    # Off: of 3 seeds on 13 s recordings, two read dev at 18-19% with the speller alone after
-    # 2,000 steps (pieces alone: 25-37%), one at 47%, and decoded by default they read 15.7% on
-    # the mean against pieces alone's 13.0% (docs/BENCHMARKS.md, "Long utterances in pieces").
-    attention_pieces_ctc_first: bool = False
+    # On 13 s recordings, 3 seeds, 2,000 steps: the speller alone reads dev at 21.4% on the mean
+    # (16-30%; pieces alone: 30.7%), and decoded by default 12.95% (pieces alone: 13.01%)
+    # (docs/BENCHMARKS.md, "Long utterances in pieces").
+    attention_pieces_ctc_first: bool = True
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).
