@@ -111,13 +111,13 @@ def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
     tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A head that never learns enough to cut at (the trigger out of reach): the speller waits as it
-    # began, for attention_pieces_most_steps steps.
+    # began, for attention_pieces_ctc_first_steps steps.
     settings = dict(
         attention_pieces="on",
         attention_pieces_seconds=0.2,
         attention_pieces_ctc_first=True,
         attention_guide_trigger=1e-6,
-        attention_pieces_most_steps=2,
+        attention_pieces_ctc_first_steps=2,
     )
     first = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "one"), **settings))
     second = train(with_training(tiny_config, epochs=2, out=str(tmp_path / "two"), **settings))

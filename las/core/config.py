@@ -480,12 +480,15 @@ class TrainConfig(Section):
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
-    # With the pieces: until the first cut, the CTC loss alone trains the listener and the speller
-    # keeps its first weights (on whole long recordings it learns to spell without reading them).
+    # With the pieces: until the first cut (for at most attention_pieces_ctc_first_steps steps:
+    # a head that has not learnt by then may never), the CTC loss alone trains the listener and
+    # the speller keeps its first weights (on whole long recordings it learns to spell without
+    # reading them).
     # On 13 s recordings, 3 seeds, 2,000 steps: the speller alone reads dev at 21.4% on the mean
     # (16-30%; pieces alone: 30.7%), and decoded by default 12.95% (pieces alone: 13.01%)
     # (docs/BENCHMARKS.md, "Long utterances in pieces").
     attention_pieces_ctc_first: bool = True
+    attention_pieces_ctc_first_steps: Count = 500
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

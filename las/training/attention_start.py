@@ -60,6 +60,7 @@ class AttentionStart:
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
         self.most_steps = settings.attention_pieces_most_steps
         self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
+        self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
 
     def cutting(self, longest: int | None) -> Cutting | None:
         """How a training step cuts its utterances: pieces at most `longest` frames (None: the
@@ -103,10 +104,10 @@ class AttentionStart:
     def ctc_alone(self, step: int, start: int | None) -> bool:
         """Whether training step `step` trains the listener by its CTC head alone, its speller as
         it is: with `train.attention_pieces_ctc_first`, before the first cut (`start` None), for
-        at most `train.attention_pieces_most_steps` steps (a head that has not learnt by then may
-        never: the speller learns from whole utterances as without pieces). A speller trained on
+        at most `train.attention_pieces_ctc_first_steps` steps (a head that has not learnt by then
+        may never: the speller learns from whole utterances as without pieces). A speller trained on
         whole long recordings it cannot attend to learns to spell without reading them."""
-        return self.ctc_first and start is None and step < self.most_steps and self.cutting(None) is not None
+        return self.ctc_first and start is None and step < self.ctc_first_steps and self.cutting(None) is not None
 
     def at(self, step: int, start: int | None) -> Guide | None:
         """The guide of training step `step` (from 0), None once it has gone (or was never on);
@@ -133,7 +134,7 @@ class AttentionStart:
             )
         if self.ctc_first:
             lines.append(
-                f"until the first cut (or step {self.most_steps}), the CTC head alone trains; the speller waits "
+                f"until the first cut (or step {self.ctc_first_steps}), the CTC head alone trains; the speller waits "
                 "(train.attention_pieces_ctc_first)"
             )
         if self.on:
