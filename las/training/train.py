@@ -315,7 +315,7 @@ class Trainer:
         loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_alone)
         frames = batch.feature_lengths.sum()
         if heard is not None:  # their loss per character of the whole step, as if in one batch with the pieces
-            heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment)
+            heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment, ctc_alone=ctc_alone)
             loss, frames = loss + heard_loss, frames + heard.feature_lengths.sum()
             parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
         if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
