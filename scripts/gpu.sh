@@ -17,35 +17,20 @@
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
 #
-# The next lease's plan. First, for #28: the pyramid with the Transformer speller, the listener as
-# CUDA graphs (train.cuda_graphs takes the pyramid alone under it since 2026-11-28; never yet run
-# on a GPU), seed 1 alone for one run's epoch, then seeds 2 and 3 side by side: `FIRST_ALONE=1
-# TRAIN_SECONDS=515 bash scripts/gpu.sh trained "$OUT" pblstm-transformer --config
-# data/recipes/an4-gpu.toml --set model.speller=transformer --set model.speller_dim=192 --set
-# model.speller_feedforward=768`, then `tests` if 60 s are left. Its epoch seconds (metrics.jsonl,
-# and seeds.txt's wall-clock) are #28's question: a step without the LSTMCell speller's loop,
-# 2.2-3.1x the eager LSTMCell step on an H200. Its accuracy is known from the CPU (2026-11-28,
-# docs/BENCHMARKS.md "The pyramid and the Transformer speller from scratch": 6.8% against the
-# LSTMCell's 5.6%, 3 seeds), so a lease short of time may stop after seed 1. If the lease has 2
-# minutes more: `python3 scripts/benchmark.py throughput --device cuda --graphs --batch-frames
-# 8500 --utterances 848 --repeats 1 --set model.speller=transformer`, and the same without --set.
-# Then the Conformer with the Transformer speller from scratch in one run (trained in two here,
-# on the CPU, it matched the LSTMCell speller: 6.4% against 6.5%): `trained "$OUT"
-# conformer-transformer --config data/recipes/conformer-gpu.toml --set model.speller=transformer
-# --set model.speller_dim=192 --set model.speller_feedforward=768 --set train.cuda_graphs=false`.
-# Then here, on the CPU, `scripts/robustness.py measure` and `scripts/longform.py measure` on the
-# weights that come back.
-# After it, for #31: `trained "$OUT" channels --config data/recipes/an4-gpu.toml --set
-# train.augment.clipping=0.1 --set train.augment.compression=0.1` (clipped and compressed draws
-# in a whole training; with no training clipped-10/20 read 1.49x and 2.48x and compressed 1.32x;
-# six epochs of fine-tuning with either effect cost the room and noise 1-2 points), measured
-# beside `runs/an4gpu` (the same recipe without them).
-#
-# For #72, attention from scratch on long utterances (docs/BENCHMARKS.md, "Guiding the attention
-# from scratch"): the guide did not align AN4's model on the CPU within 1,500 steps; longer runs
-# decide. `CURVE_RUN=scale-guided CURVE_SET="--set train.attention_guide=on" bash scripts/gpu.sh
-# curve "$OUT"` (the 100-hour recipe from scratch, guided), beside the unguided curve of the
-# 2026-11-26 lease and the warm start's (15.4% at 352 steps).
+# The next lease's plan (2026-12-02: the open issues are #72 and #73), after `essentials`:
+# 1. #73, streaming, waits for 3 seeds of its recipe trained without the tuning speakers (2.4 h
+#    side by side on the CPU): `TRAIN_SECONDS=500 bash scripts/gpu.sh trained "$OUT" streaming
+#    --config data/recipes/an4-streaming.toml --train data/an4/train-except-tuning.tsv --set
+#    data.batch_frames=8500 --set train.warmup_steps=150` (a second call with `--resume` added if
+#    the limit stopped them). Here, with the streaming-sN.pt that come back: `scripts/streaming.py
+#    measure` on data/an4/tuning.tsv for stream_pause_seconds 0.2 / 0.3 / 0.5 by
+#    stream_second_pass_reach_seconds 0 / 3 / 6 (`--decode KEY=VALUE`, live with `--pad 1`), the
+#    chosen one reported on dev, telephone, white-10 and the long-form holdout.
+# 2. #72, attention from scratch on long utterances: the 100-hour recipe from scratch with
+#    today's default (pieces, the CTC head first), its curve against the warm start's (15.4% at
+#    352 steps): `CURVE_RUN=scale-pieces bash scripts/gpu.sh curve "$OUT"`, and
+#    `scripts/longform.py measure` here on the scale-model.pt that comes back.
+# 3. `tests` if a minute is left.
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #

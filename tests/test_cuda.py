@@ -124,6 +124,20 @@ def test_training_on_cuda(tiny_config: Config, precision: str, graphs: bool, spe
     assert all(captured) if graphs else not any(captured)
 
 
+@pytest.mark.parametrize("graphs", [False, True])
+def test_training_in_pieces_on_cuda(tiny_config: Config, graphs: bool) -> None:
+    """Utterances cut at the CTC head's alignment on the GPU (las.training.pieces), those it does
+    not yet align heard whole, in bf16, and with the passes as CUDA graphs: the pieces' shapes are
+    new buckets, each captured as it comes."""
+    settings = dict(attention_pieces="on", attention_pieces_seconds=0.5, attention_guide_trigger=7.0)
+    settings = replace(tiny_config.train, device="cuda", epochs=3, precision="bf16", cuda_graphs=graphs, **settings)
+    run = train(replace(tiny_config, train=settings))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+    assert [record["epoch"] for record in records] == [1, 2, 3]
+    assert any(record.get("train_cut", 0) > 0 for record in records)
+    assert all(0 <= record.get("train_heard", 0) <= 1 for record in records)
+
+
 def test_a_model_on_cuda_starts_from_a_checkpoints_weights(trained_run: dict[str, Path]) -> None:
     """`las train --init` on a GPU: the model is there before the checkpoint's weights (on the
     CPU) are copied in, rows of shared characters included."""
