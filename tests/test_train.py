@@ -134,6 +134,27 @@ def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
     assert not torch.equal(after[weights], load_model(third / "last.pt").model_state[weights])  # from step 2 on
 
 
+def test_while_the_pieces_are_under_way_the_ctc_loss_weighs_its_own_weight(
+    tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The pieces under way (their trigger out of reach: no step is cut yet, and none is whole),
+    # the speller trained beside the head: each step's loss is λ·CTC + (1 - λ)·attention at the
+    # pieces' λ, where more than the model's; at the model's where less.
+    settings = dict(
+        attention_pieces="on",
+        attention_pieces_seconds=0.2,
+        attention_pieces_ctc_first=False,
+        attention_guide_trigger=1e-6,
+    )
+    for weight, expected in ((0.9, 0.9), (0.1, tiny_config.model.ctc_weight)):
+        out = tmp_path / str(weight)
+        run = train(with_training(tiny_config, epochs=1, out=str(out), attention_pieces_ctc_weight=weight, **settings))
+        record = metrics(run)[-1]
+        joint = expected * record["train_ctc_loss"] + (1 - expected) * record["train_attention_loss"]
+        assert record["train_loss"] == pytest.approx(joint, rel=1e-4)
+    assert "while the pieces are under way, the CTC loss weighs 0.9" in capsys.readouterr().out
+
+
 def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:
     """A CTC head that has not learnt has no alignment to teach: the guide waits for it, whole,
     however long that takes, and its steps are counted from the first it teaches (a schedule

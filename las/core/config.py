@@ -489,6 +489,11 @@ class TrainConfig(Section):
     # (docs/BENCHMARKS.md, "Long utterances in pieces").
     attention_pieces_ctc_first: bool = True
     attention_pieces_ctc_first_steps: Count = 500
+    # With the pieces: the CTC loss's weight in the steps while they are under way, where more
+    # than model.ctc_weight (theirs after). The listener then learns mostly from its CTC head
+    # while the speller's attention, not yet aligned, would pull it about; the speller's own
+    # updates hardly change (Adam scales each weight's by its gradient's size).
+    attention_pieces_ctc_weight: Fraction = 0.0
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
     # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
     # every part that fits; its normalisation is kept, its characters too (new ones are added).

@@ -61,6 +61,8 @@ class AttentionStart:
         self.most_steps = settings.attention_pieces_most_steps
         self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
         self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
+        self.model_ctc_weight = config.model.ctc_weight
+        self.pieces_ctc_weight = max(self.model_ctc_weight, settings.attention_pieces_ctc_weight)
 
     def cutting(self, longest: int | None) -> Cutting | None:
         """How a training step cuts its utterances: pieces at most `longest` frames (None: the
@@ -109,6 +111,11 @@ class AttentionStart:
         whole long recordings it cannot attend to learns to spell without reading them."""
         return self.ctc_first and start is None and step < self.ctc_first_steps and self.cutting(None) is not None
 
+    def ctc_weight(self, in_pieces: bool) -> float | None:
+        """The CTC loss's weight in a step that is (`in_pieces`) or is not one of pieces; None:
+        `model.ctc_weight`."""
+        return self.pieces_ctc_weight if in_pieces else None
+
     def at(self, step: int, start: int | None) -> Guide | None:
         """The guide of training step `step` (from 0), None once it has gone (or was never on);
         a schedule counted from step 0 was fading by the time the head had learnt."""
@@ -136,6 +143,11 @@ class AttentionStart:
             lines.append(
                 f"until the first cut (or step {self.ctc_first_steps}), the CTC head alone trains; the speller waits "
                 "(train.attention_pieces_ctc_first)"
+            )
+        if self.pieces and self.pieces_ctc_weight > self.model_ctc_weight:
+            lines.append(
+                f"while the pieces are under way, the CTC loss weighs {self.pieces_ctc_weight:g} "
+                f"(model.ctc_weight {self.model_ctc_weight:g} after; train.attention_pieces_ctc_weight)"
             )
         if self.on:
             lines.append(

@@ -77,13 +77,14 @@ class Optimisation:
         augment: bool,
         guide: Guide | None = None,
         alignment: bool = False,
-        ctc_alone: bool = False,
+        ctc_weight: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
         characters: ranks' losses add up to the global batch's), and its parts for the log;
         with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide);
         with `alignment`, a part "diagonal_share": the share of the batch whose attention runs along a diagonal;
-        `ctc_alone`: the CTC loss alone (the attention's is still a part, for the log)."""
+        `ctc_weight`: the CTC loss's weight λ in this step, `model.ctc_weight` where None (at 1 the
+        CTC loss alone; the attention's is still a part, for the log)."""
         settings = self.config.train
         features = batch.features
         if augment:
@@ -106,7 +107,7 @@ class Optimisation:
                 batch.targets_in,
                 targets_out,
                 batch.target_lengths,
-                1.0 if ctc_alone else self.config.model.ctc_weight,
+                self.config.model.ctc_weight if ctc_weight is None else ctc_weight,
                 settings.label_smoothing,
                 global_lengths,
             )

@@ -312,10 +312,11 @@ class Trainer:
         start = self.progress.alignment_start
         guide = self.attention_start.at(self.progress.step, start)
         ctc_alone = self.attention_start.ctc_alone(self.progress.step, start)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_alone)
+        ctc_weight = 1.0 if ctc_alone else self.attention_start.ctc_weight(cutting)
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_weight)
         frames = batch.feature_lengths.sum()
         if heard is not None:  # their loss per character of the whole step, as if in one batch with the pieces
-            heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment, ctc_alone=ctc_alone)
+            heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment, ctc_weight=ctc_weight)
             loss, frames = loss + heard_loss, frames + heard.feature_lengths.sum()
             parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
         if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
