@@ -107,18 +107,16 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
     assert [record["train_piece_frames"] for record in records] == [100, 200, 200]
 
 
+# Pieces under way on the tiny corpus, none ever cut: the trigger is out of reach of any CTC loss.
+UNCUT_PIECES = dict(attention_pieces="on", attention_pieces_seconds=0.2, attention_guide_trigger=1e-6)
+
+
 def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
     tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A head that never learns enough to cut at (the trigger out of reach): the speller waits as it
-    # began, for attention_pieces_ctc_first_steps steps.
-    settings = dict(
-        attention_pieces="on",
-        attention_pieces_seconds=0.2,
-        attention_pieces_ctc_first=True,
-        attention_guide_trigger=1e-6,
-        attention_pieces_ctc_first_steps=2,
-    )
+    # A head that never learns enough to cut at: the speller waits as it began, for
+    # attention_pieces_ctc_first_steps steps.
+    settings = UNCUT_PIECES | dict(attention_pieces_ctc_first=True, attention_pieces_ctc_first_steps=2)
     first = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "one"), **settings))
     second = train(with_training(tiny_config, epochs=2, out=str(tmp_path / "two"), **settings))
     before, after = (load_model(run / "last.pt").model_state for run in (first, second))
@@ -137,15 +135,9 @@ def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
 def test_while_the_pieces_are_under_way_the_ctc_loss_weighs_its_own_weight(
     tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The pieces under way (their trigger out of reach: no step is cut yet, and none is whole),
-    # the speller trained beside the head: each step's loss is λ·CTC + (1 - λ)·attention at the
-    # pieces' λ, where more than the model's; at the model's where less.
-    settings = dict(
-        attention_pieces="on",
-        attention_pieces_seconds=0.2,
-        attention_pieces_ctc_first=False,
-        attention_guide_trigger=1e-6,
-    )
+    # The pieces under way, the speller trained beside the head: each step's loss is
+    # λ·CTC + (1 - λ)·attention at the pieces' λ, where more than the model's; at the model's where less.
+    settings = UNCUT_PIECES | dict(attention_pieces_ctc_first=False)
     for weight, expected in ((0.9, 0.9), (0.1, tiny_config.model.ctc_weight)):
         out = tmp_path / str(weight)
         run = train(with_training(tiny_config, epochs=1, out=str(out), attention_pieces_ctc_weight=weight, **settings))
