@@ -545,6 +545,11 @@ class TrainConfig(Section):
     def frozen_parts(self) -> tuple[str, ...]:
         return tuple(part.strip() for part in self.freeze.split(",") if part.strip())
 
+    def frozen_in(self, epoch: int) -> tuple[str, ...]:
+        """The parts whose weights stay as they are in epoch `epoch` (from 0): those of `freeze`
+        for its first `freeze_epochs` epochs (all of them at 0)."""
+        return () if self.freeze_epochs and epoch >= self.freeze_epochs else self.frozen_parts
+
 
 @dataclass(frozen=True)
 class DecodeConfig(Section):

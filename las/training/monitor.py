@@ -50,6 +50,7 @@ class Monitor:
         self.window_frames, self.window_started = 0, time.monotonic()
         self.writer = None
         self.wandb = None
+        self.unaligned_said = False  # `unaligned` speaks once a run
         if not enabled:
             return
         if settings.tensorboard:
@@ -127,6 +128,18 @@ class Monitor:
             if attention is not None:
                 logged["dev/attention"] = self.wandb.Image(str(attention))
             self.wandb.log(logged, step=step)
+
+    def unaligned(self, reason: str, step: int, advice: str) -> None:
+        """Once a run, from `train.alignment_warning_steps` on: attention that has not aligned
+        where the CTC head has learnt (`reason`: why, "" where it has), said in the log and beside
+        the figures, with `advice`: what to do."""
+        threshold = self.config.train.alignment_warning_steps
+        if not self.enabled or self.unaligned_said or not threshold or step < threshold or not reason:
+            return
+        self.unaligned_said = True
+        message = f"{reason}, after {step} steps. {advice}"
+        warn(message)
+        self.note("warnings/alignment", message, step)
 
     def note(self, tag: str, text: str, step: int) -> None:
         """A line of text beside the run's figures (TensorBoard's text tab, wandb's log)."""

@@ -41,6 +41,14 @@ class Progress:
     # trigger (kept here so that a resumed run cuts its first batch as an unbroken one would).
     ctc_loss: float | None = None
 
+    @classmethod
+    def saved(cls, values: dict[str, Any]) -> Progress:
+        """The progress a checkpoint saved (`vars` of one), from any las that saved it."""
+        values = dict(values)
+        if "guide_start" in values:  # its name in runs saved before 2026-11-29
+            values["alignment_start"] = values.pop("guide_start")
+        return cls(**values)
+
     def record(self, loss: float, parts: dict[str, float], frames: int) -> None:
         """One optimizer update done: counted only now, so a resume never skips a batch."""
         self.batch_in_epoch += 1

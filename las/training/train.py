@@ -11,7 +11,6 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -143,7 +142,6 @@ class Trainer:
         )
         self.monitor = Monitor(config, out, total_steps, enabled=distributed.is_main)
         self.progress = Progress()
-        self.unaligned_said = False  # warn_if_unaligned speaks once a run
         self.stop_requests = StopRequests()
         self.saved_at = time.monotonic()  # of the last save of last.pt
         restored = False
@@ -170,10 +168,7 @@ class Trainer:
             ) from None
         try:
             self.optimisation.load_state_dict(checkpoint.training_state)
-            saved = dict(checkpoint.training_state["progress"])
-            if "guide_start" in saved:  # its name in runs saved before 2026-11-29
-                saved["alignment_start"] = saved.pop("guide_start")
-            self.progress = Progress(**saved)
+            self.progress = Progress.saved(checkpoint.training_state["progress"])
             return restore_rng(self.progress.rng, self.distributed)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
             raise LasError(
@@ -322,7 +317,7 @@ class Trainer:
         if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
             share = loss.new_tensor([pieces is not None, len(heard.ids) / utterances if heard else 0.0])
             parts = parts | dict(zip(("cut", "heard"), share / distributed.world_size, strict=True))
-        frozen = self.frozen_parts() + (("speller",) if ctc_alone else ())
+        frozen = self.config.train.frozen_in(self.progress.epoch) + (("speller",) if ctc_alone else ())
         norm = self.optimisation.backward(loss, distributed.world_size, frozen)
         # One read of the device per step, after the backward pass is queued: each read waits for
         # the GPU to finish, and the host queues nothing while it waits.
@@ -346,13 +341,6 @@ class Trainer:
         self.progress.ctc_loss = named_parts.get("ctc_loss")
         norm_value = local_norm if finite else math.nan
         return Step(total, named_parts, int(frames), norm_value, learning_rate, bool(stop), bool(save))
-
-    def frozen_parts(self) -> tuple[str, ...]:
-        """The parts of `train.freeze` keep their weights for its first `freeze_epochs` epochs."""
-        settings = self.config.train
-        if settings.freeze_epochs and self.progress.epoch >= settings.freeze_epochs:
-            return ()
-        return settings.frozen_parts
 
     def loader(self, batches: list[list[int]]) -> torch.utils.data.DataLoader:
         """This rank's share of `batches` (of the epoch where training stands), loaded while it trains."""
@@ -392,30 +380,13 @@ class Trainer:
             return
         for _, epoch in dropped:  # only now: last.pt no longer lists them
             snapshot_path(self.out, epoch).unlink(missing_ok=True)
-        self.report_epoch(record, dev, plot)
-        self.warn_if_unaligned(dev, record["step"])
+        examples = list(zip(self.corpus.dev.ids, self.corpus.dev.texts, dev.texts, strict=False))[:EXAMPLES]
+        self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
+        self.monitor.unaligned(dev.unaligned(), record["step"], self.attention_start.advice())
         tqdm.write(
             f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
             f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
         )
-
-    def warn_if_unaligned(self, dev: DevResult, step: int) -> None:
-        """Once a run, from `train.alignment_warning_steps` on: attention that has not aligned
-        where the CTC head has learnt, said in the log and to the monitor, with what to do."""
-        threshold = self.config.train.alignment_warning_steps
-        if self.unaligned_said or not threshold or step < threshold or not (reason := dev.unaligned()):
-            return
-        self.unaligned_said = True
-        message = f"{reason}, after {step} steps. {self.attention_start.advice()}"
-        warn(message)
-        self.monitor.note("warnings/alignment", message, step)
-
-    def report_epoch(self, record: dict[str, Any], dev: DevResult, plot: Path) -> None:
-        """The epoch's figures, the first dev attention map (`plot`, where dev decoding drew one) and
-        a few dev transcripts to the monitor."""
-        dataset = self.corpus.dev
-        examples = list(zip(dataset.ids, dataset.texts, dev.texts, strict=False))[:EXAMPLES]
-        self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
 
     def write_average(self) -> None:
         """`averaged.pt`: the mean weights of the kept snapshots, with its dev CER beside the best
