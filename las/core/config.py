@@ -480,6 +480,10 @@ class TrainConfig(Section):
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
+    # Each cut between two words moved to the quietest frame within this many seconds of the
+    # middle of their pause on the alignment (0: left there): a young CTC head's pauses run early,
+    # into the words, so that a piece's transcript and its sound disagree at its edges.
+    attention_pieces_quiet_seconds: Annotated[float, Range(0, 1)] = 0.0
     # With the pieces: until the first cut (for at most attention_pieces_ctc_first_steps steps:
     # a head that has not learnt by then may never), the CTC loss alone trains the listener and
     # the speller keeps its first weights (on whole long recordings it learns to spell without

@@ -58,6 +58,7 @@ class AttentionStart:
                 "these transcripts have no space"
             )
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
+        self.quiet_reach = round(settings.attention_pieces_quiet_seconds * frames_per_second)
         self.most_steps = settings.attention_pieces_most_steps
         self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
         self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
@@ -71,7 +72,7 @@ class AttentionStart:
         if not self.pieces:
             return None
         longest = longest or self.first_piece_frames
-        return Cutting(longest, self.trigger) if longest < self.longest_frames else None
+        return Cutting(longest, self.trigger, self.quiet_reach) if longest < self.longest_frames else None
 
     def lengthened(self, aligned: float, steps: int) -> bool:
         """Whether pieces that have been cut at one length for `steps` steps, with a moving
