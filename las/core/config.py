@@ -483,7 +483,8 @@ class TrainConfig(Section):
     # Each cut between two words moved to the quietest frame within this many seconds of the
     # middle of their pause on the alignment (0: left there): a head that places its characters
     # early (one seed in three, by 140 ms) cuts into the words, so that a piece's transcript and
-    # its sound disagree at its edges.
+    # its sound disagree at its edges. Off: at 0.2 that seed's speller alone still read dev at
+    # 34% after 2,000 steps (docs/BENCHMARKS.md, "Cuts at the quietest frame").
     attention_pieces_quiet_seconds: Annotated[float, Range(0, 1)] = 0.0
     # With the pieces: until the first cut (for at most attention_pieces_ctc_first_steps steps:
     # a head that has not learnt by then may never), the CTC loss alone trains the listener and
