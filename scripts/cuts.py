@@ -29,7 +29,7 @@ from las.data.segmentation import frame_energy
 from las.export.runtime import load_model
 from las.model.ctc_path import ctc_frames_needed, runs, viterbi_path
 from las.recognition.recognizer import Recognizer
-from las.recognition.timing import DIP_FRAMES
+from las.recognition.timing import smoothed
 from las.training.pieces import quietest, word_spans
 
 LOSS_EDGES = [0.0, 1.0, 1.25, 1.5, 2.0, float("inf")]  # nats a character
@@ -63,8 +63,7 @@ def cuts(recognizer: Recognizer, features: torch.Tensor, tokens: list[int]) -> t
 
 def loudness_ranks(energy: torch.Tensor, positions: list[int]) -> list[float]:
     """The rank of each interior position's energy (averaged over DIP_FRAMES) among the recording's frames."""
-    smooth = F.avg_pool1d(energy[None, None], DIP_FRAMES, stride=1, padding=DIP_FRAMES // 2, count_include_pad=False)
-    order = smooth[0, 0].argsort().argsort().float() / len(energy)
+    order = smoothed(energy).argsort().argsort().float() / len(energy)
     return [float(order[min(position, len(energy) - 1)]) for position in positions[1:-1]]
 
 

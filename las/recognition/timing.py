@@ -71,6 +71,13 @@ def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int
     return start
 
 
+def smoothed(energy: torch.Tensor) -> torch.Tensor:
+    """`energy` `(frames,)` averaged over DIP_FRAMES around each frame, as dips between words are found."""
+    return torch.nn.functional.avg_pool1d(
+        energy[None, None].float(), DIP_FRAMES, stride=1, padding=DIP_FRAMES // 2, count_include_pad=False
+    )[0, 0]
+
+
 def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) -> list[Span]:
     """`[start, end)` feature frames of each word's sound, from the frames `emitted` where its
     characters were aligned (first to last, in order) and the frames' energies `(frames,)`
@@ -85,9 +92,7 @@ def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) 
     if energy is None or not emitted:
         return list(emitted)
     frames = len(energy)
-    smooth = torch.nn.functional.avg_pool1d(
-        energy[None, None].float(), DIP_FRAMES, stride=1, padding=DIP_FRAMES // 2, count_include_pad=False
-    )[0, 0]
+    smooth = smoothed(energy)
     boundaries = [0]
     for (_, last), (first, _) in zip(emitted, emitted[1:], strict=False):
         low, high = min(last, first), min(max(last, first), frames - 1)

@@ -28,7 +28,7 @@ from las.core.text import PAD_INDEX, Vocabulary
 from las.data.dataset import Batch, speller_targets
 from las.model.ctc_path import Span, ctc_frames_needed, runs, viterbi_paths
 from las.model.las import LAS
-from las.recognition.timing import DIP_FRAMES
+from las.recognition.timing import smoothed
 
 
 class Piece(NamedTuple):
@@ -71,9 +71,7 @@ def quietest(cuts: list[int], loudness: torch.Tensor, reach: int) -> list[int]:
     before the others' from its first cut to the end of training, and four of its cuts in five
     fell on frames louder than the recording's median, into the words (docs/BENCHMARKS.md, "Cuts
     at the quietest frame")."""
-    smooth = F.avg_pool1d(
-        loudness[None, None].float(), DIP_FRAMES, stride=1, padding=DIP_FRAMES // 2, count_include_pad=False
-    )[0, 0]
+    smooth = smoothed(loudness)
     moved = cuts[:1]
     for before, cut_at, after in zip(cuts, cuts[1:], cuts[2:], strict=False):
         low, high = max(cut_at - reach, (before + cut_at) // 2 + 1), min(cut_at + reach, (cut_at + after) // 2)
