@@ -16,6 +16,7 @@ features' mean as in training). A cut on a loud frame splits a word between two 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ from las.export.runtime import load_model
 from las.model.ctc_path import ctc_frames_needed, runs, viterbi_path
 from las.recognition.recognizer import Recognizer
 from las.recognition.timing import smoothed
-from las.training.pieces import quietest, word_spans
+from las.training.pieces import pause_middles, quietest, word_spans
 
 LOSS_EDGES = [0.0, 1.0, 1.25, 1.5, 2.0, float("inf")]  # nats a character
 
@@ -56,9 +57,7 @@ def cuts(recognizer: Recognizer, features: torch.Tensor, tokens: list[int]) -> t
     ).item()  # fmt: skip
     space = recognizer.vocabulary.index[" "]
     words = word_spans(tokens, runs(viterbi_path(log_probs, tokens, PAD_INDEX), PAD_INDEX), space)
-    scale = len(features) / len(log_probs)
-    between = [round(scale * (before[1][1] + after[1][0]) / 2) for before, after in zip(words, words[1:], strict=False)]
-    return loss / len(tokens), [0, *between, len(features)]
+    return loss / len(tokens), pause_middles(words, len(log_probs), len(features))
 
 
 def loudness_ranks(energy: torch.Tensor, positions: list[int]) -> list[float]:
@@ -67,7 +66,8 @@ def loudness_ranks(energy: torch.Tensor, positions: list[int]) -> list[float]:
     return [float(order[min(position, len(energy) - 1)]) for position in positions[1:-1]]
 
 
-def share(values: list[float], test) -> str:
+def share(values: list[float], test: Callable[[float], bool]) -> str:
+    """The share of `values` that pass `test`, for a table cell."""
     return f"{sum(map(test, values)) / len(values):.2f}"
 
 

@@ -62,6 +62,15 @@ def word_spans(tokens: Sequence[int], spans: Sequence[Span], space: int) -> list
     return words
 
 
+def pause_middles(words: Sequence[tuple[Span, Span]], encoder_frames: int, input_frames: int) -> list[int]:
+    """The input frame of each cut of an utterance of `input_frames` (`encoder_frames` after the
+    listener): its start, the middle of each pause between two `words` (their tokens and encoder
+    frames, in order), its end."""
+    scale = input_frames / encoder_frames
+    middles = [round(scale * (before[1][1] + after[1][0]) / 2) for before, after in zip(words, words[1:], strict=False)]
+    return [0, *middles, input_frames]
+
+
 def quietest(cuts: list[int], loudness: torch.Tensor, reach: int) -> list[int]:
     """`cuts` (input frames, in order, the first and last the recording's edges) with each cut
     between two words moved to the quietest frame of `loudness` `(frames,)` (averaged over
@@ -95,11 +104,7 @@ def pieces_of(
     are `input_frames` of features."""
     if not words:
         return [Piece((0, input_frames), (0, 0))]
-    scale = input_frames / encoder_frames
-    # Input frame of each cut: before the first word, between words, after the last.
-    cuts = [0]
-    cuts += [round(scale * (before[1][1] + after[1][0]) / 2) for before, after in zip(words, words[1:], strict=False)]
-    cuts.append(input_frames)
+    cuts = pause_middles(words, encoder_frames, input_frames)
     if loudness is not None and reach > 0:
         cuts = quietest(cuts, loudness, reach)
     pieces: list[Piece] = []
