@@ -21,6 +21,11 @@ wrong word has no delay. **Partial words changed**: of the complete words partia
 
 `speed` times the stream alone: search settings (or two checkouts, run a round each in turn)
 side by side in paired rounds, the median real-time factor of each and its ratio to the first.
+
+    python scripts/streaming.py pauses runs/streaming/tuning.ctm --set data/an4/tuning.tsv
+
+`pauses` counts, from the reference's word times alone, how soon words can be final where a
+stream makes them final only at pauses (its second pass), for each pause length.
 """
 
 from __future__ import annotations
@@ -222,6 +227,32 @@ def speed(
     for name, values in factors.items():
         factor = statistics.median(values)
         print(row(name, f"{factor:.4f}", f"{factor / first:.2f}", f"{1 / (threads * factor):.1f}"))
+
+
+@app.command()
+def pauses(
+    ctm: Path = typer.Argument(..., help="Reference word times (las align)."),
+    manifest: Path = typer.Option(Path("data/an4/tuning.tsv"), "--set", help="The recordings the words are of."),
+    seconds: list[float] = typer.Option([0.2, 0.3, 0.5, 1.0], "--pause", help="Pause lengths that end a segment."),
+    wider: list[float] = typer.Option([0.0, 0.1], help="Seconds added to every gap between words."),
+) -> None:
+    """Word delays where each word is final only when its segment ends (a second pass at each
+    pause), from the reference's word times alone: a word waits for the first gap of at least the
+    pause after it (or the last word's end: live, silence follows), then for the pause itself.
+    `wider` stands for a first pass whose characters leave wider gaps than the words' sounds."""
+    reference = read_ctm(ctm)
+    print(header("pause s", "gaps wider by s", "median delay s", "90th pct s"))
+    for pause in seconds:
+        for widen in wider:
+            waits = []
+            for utterance in read_utterances(manifest):
+                words = reference.get(utterance.id, [])
+                for index, word in enumerate(words):
+                    last = index
+                    while last + 1 < len(words) and words[last + 1].start - words[last].end + widen < pause:
+                        last += 1
+                    waits.append(words[last].end + pause - word.end)
+            print(row(f"{pause:g}", f"{widen:g}", f"{percentile(waits, 0.5):.2f}", f"{percentile(waits, 0.9):.2f}"))
 
 
 if __name__ == "__main__":

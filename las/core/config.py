@@ -660,7 +660,11 @@ class DecodeConfig(Section):
     # then have each word final at the first pause after it, spelt with the words before it in
     # view as a segment ended at a long pause spells them. 0: the segment alone (and 0.5 s before
     # it, las.data.segmentation.CONTEXT_SECONDS). A segment's decoding then costs up to this much
-    # more audio; state stays bounded by it.
+    # more audio; state stays bounded by it. Off: with 0.2 s pauses a 3 s reach read the choosing
+    # speakers at 18.2% against 19.5 without (0.3 s: 15.6 against 15.2; the default 1 s pauses
+    # 13.3), words final 0.49 / 1.09 s after their end (median / 90th percentile), live: a pause
+    # that short ends segments inside words, and words wait for the next pause however short
+    # (docs/BENCHMARKS.md, "Shorter pauses with the segments before in view").
     stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
