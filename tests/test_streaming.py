@@ -180,14 +180,15 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
 
 
 @pytest.mark.parametrize(
-    ("strategy", "ctc_weight", "lookahead", "second_pass", "reach"),
+    ("strategy", "ctc_weight", "lookahead", "second_pass", "reach", "words"),
     [
-        ("beam", 0.5, 0.0, False, 0.0),
-        ("beam", 1.0, 0.0, False, 0.0),
-        ("greedy", 0.5, 0.0, True, 0.0),  # the speller alone ends its own segments: no second pass
-        ("beam", 0.5, 0.12, False, 0.0),
-        ("beam", 0.5, 0.12, True, 0.0),
-        ("beam", 0.5, 0.12, True, 5.0),  # segments at short pauses, each decoded with those before it
+        ("beam", 0.5, 0.0, False, 0.0, False),
+        ("beam", 1.0, 0.0, False, 0.0, False),
+        ("greedy", 0.5, 0.0, True, 0.0, False),  # the speller alone ends its own segments: no second pass
+        ("beam", 0.5, 0.12, False, 0.0, False),
+        ("beam", 0.5, 0.12, True, 0.0, False),
+        ("beam", 0.5, 0.12, True, 5.0, False),  # segments at short pauses, each decoded with those before it
+        ("beam", 0.5, 0.12, True, 0.0, True),  # each word decoded with the segment so far once the next begins
     ],
 )
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
@@ -197,10 +198,11 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
     lookahead: float,
     second_pass: bool,
     reach: float,
+    words: bool,
 ) -> None:
     """By the default joint search (las.search.triggered), with its speller reading past the
     trigger, with each segment decoded again whole once it ends (alone, or with the segments
-    before it), its CTC head alone, and the speller alone (las.search.streaming)."""
+    before it) or word by word, its CTC head alone, and the speller alone (las.search.streaming)."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
@@ -209,6 +211,7 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         stream_trigger_lookahead_seconds=lookahead,
         stream_second_pass=second_pass,
         stream_second_pass_reach_seconds=reach,
+        stream_second_pass_words=words,
         stream_pause_seconds=0.2 if reach else 1.0,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
@@ -381,6 +384,9 @@ def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_c
     assert SegmentDecoder.owned(owner, spelt, 11) == spelt[3:]  # type: ignore[arg-type]
     assert SegmentDecoder.owned(owner, spelt, 16) == spelt[6:]  # type: ignore[arg-type]
     assert SegmentDecoder.owned(owner, spelt, 21) == []  # type: ignore[arg-type]
+    # Given early, word by word: those centred before the space the first pass has spelt.
+    assert SegmentDecoder.owned(owner, spelt, 0, 12) == spelt[:3]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 12, 17) == spelt[3:6]  # type: ignore[arg-type]
 
 
 def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[str, Path], tmp_path: Path) -> None:
@@ -469,3 +475,34 @@ def test_a_repeated_character_needs_a_blank_between_and_words_are_final_once_the
     assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == []  # a pause shorter than 3 frames
     assert heard(search, ctc_frames({0: 0.98})) == [[B]]  # 3 frames without a character: its segment ends
     assert search.partial == [] and search.keys == []
+
+
+class RecordedSecondPass:
+    """A second pass that says what it was asked: its words are the frames it was called with."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, ...]] = []
+
+    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
+        self.calls.append((start, end, given))
+        return [Spelt(B, given)]
+
+    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
+        self.calls.append((start, end, given, until))
+        return [Spelt(A, given), Spelt(SPACE, until)]
+
+
+def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_the_rest_at_the_pause() -> None:
+    """decode.stream_second_pass_words: where the first pass spells a space, the segment so far is
+    decoded whole and its words before that space are final; at the pause, the words after it."""
+    second_pass = RecordedSecondPass()
+    search = TriggeredSearch(
+        None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 3, longest_frames=100, second_pass=second_pass, early_words=True
+    )
+    assert heard(search, ctc_frames({A: 0.98}, {0: 0.98})) == [] and second_pass.calls == []
+    assert heard(search, ctc_frames({SPACE: 0.98})) == [[A, SPACE]]  # frame 2: the segment to frame 3, its words to 2
+    assert second_pass.calls == [(0, 3, 0, 2)]
+    assert heard(search, ctc_frames({B: 0.98}, {0: 0.98})) == [] and search.partial == [Spelt(B, 3)]
+    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]]  # 3 frames after B: the pause ends the segment
+    assert second_pass.calls[1:] == [(0, 7, 2)]  # decoded whole, its words from frame 2 on
+    assert search.given == search.origin == 7

@@ -666,6 +666,15 @@ class DecodeConfig(Section):
     # that short ends segments inside words, and words wait for the next pause however short
     # (docs/BENCHMARKS.md, "Shorter pauses with the segments before in view").
     stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
+    # ... and each word final as soon as the first pass has begun the next (spelt the space
+    # after it): the segment so far is decoded whole then and its words centred before that
+    # space given, without waiting for a pause; the segment's last words at its end, as before.
+    # Each segment is then decoded once per word. Off: chosen live on the choosing speakers with
+    # 0.5 s pauses (3 streaming seeds), it streamed dev at 10.97% (1.25x the offline default)
+    # with words final 0.35 / 0.59 s after their end (median / 90th percentile), where the
+    # default reads 9.38% at 1.89 / 3.42 s (docs/BENCHMARKS.md, "Each word final once the next
+    # begins"): the setting for a stream that must keep up with the speech.
+    stream_second_pass_words: bool = False
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

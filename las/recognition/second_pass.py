@@ -12,7 +12,9 @@ segment are its final ones (those in the context were the segment before's). Wit
 long before this one, whole: with short pauses ending segments, each word is final at the first
 pause after it but spelt with the sentence before it in view. The stream gives up
 word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
-streaming pass at each endpoint (Sainath et al., 2019).
+streaming pass at each endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`,
+the search also calls `early` each time its best hypothesis begins a word: the segment so far is
+decoded whole, and its words before that point are final at once; the rest at the pause.
 """
 
 from __future__ import annotations
@@ -64,20 +66,43 @@ class SegmentDecoder:
         self.groups.append(group)
 
     @torch.no_grad()
-    def __call__(self, start: int, end: int, first: list[Spelt]) -> list[Spelt]:
+    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
-        start), each at the first frame of its aligned span; what was heard before the next
-        segment's context is then dropped."""
-        heard_from = self.window(start)
-        features = self.groups[heard_from - self.origin : end - self.origin]
-        samples = self.samples[
-            (heard_from - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples
-        ]
+        start), each at the first frame of its aligned span: its words centred from frame `given`
+        on (the segment's start by default; later where `early` gave those before). What was heard
+        before the next segment's context is then dropped."""
+        heard_from, features, samples = self.heard(start, end)
         # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
         self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
         self.drop(max(self.origin, min([*self.starts, end]) - self.context))
         if not first or not features:
             return []
+        return self.owned(self.spelt(heard_from, features, samples), max(start, given))
+
+    @torch.no_grad()
+    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
+        """The words centred in frames `[given, until)` of the segment begun at frame `start`, as
+        it is decoded whole once frames up to `end` are heard (the segment goes on: nothing is
+        dropped): a word is final once the first pass has begun the next
+        (`decode.stream_second_pass_words`)."""
+        heard_from, features, samples = self.heard(start, end)
+        if not features:
+            return []
+        return self.owned(self.spelt(heard_from, features, samples), max(start, given), until)
+
+    def heard(self, start: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
+        """What a segment of encoder frames `[start, end)` is decoded from: its first frame
+        (`window`), the groups of features from there to `end`, and their samples."""
+        heard_from = self.window(start)
+        features = self.groups[heard_from - self.origin : end - self.origin]
+        samples = self.samples[
+            (heard_from - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples
+        ]
+        return heard_from, features, samples
+
+    def spelt(self, heard_from: int, features: list[torch.Tensor], samples: torch.Tensor) -> list[Spelt]:
+        """The characters decoded from `features` (a group per encoder frame from `heard_from`)
+        and their `samples`, each at the first frame of its aligned span on the recording's clock."""
         heard = [torch.cat(features)]  # (frames, mel_bins)
         if self.other_speed is not None and len(samples) >= self.extractor.window:
             heard.append(self.normalizer(self.extractor(samples, self.other_speed)))
@@ -85,11 +110,10 @@ class SegmentDecoder:
         best, speed = max(zip(found, (1.0, self.other_speed), strict=False), key=lambda pair: self.rank(pair[0]))
         spans = best.spans or []
         trust = best.confidences or [None] * len(best.tokens)
-        spelt = [
+        return [
             Spelt(token, heard_from + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
             for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
         ]
-        return self.owned(spelt, start)
 
     def window(self, start: int) -> int:
         """The first encoder frame a segment starting at frame `start` is decoded from: the first
@@ -113,16 +137,17 @@ class SegmentDecoder:
         found = self.strategy.search(self.model, memory)
         return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
 
-    def owned(self, spelt: list[Spelt], start: int) -> list[Spelt]:
-        """The words of `spelt` (each with the space after it) centred at or after frame `start`:
-        those before it were heard as context, and the segment before gave them."""
+    def owned(self, spelt: list[Spelt], start: int, until: float = float("inf")) -> list[Spelt]:
+        """The words of `spelt` (each with the space after it) centred at or after frame `start`
+        and before `until`: those before it were heard as context, and the segment before (or an
+        early call) gave them."""
         kept: list[Spelt] = []
         word: list[Spelt] = []
         for item in [*spelt, None]:
             if item is not None and item.token != self.space:
                 word.append(item)
                 continue
-            if word and (word[0].frame + word[-1].frame + 1) / 2 >= start:
+            if word and start <= (word[0].frame + word[-1].frame + 1) / 2 < until:
                 kept += word + ([item] if item is not None else [])
             word = []
         return kept

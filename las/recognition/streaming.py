@@ -199,6 +199,7 @@ def searcher(
             judge=judge,
             # the CTC head alone reads no frame past its own: a look-ahead would only delay it
             lookahead_frames=round(settings.stream_trigger_lookahead_seconds / frame_seconds) if speller else 0,
+            early_words=settings.stream_second_pass_words,
         )
     if settings.strategy == "ctc":
         raise LasError("decode.strategy=ctc streams with the CTC head: this model has none (model.ctc_weight=0)")

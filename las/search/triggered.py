@@ -25,9 +25,9 @@ nothing is final before the segment ends, and then what the second pass makes of
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Protocol
 
 import torch
 
@@ -42,9 +42,18 @@ from las.search.streaming import Judge, Spelt, pad_frames
 # extends no prefix there: under e^-10 of the frame's mass.
 CANDIDATE_NATS = 10.0
 
-# A segment's final characters from its frames `[start, end)` (from the recording's start) and
-# what the first pass spelt there.
-SecondPass = Callable[[int, int, list[Spelt]], list[Spelt]]
+
+class SecondPass(Protocol):
+    """A segment decoded whole (las.recognition.second_pass.SegmentDecoder)."""
+
+    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
+        """The final characters of the segment of frames `[start, end)` (from the recording's start)
+        whose words are centred from frame `given` on, given what the first pass spelt there."""
+        ...
+
+    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
+        """The words centred in frames `[given, until)` of the segment begun at `start`, heard to `end`."""
+        ...
 
 
 def log_add(first: float, second: float) -> float:
@@ -100,6 +109,7 @@ class TriggeredSearch:
         judge: Judge | None = None,
         lookahead_frames: int = 0,
         second_pass: SecondPass | None = None,
+        early_words: bool = False,
     ) -> None:
         if speller is not None and not isinstance(speller, Speller):
             raise LasError(
@@ -112,6 +122,7 @@ class TriggeredSearch:
         self.judge = judge  # each character's confidence when it is first emitted
         self.lookahead = lookahead_frames  # frames past the trigger the speller reads
         self.second_pass = second_pass
+        self.early_words = early_words  # with a second pass: each word final once the next is begun
         self.keys: list[torch.Tensor] = []  # (key_dim,) per frame of the current segment heard
         self.values: list[torch.Tensor] = []
         self.log_probs: list[torch.Tensor] = []  # (vocabulary,) per frame heard, not yet searched
@@ -124,6 +135,7 @@ class TriggeredSearch:
     def start_segment(self) -> None:
         """A new segment from the next frame to be searched: the frames before it are dropped."""
         self.beam, self.finals, self.origin = [Prefix((), blank=0.0)], 0, self.searched
+        self.given = self.origin  # the second pass has given the segment's words centred before this frame
         searched = len(self.keys) - len(self.log_probs)  # frames kept that the segment which ended searched
         self.keys, self.values = self.keys[searched:], self.values[searched:]
 
@@ -262,9 +274,10 @@ class TriggeredSearch:
     def agreed(self) -> list[Spelt]:
         """The words every prefix of the beam shares beyond those given as final, each with the
         space after it: no later hypothesis can change them. With a second pass, none are before
-        the segment ends."""
+        the segment ends, or with `early_words` those the second pass gives once the best prefix
+        has begun a word after them."""
         if self.second_pass is not None:
-            return []
+            return self.begun() if self.early_words else []
         shared = self.finals
         first = self.beam[0].characters
         while shared < len(first) and all(
@@ -278,11 +291,23 @@ class TriggeredSearch:
         piece, self.finals = list(first[self.finals : space + 1]), space + 1
         return piece
 
+    def begun(self) -> list[Spelt]:
+        """With a second pass: where the best prefix has spelt a space since the last words given,
+        the segment so far decoded whole, its words centred before that space."""
+        assert self.second_pass is not None
+        best = self.beam[0].characters
+        space = next((index for index in range(len(best) - 1, -1, -1) if self.is_space(best[index])), None)
+        if space is None or best[space].frame <= self.given:
+            return []
+        piece = self.second_pass.early(self.origin, self.searched, self.given, best[space].frame)
+        self.given, self.finals = best[space].frame, space + 1  # partial results show what follows
+        return piece
+
     def end_segment(self) -> list[Spelt]:
         """The rest of the segment beyond what was final, and a new segment: its best prefix with
         the speller's <eos>, or what the second pass makes of it."""
         if self.second_pass is not None:
-            piece = self.second_pass(self.origin, self.searched, list(self.beam[0].characters))
+            piece = self.second_pass(self.origin, self.searched, list(self.beam[0].characters), self.given)
         else:
             piece = list(self.ended().characters[self.finals :])
         self.start_segment()
