@@ -344,6 +344,8 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(trained_run["run"] / "best.pt", "cpu").stream()
     with pytest.raises(LasError, match="beam, ctc or greedy"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
+    with pytest.raises(LasError, match="stream_second_pass=true"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words=True, stream_second_pass=False)
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()

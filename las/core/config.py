@@ -701,6 +701,14 @@ class DecodeConfig(Section):
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stream_second_pass_words and not self.stream_second_pass:
+            raise LasError(
+                "config key 'decode.stream_second_pass_words': makes words final by the second pass; "
+                "set decode.stream_second_pass=true"
+            )
+
 
 @dataclass(frozen=True)
 class Config:
