@@ -188,7 +188,8 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
         ("beam", 0.5, 0.12, False, 0.0, False),
         ("beam", 0.5, 0.12, True, 0.0, False),
         ("beam", 0.5, 0.12, True, 5.0, False),  # segments at short pauses, each decoded with those before it
-        ("beam", 0.5, 0.12, True, 0.0, True),  # each word decoded with the segment so far once the next begins
+        # each word decoded with the segment so far once the next begins, those under 0.5 confident one word later
+        ("beam", 0.5, 0.12, True, 0.0, True),
     ],
 )
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
@@ -212,6 +213,7 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         stream_second_pass=second_pass,
         stream_second_pass_reach_seconds=reach,
         stream_second_pass_words=words,
+        stream_second_pass_words_hold=0.5 if words else 0.0,
         stream_pause_seconds=0.2 if reach else 1.0,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
@@ -346,6 +348,8 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
     with pytest.raises(LasError, match="stream_second_pass=true"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words=True, stream_second_pass=False)
+    with pytest.raises(LasError, match="stream_second_pass_words=true"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words_hold=0.5)
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
@@ -382,13 +386,59 @@ def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_c
     ]
     owner = SimpleNamespace(space=space)
     # The first word spans frames 8-11 (centre 10): the segment before's, from 11 on; the second's centre is 15.
-    assert SegmentDecoder.owned(owner, spelt, 10) == spelt  # type: ignore[arg-type]
-    assert SegmentDecoder.owned(owner, spelt, 11) == spelt[3:]  # type: ignore[arg-type]
-    assert SegmentDecoder.owned(owner, spelt, 16) == spelt[6:]  # type: ignore[arg-type]
-    assert SegmentDecoder.owned(owner, spelt, 21) == []  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 10, 10) == spelt  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 11, 11) == spelt[3:]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 16, 16) == spelt[6:]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 21, 21) == []  # type: ignore[arg-type]
     # Given early, word by word: those centred before the space the first pass has spelt.
-    assert SegmentDecoder.owned(owner, spelt, 0, 12) == spelt[:3]  # type: ignore[arg-type]
-    assert SegmentDecoder.owned(owner, spelt, 12, 17) == spelt[3:6]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 0, 0, 12) == spelt[:3]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, spelt, 12, 12, 17) == spelt[3:6]  # type: ignore[arg-type]
+
+
+def test_word_by_word_a_word_whose_centre_moves_across_the_split_is_given_once() -> None:
+    """Two decodings of a segment place a word's centre a frame or two apart: after early calls,
+    the words given are those that match what they gave, not those centred before a frame."""
+    space = 0
+    spelt = [
+        Spelt(token, frame) for token, frame in [(5, 8), (6, 11), (space, 12), (7, 13), (8, 14), (space, 15), (9, 20)]
+    ]
+    owner = SimpleNamespace(space=space)
+    # The first word given early, the split then at frame 16: the second word, now centred at 14, is not lost.
+    assert SegmentDecoder.owned(owner, spelt, 0, 16, said=[(5, 6)]) == spelt[3:]  # type: ignore[arg-type]
+    # Both given early, the split then at frame 13: the second word, now centred at 14, is not given again.
+    assert SegmentDecoder.owned(owner, spelt, 0, 13, said=[(5, 6), (7, 8)]) == spelt[6:]  # type: ignore[arg-type]
+    # Early calls that gave nothing (their decodings had no word there yet): every word is the segment's to give.
+    assert SegmentDecoder.owned(owner, spelt, 0, 16, said=[]) == spelt  # type: ignore[arg-type]
+    # A word given early and spelt otherwise since: the words after it, not it again.
+    assert SegmentDecoder.owned(owner, spelt, 0, 12, said=[(5, 7)]) == spelt[3:]  # type: ignore[arg-type]
+    # One word given, spelt otherwise since: the first word or none match it alike; the split nearest the frame given.
+    again = [Spelt(token, frame) for token, frame in [(5, 2), (space, 3), (5, 6), (space, 7), (5, 10)]]
+    assert SegmentDecoder.owned(owner, again, 0, 8, said=[(6,)]) == again[2:]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, again, 0, 8, until=8, said=[(6,)]) == again[2:4]  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(owner, again, 0, 2, said=[(6,)]) == again  # type: ignore[arg-type]
+
+
+def test_word_by_word_the_last_word_waits_for_the_next_where_it_is_unsure() -> None:
+    space = 0
+    spelt = [
+        Spelt(token, frame, trust)
+        for token, frame, trust in [
+            (5, 8, 0.9),
+            (6, 11, 0.8),
+            (space, 12, 0.9),
+            (7, 15, 0.9),
+            (8, 16, 0.4),
+            (space, 17, 0.9),
+        ]
+    ]
+    sure, unsure = SimpleNamespace(space=space, hold=0.3), SimpleNamespace(space=space, hold=0.5)
+    assert SegmentDecoder.held(sure, spelt, 2, 18) == (spelt, 18)  # type: ignore[arg-type]
+    # Its least confident character (0.4) is under 0.5: the words before it, to a frame between them and it.
+    assert SegmentDecoder.held(unsure, spelt, 2, 18) == (spelt[:3], 14)  # type: ignore[arg-type]
+    assert SegmentDecoder.owned(unsure, spelt, 14, 14, 18) == spelt[3:]  # type: ignore[arg-type]  # the next call's
+    assert SegmentDecoder.held(unsure, spelt[3:], 14, 18) == ([], 14)  # type: ignore[arg-type]  # no word before it
+    unmeasured = [Spelt(item.token, item.frame) for item in spelt]
+    assert SegmentDecoder.held(unsure, unmeasured, 2, 18) == (unmeasured, 18)  # type: ignore[arg-type]
 
 
 def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[str, Path], tmp_path: Path) -> None:
@@ -482,16 +532,20 @@ def test_a_repeated_character_needs_a_blank_between_and_words_are_final_once_the
 class RecordedSecondPass:
     """A second pass that says what it was asked: its words are the frames it was called with."""
 
-    def __init__(self) -> None:
+    def __init__(self, holds: int = 0) -> None:
         self.calls: list[tuple[int, ...]] = []
+        self.holds = holds  # early calls that hold their word back for the next
 
     def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
         self.calls.append((start, end, given))
         return [Spelt(B, given)]
 
-    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
         self.calls.append((start, end, given, until))
-        return [Spelt(A, given), Spelt(SPACE, until)]
+        if self.holds:
+            self.holds -= 1
+            return [], given
+        return [Spelt(A, given), Spelt(SPACE, until)], until
 
 
 def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_the_rest_at_the_pause() -> None:
@@ -508,3 +562,17 @@ def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_t
     assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]]  # 3 frames after B: the pause ends the segment
     assert second_pass.calls[1:] == [(0, 7, 2)]  # decoded whole, its words from frame 2 on
     assert search.given == search.origin == 7
+
+
+def test_a_word_held_back_word_by_word_is_asked_for_again_at_the_next_space_not_at_every_frame() -> None:
+    """decode.stream_second_pass_words_hold: where the second pass holds the last word back, the
+    frames given stay where they were, and the next space the first pass spells asks again."""
+    second_pass = RecordedSecondPass(holds=1)
+    search = TriggeredSearch(
+        None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 5, longest_frames=100, second_pass=second_pass, early_words=True
+    )
+    assert heard(search, ctc_frames({A: 0.98}, {SPACE: 0.98}, {B: 0.98}, {0: 0.98})) == []  # held at frame 1
+    assert second_pass.calls == [(0, 2, 0, 1)] and search.given == 0
+    assert [spelt.token for spelt in search.partial] == [A, SPACE, B]  # the held word is still partial
+    assert heard(search, ctc_frames({SPACE: 0.98})) == [[A, SPACE]]  # the next space: both words from frame 0
+    assert second_pass.calls[1:] == [(0, 5, 0, 4)] and search.given == 4

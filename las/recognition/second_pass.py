@@ -14,18 +14,24 @@ pause after it but spelt with the sentence before it in view. The stream gives u
 word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
 streaming pass at each endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`,
 the search also calls `early` each time its best hypothesis begins a word: the segment so far is
-decoded whole, and its words before that point are final at once; the rest at the pause.
+decoded whole, and its words before that point are final at once; the rest at the pause. With
+`decode.stream_second_pass_words_hold`, the last of those words waits for the next where its
+confidence is under that: it is given by the next call, decoded with the word after it heard.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
+from Levenshtein import distance
 
 from las.core.config import Config
 from las.core.text import Vocabulary
 from las.data.features import FilterbankExtractor, Normalizer
 from las.data.segmentation import CONTEXT_SECONDS
 from las.model.las import LAS
+from las.recognition.confidence import word_confidence
 from las.recognition.inference import aligned
 from las.search import Hypothesis, Rules, build_strategy
 from las.search.streaming import Spelt
@@ -44,6 +50,7 @@ class SegmentDecoder:
         self.strategy = build_strategy(settings, vocabulary, model)
         self.rank = Rules.of(settings).rank
         self.confidence = (settings.confidence, settings.confidence_from)
+        self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
         self.extractor = FilterbankExtractor(config.features.at_decoding())
         other = settings.other_speed
         self.other_speed = other if other > 0 and other != 1 else None
@@ -52,6 +59,7 @@ class SegmentDecoder:
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
         self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
         self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
+        self.said: list[tuple[int, ...]] = []  # the current segment's words given early (stream_second_pass_words)
         self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
         self.samples = torch.zeros(0)  # heard, from encoder frame `origin`'s first
@@ -75,20 +83,25 @@ class SegmentDecoder:
         # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
         self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
         self.drop(max(self.origin, min([*self.starts, end]) - self.context))
+        said, self.said = self.said, []  # the next segment's words start afresh
         if not first or not features:
             return []
-        return self.owned(self.spelt(heard_from, features, samples), max(start, given))
+        return self.owned(self.spelt(heard_from, features, samples), start, max(start, given), said=said)
 
     @torch.no_grad()
-    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
         """The words centred in frames `[given, until)` of the segment begun at frame `start`, as
         it is decoded whole once frames up to `end` are heard (the segment goes on: nothing is
         dropped): a word is final once the first pass has begun the next
-        (`decode.stream_second_pass_words`)."""
+        (`decode.stream_second_pass_words`); and the frame the words given end at (`until`, or
+        before the last of them where it is held back)."""
         heard_from, features, samples = self.heard(start, end)
         if not features:
-            return []
-        return self.owned(self.spelt(heard_from, features, samples), max(start, given), until)
+            return [], until
+        owned = self.owned(self.spelt(heard_from, features, samples), start, max(start, given), until, self.said)
+        kept, through = self.held(owned, max(start, given), until)
+        self.said += [spoken(word, self.space) for word in words(kept, self.space)]
+        return kept, through
 
     def heard(self, start: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
         """What a segment of encoder frames `[start, end)` is decoded from: its first frame
@@ -137,17 +150,71 @@ class SegmentDecoder:
         found = self.strategy.search(self.model, memory)
         return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
 
-    def owned(self, spelt: list[Spelt], start: int, until: float = float("inf")) -> list[Spelt]:
-        """The words of `spelt` (each with the space after it) centred at or after frame `start`
-        and before `until`: those before it were heard as context, and the segment before (or an
-        early call) gave them."""
-        kept: list[Spelt] = []
-        word: list[Spelt] = []
-        for item in [*spelt, None]:
-            if item is not None and item.token != self.space:
-                word.append(item)
-                continue
-            if word and start <= (word[0].frame + word[-1].frame + 1) / 2 < until:
-                kept += word + ([item] if item is not None else [])
+    def owned(
+        self,
+        spelt: list[Spelt],
+        start: int,
+        given: int,
+        until: float = float("inf"),
+        said: Sequence[tuple[int, ...]] = (),
+    ) -> list[Spelt]:
+        """The words of `spelt` (each with the space after it) of the segment begun at frame
+        `start` (centred at or after it: those before were heard as context) that follow the
+        words given already, up to those centred at `until`. Those given are the words centred
+        before frame `given`; where early calls have asked for words of this segment (`given`
+        past its start), the words that match those they gave (`said`) best, nearest that split
+        where several match alike: two decodings of a segment place a word's centre a frame or
+        two apart, and one near the split would otherwise be given twice or never."""
+        segment = [word for word in words(spelt, self.space) if centre(word, self.space) >= start]
+        split = sum(centre(word, self.space) < given for word in segment)  # centres rise word by word
+        if given > start:
+            decoded = [spoken(word, self.space) for word in segment]
+            split = min(
+                range(len(segment) + 1), key=lambda index: (distance(said, decoded[:index]), abs(index - split))
+            )
+        return [item for word in segment[split:] if centre(word, self.space) < until for item in word]
+
+    def held(self, owned: list[Spelt], given: int, until: int) -> tuple[list[Spelt], int]:
+        """`owned` (the words of an early call, from frame `given`) and `until`; or, where its last
+        word's confidence is under `decode.stream_second_pass_words_hold`, the words before it and
+        a frame between them and it, so that the next call, which hears the word after it, gives it."""
+        spoken = words(owned, self.space)
+        if not spoken:
+            return owned, until
+        last = letters(spoken[-1], self.space)
+        trust = [item.confidence for item in last]
+        if None in trust or word_confidence(trust) >= self.hold:  # type: ignore[arg-type]
+            return owned, until
+        before = [item for word in spoken[:-1] for item in word]
+        if not before:
+            return [], given
+        return before, max(given, (before[-1].frame + last[0].frame + 1) // 2)
+
+
+def words(spelt: list[Spelt], space: int) -> list[list[Spelt]]:
+    """`spelt` as words, each with the space after it (the last one's where there is one)."""
+    found: list[list[Spelt]] = []
+    word: list[Spelt] = []
+    for item in spelt:
+        word.append(item)
+        if item.token == space:
+            if len(word) > 1:
+                found.append(word)
             word = []
-        return kept
+    return found + ([word] if word else [])
+
+
+def letters(word: list[Spelt], space: int) -> list[Spelt]:
+    """A word's characters without the space after it."""
+    return [item for item in word if item.token != space]
+
+
+def centre(word: list[Spelt], space: int) -> float:
+    """The frame at the middle of a word's characters (from the first's frame to the frame after the last's)."""
+    inside = letters(word, space)
+    return (inside[0].frame + inside[-1].frame + 1) / 2
+
+
+def spoken(word: list[Spelt], space: int) -> tuple[int, ...]:
+    """A word's tokens without the space after it: what it says, to compare one decoding's words with another's."""
+    return tuple(item.token for item in letters(word, space))

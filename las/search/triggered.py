@@ -51,8 +51,9 @@ class SecondPass(Protocol):
         whose words are centred from frame `given` on, given what the first pass spelt there."""
         ...
 
-    def early(self, start: int, end: int, given: int, until: int) -> list[Spelt]:
-        """The words centred in frames `[given, until)` of the segment begun at `start`, heard to `end`."""
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
+        """The words centred in frames `[given, until)` of the segment begun at `start`, heard to
+        `end`, and the frame they end at (`until`, or earlier where the last word waits for the next)."""
         ...
 
 
@@ -136,6 +137,7 @@ class TriggeredSearch:
         """A new segment from the next frame to be searched: the frames before it are dropped."""
         self.beam, self.finals, self.origin = [Prefix((), blank=0.0)], 0, self.searched
         self.given = self.origin  # the second pass has given the segment's words centred before this frame
+        self.asked = self.origin  # ... and was last asked for the words before this one (early_words)
         searched = len(self.keys) - len(self.log_probs)  # frames kept that the segment which ended searched
         self.keys, self.values = self.keys[searched:], self.values[searched:]
 
@@ -297,10 +299,19 @@ class TriggeredSearch:
         assert self.second_pass is not None
         best = self.beam[0].characters
         space = next((index for index in range(len(best) - 1, -1, -1) if self.is_space(best[index])), None)
-        if space is None or best[space].frame <= self.given:
+        if space is None or best[space].frame <= self.asked:
             return []
-        piece = self.second_pass.early(self.origin, self.searched, self.given, best[space].frame)
-        self.given, self.finals = best[space].frame, space + 1  # partial results show what follows
+        self.asked = best[space].frame
+        piece, self.given = self.second_pass.early(self.origin, self.searched, self.given, self.asked)
+        # partial results show what follows the words given: from the first pass's space before `given`
+        self.finals = next(
+            (
+                index + 1
+                for index in range(space, self.finals - 1, -1)
+                if self.is_space(best[index]) and best[index].frame <= self.given
+            ),
+            self.finals,
+        )
         return piece
 
     def end_segment(self) -> list[Spelt]:
