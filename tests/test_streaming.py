@@ -188,7 +188,7 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
         ("beam", 0.5, 0.12, False, 0.0, False),
         ("beam", 0.5, 0.12, True, 0.0, False),
         ("beam", 0.5, 0.12, True, 5.0, False),  # segments at short pauses, each decoded with those before it
-        # each word decoded with the segment so far once the next begins, those under 0.5 confident one word later
+        # each word decoded with the segment so far once the next begins (those unsure of, one word later)
         ("beam", 0.5, 0.12, True, 0.0, True),
     ],
 )
@@ -213,7 +213,6 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         stream_second_pass=second_pass,
         stream_second_pass_reach_seconds=reach,
         stream_second_pass_words=words,
-        stream_second_pass_words_hold=0.5 if words else 0.0,
         stream_pause_seconds=0.2 if reach else 1.0,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
@@ -348,8 +347,6 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
     with pytest.raises(LasError, match="stream_second_pass=true"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words=True, stream_second_pass=False)
-    with pytest.raises(LasError, match="stream_second_pass_words=true"):
-        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words_hold=0.5)
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
