@@ -10,9 +10,10 @@ Each recording is pushed 10 ms at a time, as fast as the stream takes it, on one
 is emitted when a final result gives it (it will not change after: by default once every
 hypothesis of the beam shares it, las.search.triggered; spelling greedily, once its space is
 spelt, las.search.streaming). Its **delay** is the audio heard by then minus the word's end in
-the reference's forced alignment (CTC, from a model that decodes whole), plus the time the
-stream took to compute it beyond real time (none where it keeps up): what a listener waits
-after saying the word. Words are matched to the reference's by an edit-distance alignment; a
+the reference's forced alignment (CTC, from a model that decodes whole), plus how long the
+stream took to compute the piece that made it final once that piece had arrived and the pieces
+before it were done (the process's CPU time, so a busy machine does not count): what a listener
+waits after saying the word. Words are matched to the reference's by an edit-distance alignment; a
 wrong word has no delay. **Partial words changed**: of the complete words partial results show
 (each time one is shown), the share that the final transcript does not have at that place.
 **Streams in real time**: the cores divided by the real-time factor of one stream at a thread.
@@ -79,18 +80,24 @@ class Streamed:
 
 
 def stream_recording(recognizer: Recognizer, waveform: np.ndarray) -> Streamed:
-    """`waveform` pushed PIECE_SECONDS at a time; its words with when each became final."""
+    """`waveform` pushed PIECE_SECONDS at a time; its words with when each became final. Each
+    piece is computed once it has arrived (on the audio's clock) and what came before it is done,
+    so a word waits for the computing of the piece that made it final as well as any backlog.
+    Computing is timed in the process's CPU time (one thread): what the stream takes of a core it
+    has to itself, however busy the machine it is measured on."""
     stream = recognizer.stream()
-    piece = round(stream.sample_rate * PIECE_SECONDS)
-    streamed = Streamed([], [], 0.0, len(waveform) / stream.sample_rate)
-    started = time.perf_counter()
-    lag = 0.0  # how far computing has fallen behind the audio's own clock
-    for first in range(0, len(waveform), piece):
-        results = stream.push(waveform[first : first + piece])
-        lag = max(0.0, time.perf_counter() - started - (first + piece) / stream.sample_rate)
-        note(results, streamed, lag)
-    note(stream.finish(), streamed, lag)
-    streamed.seconds = time.perf_counter() - started
+    rate = stream.sample_rate
+    piece = round(rate * PIECE_SECONDS)
+    streamed = Streamed([], [], 0.0, len(waveform) / rate)
+    done = 0.0  # when the pieces so far were computed, on the audio's clock (s)
+    for first in [*range(0, len(waveform), piece), None]:  # None: the end of the stream
+        arrived = min(first + piece, len(waveform)) / rate if first is not None else len(waveform) / rate
+        started = time.process_time()
+        results = stream.push(waveform[first : first + piece]) if first is not None else stream.finish()
+        computing = time.process_time() - started
+        done = max(done, arrived) + computing
+        streamed.seconds += computing
+        note(results, streamed, done - arrived)
     return streamed
 
 

@@ -669,11 +669,12 @@ class DecodeConfig(Section):
     # ... and each word final as soon as the first pass has begun the next (spelt the space
     # after it): the segment so far is decoded whole then and its words centred before that
     # space given, without waiting for a pause; the segment's last words at its end, as before.
-    # Each segment is then decoded once per word. Off: chosen live on the choosing speakers with
-    # 0.5 s pauses (3 streaming seeds), it streamed dev at 10.97% (1.25x the offline default)
-    # with words final 0.35 / 0.59 s after their end (median / 90th percentile), where the
-    # default reads 9.38% at 1.89 / 3.42 s (docs/BENCHMARKS.md, "Each word final once the next
-    # begins"): the setting for a stream that must keep up with the speech.
+    # Each segment is then decoded once per word. Off: with 0.5 s pauses (chosen live on the
+    # choosing speakers, 3 streaming seeds) it streams dev at 10.30% (1.17x the offline default)
+    # with words final 0.49 / 0.83 s after their end (median / 90th percentile, each word waiting
+    # for the decoding that gives it), where the default reads 9.38% with words final at the
+    # pause (docs/BENCHMARKS.md, "Words given where the words before were given"): the setting
+    # for a stream that must keep up with the speech.
     stream_second_pass_words: bool = False
     # ... word by word, a word whose confidence (its least confident character's) is under this
     # waits for the next word to be begun, decoded again with it heard: right context for the
