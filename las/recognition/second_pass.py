@@ -178,14 +178,14 @@ class SegmentDecoder:
         """`owned` (the words of an early call, from frame `given`) and `until`; or, where its last
         word's confidence is under `decode.stream_second_pass_words_hold`, the words before it and
         a frame between them and it, so that the next call, which hears the word after it, gives it."""
-        spoken = words(owned, self.space)
-        if not spoken:
+        found = words(owned, self.space)
+        if not found:
             return owned, until
-        last = letters(spoken[-1], self.space)
+        last = letters(found[-1], self.space)
         trust = [item.confidence for item in last]
         if None in trust or word_confidence(trust) >= self.hold:  # type: ignore[arg-type]
             return owned, until
-        before = [item for word in spoken[:-1] for item in word]
+        before = [item for word in found[:-1] for item in word]
         if not before:
             return [], given
         return before, max(given, (before[-1].frame + last[0].frame + 1) // 2)
