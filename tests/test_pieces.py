@@ -176,6 +176,19 @@ def starts(frame_counts: list[int], *settings: str) -> AttentionStart:
     return AttentionStart(load_config(None, ["train.attention_pieces=auto", *settings]), frame_counts)
 
 
+def test_a_run_in_pieces_learns_at_a_higher_rate_and_says_so() -> None:
+    long, short = [1300, 1100, 900], [270, 300, 250]  # frames of 10 ms: 11 s and 2.7 s at the median
+    assert AttentionStart(load_config(None, []), long).learning_rate == pytest.approx(3e-3)  # 2e-3 x 1.5
+    assert AttentionStart(load_config(None, []), short).learning_rate == pytest.approx(2e-3)  # AN4's, as it was
+    assert starts(long, "train.init=runs/an4/averaged.pt").learning_rate == pytest.approx(2e-3)  # no pieces
+    assert starts(long, "train.learning_rate=1e-3").learning_rate == pytest.approx(1.5e-3)
+    assert starts(long, "train.attention_pieces_learning_rate_scale=1").learning_rate == pytest.approx(2e-3)
+    assert starts(short, "train.attention_pieces=on").learning_rate == pytest.approx(3e-3)
+    said = "\n".join(starts(long).describe())
+    assert "learning rate 0.003: train.learning_rate x 1.5 with the pieces" in said
+    assert "learning rate" not in "\n".join(starts(long, "train.attention_pieces_learning_rate_scale=1").describe())
+
+
 def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cut() -> None:
     long, short = [1300, 1100, 900, 2000], [270, 300, 250]  # frames of 10 ms: 12 s and 2.7 s at the median
     assert starts(long).cutting(None) == Cutting(300, 1.5)  # 3 s at first

@@ -100,6 +100,11 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
     assert progress["ctc_loss"] == pytest.approx(records[-1]["train_ctc_loss"])  # a resume knows whether to align
     said = capsys.readouterr()
     assert "utterances cut into pieces at the CTC head's alignment once it has learnt, at most 1.0 s" in said.out
+    # The run's learning rate, train.learning_rate x attention_pieces_learning_rate_scale, on its schedule.
+    settings_of_run = with_training(tiny_config, epochs=2, **settings).train
+    scale = learning_rate_scale(2, settings_of_run.warmup_steps, 2, settings_of_run.final_learning_rate_scale)
+    expected = settings_of_run.learning_rate * settings_of_run.attention_pieces_learning_rate_scale * scale
+    assert records[-1]["learning_rate"] == pytest.approx(expected)
     # A step at each length (attention_pieces_most_steps): 1 s, then 2 s, longer than every utterance.
     settings |= dict(attention_pieces_most_steps=1, out=str(run) + "-1")
     records = metrics(train(with_training(tiny_config, epochs=3, **settings)))

@@ -30,7 +30,8 @@ ALIGNED_SHARE = 0.5
 
 class AttentionStart:
     """The attention's start in a run: `cutting(longest)` is how a training step cuts its
-    utterances, `at(step, start)` its guide, each None where there is none. The guide's schedule
+    utterances, `at(step, start)` its guide, each None where there is none; `learning_rate` the
+    run's (train.learning_rate, scaled where the pieces are on). The guide's schedule
     counts from `start`, the first step that had an alignment to use: until the CTC head has
     learnt there is none, and on long utterances that takes the head 500 steps or more."""
 
@@ -64,6 +65,8 @@ class AttentionStart:
         self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
         self.model_ctc_weight = config.model.ctc_weight
         self.pieces_ctc_weight = max(self.model_ctc_weight, settings.attention_pieces_ctc_weight)
+        self.learning_rate_scale = settings.attention_pieces_learning_rate_scale if self.pieces else 1.0
+        self.learning_rate = settings.learning_rate * self.learning_rate_scale  # the run's
 
     def cutting(self, longest: int | None) -> Cutting | None:
         """How a training step cuts its utterances: pieces at most `longest` frames (None: the
@@ -149,6 +152,11 @@ class AttentionStart:
             lines.append(
                 f"while the pieces are under way, the CTC loss weighs {self.pieces_ctc_weight:g} "
                 f"(model.ctc_weight {self.model_ctc_weight:g} after; train.attention_pieces_ctc_weight)"
+            )
+        if self.learning_rate_scale != 1:
+            lines.append(
+                f"learning rate {self.learning_rate:g}: train.learning_rate x {self.learning_rate_scale:g} "
+                "with the pieces (train.attention_pieces_learning_rate_scale)"
             )
         if self.on:
             lines.append(

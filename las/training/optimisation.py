@@ -35,10 +35,17 @@ def learning_rate_scale(step: int, warmup_steps: int, total_steps: int, final_sc
 
 
 class Optimisation:
-    """The model's training steps over `total_steps` (the schedule's length) on `device`."""
+    """The model's training steps over `total_steps` (the schedule's length) on `device`, at
+    `learning_rate` before its schedule (None: train.learning_rate)."""
 
     def __init__(
-        self, config: Config, model: LAS, device: torch.device, distributed: Distributed, total_steps: int
+        self,
+        config: Config,
+        model: LAS,
+        device: torch.device,
+        distributed: Distributed,
+        total_steps: int,
+        learning_rate: float | None = None,
     ) -> None:
         settings = config.train
         self.config = config
@@ -60,7 +67,7 @@ class Optimisation:
             graphed_passes(config, model, device, distributed) if settings.cuda_graphs else (None, None)
         )
         self.optimizer = torch.optim.Adam(
-            model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay
+            model.parameters(), lr=learning_rate or settings.learning_rate, weight_decay=settings.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,

@@ -132,8 +132,9 @@ class Trainer:
         settings = config.train
         self.sampler = BucketBatchSampler.for_training(corpus.train.frame_counts(), config.data, settings.seed)
         total_steps = settings.epochs * len(self.global_batches())
-        self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps)
         self.attention_start = AttentionStart(config, corpus.train.frame_counts(), " " in self.vocabulary.index)
+        learning_rate = self.attention_start.learning_rate
+        self.optimisation = Optimisation(config, self.model, self.device, distributed, total_steps, learning_rate)
         # With the LSTM speller's training pass as graphs, its dev pass's steps are graphs too.
         self.search = GreedySearch(
             Symbols.of(self.vocabulary),
