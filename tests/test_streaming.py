@@ -301,6 +301,41 @@ def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streami
         assert whole and finals[0].text == whole
 
 
+def test_word_by_word_early_decodings_search_as_their_own_settings_say(
+    streaming_model: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each early decoding (a word's) searches with decode.stream_second_pass_words_beam_size and
+    at one speed where stream_second_pass_words_other_speed is off; a segment's decoding at its
+    pause as `las decode` does, at both speeds with the beam."""
+    calls: list[tuple[int, int]] = []  # (speeds decoded, beam) per decoding
+    decoded = SegmentDecoder.decoded
+
+    def spied(self: SegmentDecoder, heard: list[torch.Tensor], strategy: Strategy) -> list:
+        calls.append((len(heard), strategy.beam_size))  # type: ignore[attr-defined]
+        return decoded(self, heard, strategy)
+
+    monkeypatch.setattr(SegmentDecoder, "decoded", spied)
+    settings = dict(stream_second_pass_words=True, other_speed=0.9, beam_size=4)
+    samples = torch.from_numpy(soundfile.read(an4_rows("dev", 1)[0][1], dtype="float32")[0])
+    for early, expected in (
+        ({}, (2, 4)),
+        (dict(stream_second_pass_words_beam_size=2, stream_second_pass_words_other_speed=False), (1, 2)),
+    ):
+        recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", **settings, **early)
+        config = recognizer.config
+        second_pass = SegmentDecoder(recognizer.model, config, recognizer.checkpoint.normalizer, recognizer.vocabulary)
+        features = recognizer.checkpoint.normalizer(FilterbankExtractor(config.features.at_decoding())(samples))
+        group = 2**config.model.pyramid_layers
+        second_pass.listen(samples)
+        for first in range(0, len(features) // group * group, group):
+            second_pass.hear(features[first : first + group])
+        frames = len(features) // group
+        calls.clear()
+        second_pass.early(0, frames // 2, 0, frames // 2)  # a word's
+        second_pass(0, frames, [Spelt(1, 0)])  # the segment's, at its pause
+        assert calls == [expected, (2, 4)]
+
+
 @pytest.mark.parametrize(
     ("strategy", "frames", "second_pass", "reach"),
     [

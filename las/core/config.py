@@ -691,6 +691,11 @@ class DecodeConfig(Section):
     # 13.86% with words final 0.37 / 0.40 s after their end at the median, 0.66 / 0.73 s at the
     # 90th percentile (docs/BENCHMARKS.md, "Words given where the words before were given").
     stream_second_pass_words_hold: Fraction = 0.5
+    # ... word by word, the early decodings (each word's, not the segment's last at its pause)
+    # search with this beam (0: beam_size) and play at other_speed too where this is true: each
+    # is a burst of computing that the words it gives wait for.
+    stream_second_pass_words_beam_size: NonNegative = 0
+    stream_second_pass_words_other_speed: bool = True
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,

@@ -21,6 +21,7 @@ confidence is under that: it is given by the next call, decoded with the word af
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -33,7 +34,7 @@ from las.data.segmentation import CONTEXT_SECONDS
 from las.model.las import LAS
 from las.recognition.confidence import word_confidence
 from las.recognition.inference import aligned
-from las.search import Hypothesis, Rules, build_strategy
+from las.search import Hypothesis, Rules, Strategy, build_strategy
 from las.search.streaming import Spelt
 
 
@@ -48,6 +49,9 @@ class SegmentDecoder:
         settings = config.decode
         self.model, self.normalizer = model, normalizer
         self.strategy = build_strategy(settings, vocabulary, model)
+        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
+        self.early_strategy = build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, model)
+        self.early_speeds = settings.stream_second_pass_words_other_speed
         self.rank = Rules.of(settings).rank
         self.confidence = (settings.confidence, settings.confidence_from)
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
@@ -98,7 +102,8 @@ class SegmentDecoder:
         heard_from, features, samples = self.heard(start, end)
         if not features:
             return [], until
-        owned = self.owned(self.spelt(heard_from, features, samples), start, max(start, given), until, self.said)
+        spelt = self.spelt(heard_from, features, samples, early=True)
+        owned = self.owned(spelt, start, max(start, given), until, self.said)
         kept, through = self.held(owned, max(start, given), until)
         self.said += [spoken(word, self.space) for word in words(kept, self.space)]
         return kept, through
@@ -113,13 +118,17 @@ class SegmentDecoder:
         ]
         return heard_from, features, samples
 
-    def spelt(self, heard_from: int, features: list[torch.Tensor], samples: torch.Tensor) -> list[Spelt]:
+    def spelt(
+        self, heard_from: int, features: list[torch.Tensor], samples: torch.Tensor, early: bool = False
+    ) -> list[Spelt]:
         """The characters decoded from `features` (a group per encoder frame from `heard_from`)
-        and their `samples`, each at the first frame of its aligned span on the recording's clock."""
+        and their `samples`, each at the first frame of its aligned span on the recording's clock;
+        `early`: for an early call, as `decode.stream_second_pass_words_*` decode those."""
         heard = [torch.cat(features)]  # (frames, mel_bins)
-        if self.other_speed is not None and len(samples) >= self.extractor.window:
+        speeds = self.early_speeds or not early
+        if self.other_speed is not None and speeds and len(samples) >= self.extractor.window:
             heard.append(self.normalizer(self.extractor(samples, self.other_speed)))
-        found = self.decoded(heard)
+        found = self.decoded(heard, self.early_strategy if early else self.strategy)
         best, speed = max(zip(found, (1.0, self.other_speed), strict=False), key=lambda pair: self.rank(pair[0]))
         spans = best.spans or []
         trust = best.confidences or [None] * len(best.tokens)
@@ -141,13 +150,13 @@ class SegmentDecoder:
         self.samples = self.samples[(frame - self.origin) * self.frame_samples :]
         self.origin = frame
 
-    def decoded(self, heard: list[torch.Tensor]) -> list[Hypothesis]:
-        """The best hypothesis of each of `heard`'s features, aligned by the CTC head."""
+    def decoded(self, heard: list[torch.Tensor], strategy: Strategy) -> list[Hypothesis]:
+        """The best hypothesis of each of `heard`'s features by `strategy`, aligned by the CTC head."""
         lengths = torch.tensor([len(item) for item in heard])
         batch = torch.nn.utils.rnn.pad_sequence(heard, batch_first=True)  # (pieces, frames, mel_bins)
         device = next(self.model.parameters()).device
         memory = self.model.listener(batch.to(device), lengths)
-        found = self.strategy.search(self.model, memory)
+        found = strategy.search(self.model, memory)
         return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
 
     def owned(
