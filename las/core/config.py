@@ -693,7 +693,12 @@ class DecodeConfig(Section):
     stream_second_pass_words_hold: Fraction = 0.5
     # ... word by word, the early decodings (each word's, not the segment's last at its pause)
     # search with this beam (0: beam_size) and play at other_speed too where this is true: each
-    # is a burst of computing that the words it gives wait for.
+    # is a burst of computing that the words it gives wait for. Not what they wait for most:
+    # live on the choosing speakers (one streaming seed, 0.5 s pauses), as the segment's (beam 8,
+    # two speeds) 12.42% with words final 0.53 / 0.92 s after their end (median / 90th pct); beam
+    # 4: 12.37% at 0.50 / 0.89; one speed 12.95% at 0.48 / 0.90; both 13.34% at 0.47 / 0.88
+    # (stream_trigger_lookahead_seconds=0 there: 12.76% at 0.35 / 0.70; docs/BENCHMARKS.md,
+    # "What a word waits for"). As the segment's by default until three seeds choose.
     stream_second_pass_words_beam_size: NonNegative = 0
     stream_second_pass_words_other_speed: bool = True
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
