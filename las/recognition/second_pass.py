@@ -50,7 +50,12 @@ class SegmentDecoder:
         self.model, self.normalizer = model, normalizer
         self.strategy = build_strategy(settings, vocabulary, model)
         early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
-        self.early_strategy = build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, model)
+        # Another only where it differs: a strategy loads its language model and lexicon when built.
+        self.early_strategy = (
+            self.strategy
+            if early_beam == settings.beam_size
+            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, model)
+        )
         self.early_speeds = settings.stream_second_pass_words_other_speed
         self.rank = Rules.of(settings).rank
         self.confidence = (settings.confidence, settings.confidence_from)
