@@ -37,11 +37,30 @@ def test_round_trip_through_dict() -> None:
         ("train.epochs=many", "expected int"),
         ("model.tie_embedding=maybe", "expected bool"),
         ("train.epochs", "expected KEY=VALUE"),
+        ("decode.stream_trigger_lookahead_seconds=soon", "expected a number or 'auto'"),
+        ("decode.stream_trigger_lookahead_seconds=3", "expected a number >= 0 and <= 2"),
     ],
 )
 def test_bad_overrides_are_clear_errors(assignment: str, message: str) -> None:
     with pytest.raises(LasError, match=message):
         load_config(None, [assignment])
+
+
+def test_a_number_or_auto_resolves_auto_from_the_other_settings(tmp_path: Path) -> None:
+    """The stream's trigger look-ahead: auto is 0 where the second pass gives the final words,
+    0.16 s where the search's own are final; a number, from `--set` or TOML, is kept as given."""
+    assert load_config(None, []).decode.stream_trigger_lookahead_seconds == "auto"
+    assert load_config(None, []).decode.stream_lookahead == 0.0
+    assert load_config(None, ["decode.stream_second_pass=false"]).decode.stream_lookahead == 0.16
+    given = load_config(None, ["decode.stream_trigger_lookahead_seconds=0.08"]).decode
+    assert given.stream_trigger_lookahead_seconds == 0.08 and given.stream_lookahead == 0.08
+    path = tmp_path / "run.toml"
+    path.write_text("[decode]\nstream_trigger_lookahead_seconds = 0\nstream_second_pass = false\n")
+    assert load_config(path).decode.stream_lookahead == 0.0
+    path.write_text("[decode]\nstream_trigger_lookahead_seconds = true\n")
+    with pytest.raises(LasError, match="expected a number or 'auto'"):
+        load_config(path)
+    assert Config.from_dict(load_config(None, []).to_dict()).decode.stream_trigger_lookahead_seconds == "auto"
 
 
 def test_missing_and_invalid_toml(tmp_path: Path) -> None:

@@ -301,6 +301,20 @@ def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streami
         assert whole and finals[0].text == whole
 
 
+@pytest.mark.parametrize(("second_pass", "given", "frames"), [(True, "auto", 0), (False, "auto", 4), (True, 0.08, 2)])
+def test_the_search_reads_past_its_trigger_only_where_its_own_words_are_final(
+    streaming_model: dict[str, Path], second_pass: bool, given: float | str, frames: int
+) -> None:
+    """auto: where the second pass gives the final words, the search only says where they end,
+    and a look-ahead would only delay that; where its words are final, 0.16 s (40 ms frames)."""
+    recognizer = Recognizer.load(
+        streaming_model["checkpoint"], "cpu", stream_second_pass=second_pass, stream_trigger_lookahead_seconds=given
+    )
+    stream = recognizer.stream()
+    assert isinstance(stream.search, TriggeredSearch)
+    assert stream.frame_seconds == pytest.approx(0.04) and stream.search.lookahead == frames
+
+
 def test_word_by_word_early_decodings_search_as_their_own_settings_say(
     streaming_model: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,12 +93,30 @@ def field_hints(kind: type) -> dict[str, Any]:
     return typing.get_type_hints(kind, include_extras=True)
 
 
+def is_union(kind: Any) -> bool:
+    return typing.get_origin(kind) in (typing.Union, types.UnionType)
+
+
+def named_values(kind: Any) -> tuple[Any, ...]:
+    """The values a field names: a Literal's, or the Literal's of a union such as
+    `float | Literal["auto"]` (a number, or a value worked out from the other settings)."""
+    if typing.get_origin(kind) is Literal:
+        return typing.get_args(kind)
+    members = typing.get_args(kind) if is_union(kind) else ()
+    return tuple(
+        value for member in members if typing.get_origin(member) is Literal for value in typing.get_args(member)
+    )
+
+
 def check_value(value: Any, hint: Any, key: str) -> None:
     """Refuse a value outside the field's choices or range (types are settled by `_coerce`)."""
     rules = hint.__metadata__ if typing.get_origin(hint) is Annotated else ()
     kind = typing.get_args(hint)[0] if rules else hint
-    if typing.get_origin(kind) is Literal and value not in typing.get_args(kind):
-        choices = ", ".join(map(str, typing.get_args(kind)))
+    named = named_values(kind)
+    if isinstance(value, str) and value in named:
+        return  # a number's "auto" is resolved where it is read
+    if typing.get_origin(kind) is Literal or named and not isinstance(value, (int, float)):
+        choices = ", ".join(map(str, named)) + (", or a number" if is_union(kind) else "")
         raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
     for rule in rules:
         if isinstance(rule, (Range, NonEmpty)):
@@ -652,10 +671,17 @@ class DecodeConfig(Section):
     stream_beam_nats: Positive = 3.0
     # ... and the speller scores a character over the frames heard this long after the CTC head
     # first emitted it (the head's spike comes before the character's sound): each frame is
-    # searched this much later. Chosen on the tuning speakers (3 streaming seeds, docs/BENCHMARKS.md
-    # "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s the joint search read
-    # 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16.
-    stream_trigger_lookahead_seconds: Annotated[float, Range(0, 2)] = 0.16
+    # searched this much later, and each word ended that much later. auto (`stream_lookahead`):
+    # 0.16 s where the search's words are final (stream_second_pass=false), 0 where the second
+    # pass gives them. The search's words final, chosen on the tuning speakers (3 streaming seeds,
+    # docs/BENCHMARKS.md "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s
+    # it read 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16. The second pass's,
+    # live on the choosing speakers (3 seeds): at 1 s pauses 13.31% at 0 and at 0.16 s, words
+    # final 1.84 / 3.62 s after their end (median / 90th percentile) against 2.03 / 3.83; word by
+    # word at 0.5 s pauses 13.95 / 13.94 / 13.86% at 0 / 0.08 / 0.16 s, words final 0.33 / 0.41 /
+    # 0.48 s after their end at the median, 0.68 / 0.77 / 0.84 s at the 90th percentile (docs/
+    # BENCHMARKS.md, "The trigger on time where the second pass gives the words").
+    stream_trigger_lookahead_seconds: Annotated[float | Literal["auto"], Range(0, 2)] = "auto"
     # A stream's segment is decoded whole once it has ended, as `las decode` decodes a piece of a
     # recording: its words are final then, not one by one as the beam agrees on them, and the
     # search's words are partial (las.recognition.second_pass; the CTC head's search only). Chosen
@@ -726,6 +752,14 @@ class DecodeConfig(Section):
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
     seed: int = 0
+
+    @property
+    def stream_lookahead(self) -> float:
+        """`stream_trigger_lookahead_seconds`, auto resolved: the search's look-ahead past its
+        trigger, in seconds."""
+        if isinstance(self.stream_trigger_lookahead_seconds, str):  # auto
+            return 0.0 if self.stream_second_pass else 0.16
+        return self.stream_trigger_lookahead_seconds
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -854,6 +888,17 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
     """Parse a `--set` string (or check a TOML value) against the field's declared type."""
     if typing.get_origin(kind) is Literal:  # a choice, checked by its section
         return str(value)
+    if is_union(kind):  # a number or a named value: float | Literal["auto"]
+        if str(value) in named_values(kind):
+            return str(value)
+        number = next(member for member in typing.get_args(kind) if typing.get_origin(member) is not Literal)
+        names = " or ".join(map(repr, named_values(kind)))
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}")
+        try:
+            return number(value)
+        except ValueError:
+            raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}") from None
     try:
         if kind is bool:
             if isinstance(value, bool):

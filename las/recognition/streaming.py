@@ -198,7 +198,7 @@ def searcher(
             longest_frames=max(1, round(settings.segment_seconds / frame_seconds)),
             judge=judge,
             # the CTC head alone reads no frame past its own: a look-ahead would only delay it
-            lookahead_frames=round(settings.stream_trigger_lookahead_seconds / frame_seconds) if speller else 0,
+            lookahead_frames=round(settings.stream_lookahead / frame_seconds) if speller else 0,
             early_words=settings.stream_second_pass_words,
         )
     if settings.strategy == "ctc":
