@@ -704,11 +704,11 @@ class DecodeConfig(Section):
     # after it): the segment so far is decoded whole then and its words centred before that
     # space given, without waiting for a pause; the segment's last words at its end, as before.
     # Each segment is then decoded once per word. Off: with 0.5 s pauses (chosen live on the
-    # choosing speakers, 3 streaming seeds) it streams dev at 10.30% (1.17x the offline default)
-    # with words final 0.49 / 0.83 s after their end (median / 90th percentile, each word waiting
-    # for the decoding that gives it), where the default reads 9.38% with words final at the
-    # pause (docs/BENCHMARKS.md, "Words given where the words before were given"): the setting
-    # for a stream that must keep up with the speech.
+    # choosing speakers, 3 streaming seeds) it streams dev at 10.18% (1.16x the offline default)
+    # with words final 0.33 / 0.67 s after their end (median / 90th percentile, each word waiting
+    # for the decoding that gives it), where the default reads 9.42% with words final at the
+    # pause, 1.95 / 3.53 s after their end (docs/BENCHMARKS.md, "The trigger on time where the
+    # second pass gives the words"): the setting for a stream that must keep up with the speech.
     stream_second_pass_words: bool = False
     # ... word by word, a word whose confidence (its least confident character's) is under this
     # waits for the next word to be begun, decoded again with it heard: right context for the
@@ -723,8 +723,8 @@ class DecodeConfig(Section):
     # live on the choosing speakers (one streaming seed, 0.5 s pauses), as the segment's (beam 8,
     # two speeds) 12.42% with words final 0.53 / 0.92 s after their end (median / 90th pct); beam
     # 4: 12.37% at 0.50 / 0.89; one speed 12.95% at 0.48 / 0.90; both 13.34% at 0.47 / 0.88
-    # (stream_trigger_lookahead_seconds=0 there: 12.76% at 0.35 / 0.70; docs/BENCHMARKS.md,
-    # "What a word waits for"). As the segment's by default until three seeds choose.
+    # (those with the trigger 0.16 s late; on time, as now: 12.76% at 0.35 / 0.70; docs/BENCHMARKS.md,
+    # "What a word waits for"). As the segment's by default: one seed's difference.
     stream_second_pass_words_beam_size: NonNegative = 0
     stream_second_pass_words_other_speed: bool = True
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
