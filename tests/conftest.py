@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from las.cli import app
@@ -17,6 +18,12 @@ AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
 # The measurement programs import each other and their harness as they run (`python scripts/X.py`,
 # the folder first on the path); the tests that import them find them the same way.
 sys.path.insert(0, str(AN4.parent.parent / "scripts"))
+
+
+# One thread for what the tests train and decode in-process: their tiny models' operations are too
+# small to share, and on 2 cores two threads took 4.7x as long (the pieces' tiny model: 180 s
+# against 38 s), most of it waiting on each other. The CLI's commands set their own (`--threads`).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
