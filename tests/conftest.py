@@ -20,16 +20,14 @@ AN4 = Path(__file__).resolve().parent.parent / "data" / "an4"
 sys.path.insert(0, str(AN4.parent.parent / "scripts"))
 
 
-# One thread for what the tests train and decode in-process: their tiny models' operations are too
-# small to share, and on 2 cores two threads took 4.7x as long (the pieces' tiny model: 180 s
-# against 38 s), most of it waiting on each other. The CLI's commands set their own (`--threads`).
-torch.set_num_threads(1)
-
-
 @pytest.fixture(autouse=True)
 def fixed_threads() -> Iterator[None]:
-    """A command run through the CLI leaves its load follower behind (las.core.threads): tests that
-    train in-process, bit-exactness among them, run on the threads they start with."""
+    """Each test starts on one thread: the tiny models' operations are too small to share, and on
+    2 cores two threads took 4.7x as long (the pieces' tiny model: 180 s against 38 s), most of it
+    waiting on each other; a command run through the CLI sets its own (`--threads`) and leaves them
+    and its load follower (las.core.threads) behind, so tests that train in-process, bit-exactness
+    among them, run on the threads they start with."""
+    torch.set_num_threads(1)
     yield
     threads.follower = None
 
