@@ -892,13 +892,13 @@ def _coerce(value: Any, kind: Any, key: str) -> Any:
         if str(value) in named_values(kind):
             return str(value)
         number = next(member for member in typing.get_args(kind) if typing.get_origin(member) is not Literal)
+        if not isinstance(value, bool) and isinstance(value, (str, int, float)):
+            try:
+                return number(value)
+            except ValueError:
+                pass
         names = " or ".join(map(repr, named_values(kind)))
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}")
-        try:
-            return number(value)
-        except ValueError:
-            raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}") from None
+        raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}")
     try:
         if kind is bool:
             if isinstance(value, bool):
