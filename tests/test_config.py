@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from las.core.config import Config, load_config
+from las.core.config import Config, DecodeConfig, load_config
 from las.core.errors import LasError
 
 
@@ -61,6 +61,9 @@ def test_a_number_or_auto_resolves_auto_from_the_other_settings(tmp_path: Path) 
     with pytest.raises(LasError, match="expected a number or 'auto'"):
         load_config(path)
     assert Config.from_dict(load_config(None, []).to_dict()).decode.stream_trigger_lookahead_seconds == "auto"
+    for wrong in (True, "soon"):  # built in Python, not parsed: refused all the same
+        with pytest.raises(LasError, match="is not one of auto, or a number"):
+            DecodeConfig(stream_trigger_lookahead_seconds=wrong)  # type: ignore[arg-type]
 
 
 def test_missing_and_invalid_toml(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def check_value(value: Any, hint: Any, key: str) -> None:
     named = named_values(kind)
     if isinstance(value, str) and value in named:
         return  # a number's "auto" is resolved where it is read
-    if typing.get_origin(kind) is Literal or named and not isinstance(value, (int, float)):
+    if typing.get_origin(kind) is Literal or named and (isinstance(value, bool) or not isinstance(value, (int, float))):
         choices = ", ".join(map(str, named)) + (", or a number" if is_union(kind) else "")
         raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
     for rule in rules:
