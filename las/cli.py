@@ -324,7 +324,7 @@ def decode(
         bool,
         typer.Option(
             "--stream",
-            help="Decode as the audio arrives (INPUT `-`: 16-bit mono PCM on stdin at the model's rate, "
+            help="Decode as the audio arrives (INPUT `-`: 16-bit PCM on stdin at the model's rate, raw mono or WAV, "
             "or an audio file), writing JSON lines of partial and final results; a streaming model's.",
         ),
     ] = False,

@@ -4,6 +4,7 @@ final text, the text that decoding the whole recording gives, with bounded state
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -504,6 +505,13 @@ def test_las_decode_streams_pcm_from_stdin_as_json_lines(streaming_model: dict[s
     recognizer = Recognizer.load(checkpoint, "cpu", beam_size=4)
     expected = [result.text for result in streamed(recognizer.stream(), samples, 1600) if result.final]
     assert [line["text"] for line in lines if line["final"]] == expected
+    # A WAV stream (what arecord writes unless told -t raw): its header read, not heard.
+    soundfile.write(wav := io.BytesIO(), samples, 16000, format="WAV", subtype="PCM_16")
+    result = CliRunner().invoke(
+        app, ["decode", checkpoint, "-", "--stream", "--set", "decode.beam_size=4"], input=wav.getvalue()
+    )
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["text"] for line in result.stdout.splitlines() if json.loads(line)["final"]] == expected
     # A file, at its own pace or as fast as it decodes, into --out.
     soundfile.write(tmp_path / "one.wav", samples, 16000)
     out = tmp_path / "stream.jsonl"
@@ -527,6 +535,20 @@ def test_las_decode_stream_refuses_options_it_has_no_use_for(
 ) -> None:
     result = CliRunner().invoke(app, ["decode", str(streaming_model["checkpoint"]), "-", *arguments], input=b"")
     assert result.exit_code != 0 and message in result.output
+
+
+@pytest.mark.parametrize(
+    ("format", "rate", "message"), [("FLAC", 16000, "a FLAC file, not raw PCM"), ("WAV", 8000, "at 8000 Hz")]
+)
+def test_las_decode_stream_refuses_stdin_it_would_hear_as_noise(
+    streaming_model: dict[str, Path], format: str, rate: int, message: str
+) -> None:
+    soundfile.write(audio := io.BytesIO(), np.zeros(rate, dtype="int16"), rate, format=format, subtype="PCM_16")
+    result = CliRunner().invoke(
+        app, ["decode", str(streaming_model["checkpoint"]), "-", "--stream"], input=audio.getvalue()
+    )
+    assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+    assert not [line for line in result.stdout.splitlines() if line.startswith("{")]
 
 
 def test_las_decode_streams_one_recording_not_a_manifest(streaming_model: dict[str, Path]) -> None:

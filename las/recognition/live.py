@@ -1,7 +1,8 @@
-"""`las decode CHECKPOINT - --stream`: raw 16-bit PCM from standard input (or an audio file,
-played at its own pace with `--realtime`, else as fast as it decodes) to JSON lines as the words
-come: partial results that may still grow, final segments that will not, each with its times on
-the recording's clock and how long after its audio arrived it was written."""
+"""`las decode CHECKPOINT - --stream`: 16-bit PCM from standard input, raw or a WAV stream
+(las.data.pcm), or an audio file, played at its own pace with `--realtime`, else as fast as it
+decodes, to JSON lines as the words come: partial results that may still grow, final segments
+that will not, each with its times on the recording's clock and how long after its audio arrived
+it was written."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import TextIO
 
 import numpy as np
 
 from las.core.errors import LasError
 from las.data.audio import AUDIO_SUFFIXES, load_audio
+from las.data.pcm import pcm_pieces
 from las.export.runtime import load_model
 from las.recognition.recognizer import Recognizer
 from las.recognition.streaming import StreamResult
@@ -39,7 +41,11 @@ def stream_decode(
         )
     stream = Recognizer(load_model(checkpoint), device, settings).stream()
     rate = stream.sample_rate
-    pieces = standard_input(sys.stdin.buffer, rate) if str(source) == "-" else file_pieces(source, rate, realtime)
+    pieces = (
+        pcm_pieces(sys.stdin.buffer, rate, round(rate * PIECE_SECONDS))
+        if str(source) == "-"
+        else file_pieces(source, rate, realtime)
+    )
     arrivals: deque[tuple[int, float]] = deque(maxlen=ARRIVALS_KEPT)  # (samples pushed by then, wall clock)
     pushed, finals = 0, 0
     with lines_to(out) as writer:
@@ -96,18 +102,6 @@ def arrived(arrivals: deque[tuple[int, float]], sample: float) -> float:
         if pushed >= sample:
             return when
     return arrivals[-1][1] if arrivals else time.monotonic()
-
-
-def standard_input(reader: BinaryIO, rate: int) -> Iterator[np.ndarray]:
-    """Little-endian 16-bit mono PCM at `rate` as it arrives, in pieces of up to PIECE_SECONDS."""
-    size = 2 * round(rate * PIECE_SECONDS)
-    odd = b""
-    while chunk := reader.read1(size) if hasattr(reader, "read1") else reader.read(size):
-        data = odd + chunk
-        whole = len(data) // 2 * 2
-        odd = data[whole:]
-        if whole:
-            yield np.frombuffer(data[:whole], dtype="<i2")
 
 
 def file_pieces(path: Path, rate: int, realtime: bool) -> Iterator[np.ndarray]:

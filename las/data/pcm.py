@@ -1,0 +1,137 @@
+"""16-bit PCM arriving on a pipe (`las decode MODEL - --stream`): raw samples, or a WAV stream whose
+header is read and checked against what the model hears (`arecord` writes WAV unless told `-t raw`,
+as do `sox -t wav -` and `ffmpeg -f wav -`). Any other container (FLAC, Ogg, MP3, ...) is refused
+with one clear line: its bytes read as samples would be heard as noise, and nothing would say so."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from las.core.errors import LasError
+from las.core.progress import warn
+
+# The first bytes of containers that are not PCM (two samples of raw audio would have to spell them).
+CONTAINERS = {
+    b"fLaC": "a FLAC file",
+    b"OggS": "an Ogg file",
+    b"ID3": "an MP3 file",
+    b"FORM": "an AIFF file",
+    b".snd": "an AU file",
+    b"\x1aE\xdf\xa3": "a Matroska / WebM file",
+    b"caff": "a CAF file",
+}
+PCM, EXTENSIBLE = 1, 0xFFFE  # WAV format tags
+# A data chunk's size as a writer that cannot seek back leaves it: the audio runs to the end.
+UNKNOWN_SIZES = (0, 0xFFFFFFFF)
+LARGEST_KNOWN_SIZE = 0x7FFF0000  # arecord and sox write about 2**31 on a pipe
+
+
+@dataclass(frozen=True)
+class WavFormat:
+    tag: int
+    channels: int
+    rate: int
+    bits: int
+
+
+def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.ndarray]:
+    """Mono int16 samples `(samples,)` at `rate` read from `reader` as they arrive, up to
+    `piece_samples` at a time: raw little-endian 16-bit mono, or a WAV stream of 16-bit PCM at
+    `rate` (its channels averaged). A WAV of another kind, or another container, is one clear
+    error before anything is heard."""
+    head = read_exactly(reader, 12)
+    channels, remaining = 1, None
+    if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
+        wav, remaining = read_wav_header(reader, head[:4] == b"RF64")
+        check_wav(wav, rate)
+        channels, head = wav.channels, b""
+    else:
+        refuse_containers(head)
+    frame = 2 * channels
+    pending = head
+    while True:
+        whole = len(pending) // frame * frame
+        if whole:
+            samples = np.frombuffer(pending[:whole], dtype="<i2")
+            yield samples if channels == 1 else mixed(samples, channels)
+            pending = pending[whole:]
+        wanted = frame * piece_samples if remaining is None else min(frame * piece_samples, remaining)
+        chunk = (reader.read1(wanted) if hasattr(reader, "read1") else reader.read(wanted)) if wanted else b""
+        if not chunk:
+            break
+        if remaining is not None:
+            remaining -= len(chunk)
+        pending += chunk
+    if pending:
+        warn(f"stdin ended {len(pending)} byte(s) into a {frame}-byte sample: left out")
+
+
+def mixed(samples: np.ndarray, channels: int) -> np.ndarray:
+    """Interleaved int16 `(samples * channels,)` -> their channels' mean `(samples,)`."""
+    return samples.reshape(-1, channels).mean(axis=1).round().astype("<i2")
+
+
+def read_exactly(reader: BinaryIO, count: int) -> bytes:
+    """Up to `count` bytes, fewer only where the input ends (a pipe hands them over as written)."""
+    data = b""
+    while len(data) < count and (chunk := reader.read(count - len(data))):
+        data += chunk
+    return data
+
+
+def read_wav_header(reader: BinaryIO, rf64: bool) -> tuple[WavFormat, int | None]:
+    """The chunks after `RIFF....WAVE` up to the audio: its format and how many bytes of audio
+    follow (None: to the end of the input)."""
+    wav = None
+    while True:
+        header = read_exactly(reader, 8)
+        if len(header) < 8:
+            raise LasError("stdin: a WAV stream ended before its audio began")
+        name, size = header[:4], struct.unpack("<I", header[4:])[0]
+        if name == b"data":
+            if wav is None:
+                raise LasError("stdin: a WAV stream whose audio comes before its format ('fmt ' chunk)")
+            known = not rf64 and size not in UNKNOWN_SIZES and size < LARGEST_KNOWN_SIZE
+            return wav, size if known else None
+        body = read_exactly(reader, size + size % 2)  # chunks are padded to even sizes
+        if len(body) < size:
+            raise LasError("stdin: a WAV stream ended before its audio began")
+        if name == b"fmt ":
+            wav = wav_format(body)
+
+
+def wav_format(body: bytes) -> WavFormat:
+    """A WAV `fmt ` chunk's format; an extensible one's tag is its sub-format's."""
+    if len(body) < 16:
+        raise LasError("stdin: a WAV stream's format chunk is damaged")
+    tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
+    if tag == EXTENSIBLE and len(body) >= 26:
+        tag = struct.unpack("<H", body[24:26])[0]
+    return WavFormat(tag, channels, rate, bits)
+
+
+def check_wav(wav: WavFormat, rate: int) -> None:
+    """One clear line where a WAV stream is not what the model hears, with the way to make it so."""
+    fix = f"record or convert to 16-bit PCM at {rate} Hz (arecord -f S16_LE -r {rate}; sox ... -b 16 -r {rate})"
+    if wav.tag != PCM or wav.bits != 16:
+        kind = f"{wav.bits}-bit PCM" if wav.tag == PCM else f"format {wav.tag} (not integer PCM)"
+        raise LasError(f"stdin is a WAV stream of {kind}; --stream reads 16-bit PCM: {fix}")
+    if wav.rate != rate:
+        raise LasError(f"stdin is a WAV stream at {wav.rate} Hz; this model hears {rate} Hz: {fix}")
+    if wav.channels < 1:
+        raise LasError("stdin: a WAV stream with no channels")
+
+
+def refuse_containers(head: bytes) -> None:
+    """One clear line where the input is a container, not raw PCM."""
+    for magic, kind in CONTAINERS.items():
+        if head.startswith(magic):
+            raise LasError(
+                f"stdin is {kind}, not raw PCM: give its path (las decode MODEL FILE --stream [--realtime]), "
+                "or convert it (sox FILE -t raw -b 16 -e signed -c 1 -r RATE -)"
+            )

@@ -1,0 +1,121 @@
+"""PCM on a pipe: raw samples however the pipe hands them over, a WAV stream's header read and
+checked, other containers refused with one clear line."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+import soundfile
+
+from las.core.errors import LasError
+from las.data.pcm import pcm_pieces
+
+RATE = 16000
+
+
+class Pipe(io.RawIOBase):
+    """A pipe that hands over at most `most` bytes a read, as a writer on the other end might."""
+
+    def __init__(self, data: bytes, most: int) -> None:
+        self.data, self.most, self.at = data, most, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.most if size < 0 else min(size, self.most)
+        chunk = self.data[self.at : self.at + size]
+        self.at += len(chunk)
+        return chunk
+
+
+def heard(data: bytes, most: int = 1 << 20, piece: int = 1600) -> np.ndarray:
+    return np.concatenate([np.zeros(0, dtype="<i2"), *pcm_pieces(Pipe(data, most), RATE, piece)])
+
+
+def samples(count: int = 4000, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-20000, 20000, count).astype("<i2")
+
+
+def wav_bytes(audio: np.ndarray, rate: int = RATE, subtype: str = "PCM_16", format: str = "WAV") -> bytes:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, audio, rate, format=format, subtype=subtype)
+    return buffer.getvalue()
+
+
+def chunk(name: bytes, body: bytes) -> bytes:
+    return name + struct.pack("<I", len(body)) + body + b"\0" * (len(body) % 2)
+
+
+def wav_stream(audio: np.ndarray, data_size: int | None = None, before: bytes = b"", after: bytes = b"") -> bytes:
+    """A WAV as a writer builds it by hand: chunks `before` the audio, a data size that may not be
+    the audio's (an unseekable writer's), chunks `after` it."""
+    channels = 1 if audio.ndim == 1 else audio.shape[1]
+    fmt = struct.pack("<HHIIHH", 1, channels, RATE, RATE * 2 * channels, 2 * channels, 16)
+    body = audio.astype("<i2").tobytes()
+    size = len(body) if data_size is None else data_size
+    chunks = chunk(b"fmt ", fmt) + before + b"data" + struct.pack("<I", size) + body + after
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
+@pytest.mark.parametrize("most", [1, 3, 7, 4096])
+def test_raw_pcm_reads_the_same_samples_however_the_pipe_hands_them_over(most: int) -> None:
+    audio = samples()
+    assert np.array_equal(heard(audio.tobytes(), most), audio)
+
+
+def test_pieces_are_at_most_the_size_asked_for() -> None:
+    pieces = list(pcm_pieces(Pipe(samples(5000).tobytes(), 1 << 20), RATE, 1600))
+    assert sum(map(len, pieces)) == 5000 and max(map(len, pieces)) <= 1600
+
+
+def test_a_wav_stream_is_heard_as_its_samples_not_its_header() -> None:
+    audio = samples()
+    assert np.array_equal(heard(wav_bytes(audio), 5), audio)
+    # Chunks before the audio (one of odd size, padded) are skipped.
+    extra = chunk(b"LIST", b"INFOISFT\x05\0\0\0lavf\0") + chunk(b"odd ", b"abc")
+    assert np.array_equal(heard(wav_stream(audio, before=extra), 3), audio)
+
+
+def test_a_wav_streams_audio_ends_where_its_header_says_unless_the_header_could_not_know() -> None:
+    audio = samples()
+    trailer = chunk(b"LIST", b"INFO" * 10)
+    assert np.array_equal(heard(wav_stream(audio, after=trailer)), audio)
+    # An unseekable writer's sizes (arecord, sox and ffmpeg on a pipe): the audio runs to the end.
+    for unknown in (0, 0xFFFFFFFF, 0x7FFFFFFF):
+        assert np.array_equal(heard(wav_stream(audio, data_size=unknown)), audio)
+
+
+def test_a_wav_streams_channels_are_averaged() -> None:
+    left, right = samples(seed=1), samples(seed=2)
+    mean = np.round((left.astype(float) + right) / 2).astype("<i2")
+    assert np.array_equal(heard(wav_bytes(np.stack([left, right], axis=1)), 7), mean)
+
+
+def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    audio = samples(10)
+    assert np.array_equal(heard(audio.tobytes() + b"x"), audio)
+    assert "1 byte(s) into a 2-byte sample" in capsys.readouterr().err
+    assert len(heard(b"")) == 0 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (wav_bytes(samples(), rate=8000), "WAV stream at 8000 Hz; this model hears 16000 Hz"),
+        (wav_bytes(samples(), subtype="PCM_U8"), "8-bit PCM"),
+        (wav_bytes(samples() / 32768, subtype="FLOAT"), "not integer PCM"),
+        (wav_bytes(samples(), subtype="PCM_24"), "24-bit PCM"),
+        (wav_bytes(samples(), format="FLAC"), "a FLAC file, not raw PCM"),
+        (wav_bytes(samples(), format="OGG", subtype="VORBIS"), "an Ogg file, not raw PCM"),
+        (b"ID3\x04" + bytes(100), "an MP3 file"),
+        (wav_bytes(samples())[:30], "ended before its audio began"),
+        (b"RIFF\0\0\0\0WAVE" + chunk(b"data", bytes(8)), "before its format"),
+    ],
+)
+def test_what_is_not_16_bit_pcm_at_the_models_rate_is_one_clear_error(data: bytes, message: str) -> None:
+    with pytest.raises(LasError, match=message):
+        heard(data)
