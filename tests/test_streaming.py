@@ -465,7 +465,7 @@ def test_word_by_word_a_word_whose_centre_moves_across_the_split_is_given_once()
     assert SegmentDecoder.owned(owner, again, 0, 2, said=[(6,)]) == again  # type: ignore[arg-type]
 
 
-def test_word_by_word_the_last_word_waits_for_the_next_where_it_is_unsure() -> None:
+def test_word_by_word_the_last_word_waits_for_the_next_where_it_is_unsure_or_not_heard_to_end() -> None:
     space = 0
     spelt = [
         Spelt(token, frame, trust)
@@ -484,6 +484,8 @@ def test_word_by_word_the_last_word_waits_for_the_next_where_it_is_unsure() -> N
     assert SegmentDecoder.held(unsure, spelt, 2, 18) == (spelt[:3], 14)  # type: ignore[arg-type]
     assert SegmentDecoder.owned(unsure, spelt, 14, 14, 18) == spelt[3:]  # type: ignore[arg-type]  # the next call's
     assert SegmentDecoder.held(unsure, spelt[3:], 14, 18) == ([], 14)  # type: ignore[arg-type]  # no word before it
+    # A sure word that runs on to where the first pass began the next (frame 16) has not been heard to end: it waits.
+    assert SegmentDecoder.held(sure, spelt, 2, 16) == (spelt[:3], 14)  # type: ignore[arg-type]
     unmeasured = [Spelt(item.token, item.frame) for item in spelt]
     assert SegmentDecoder.held(unsure, unmeasured, 2, 18) == (unmeasured, 18)  # type: ignore[arg-type]
 

@@ -17,6 +17,8 @@ the search also calls `early` each time its best hypothesis begins a word: the s
 decoded whole, and its words before that point are final at once; the rest at the pause. With
 `decode.stream_second_pass_words_hold`, the last of those words waits for the next where its
 confidence is under that: it is given by the next call, decoded with the word after it heard.
+So does a last word this decoding has not heard end (it runs on to where the first pass began
+the next), whatever its confidence.
 """
 
 from __future__ import annotations
@@ -190,14 +192,18 @@ class SegmentDecoder:
 
     def held(self, owned: list[Spelt], given: int, until: int) -> tuple[list[Spelt], int]:
         """`owned` (the words of an early call, from frame `given`) and `until`; or, where its last
-        word's confidence is under `decode.stream_second_pass_words_hold`, the words before it and
-        a frame between them and it, so that the next call, which hears the word after it, gives it."""
+        word is not yet sure, the words before it and a frame between them and it, so that the
+        next call, which hears more of it, gives it. Not sure: its confidence is under
+        `decode.stream_second_pass_words_hold`, or it runs on to `until`, where the first pass
+        began the next word: this decoding has not heard it end (a word cut at a pause inside it,
+        "ER" of "ERASE", would be final, and the next call would give the whole word again)."""
         found = words(owned, self.space)
         if not found:
             return owned, until
         last = letters(found[-1], self.space)
         trust = [item.confidence for item in last]
-        if None in trust or word_confidence(trust) >= self.hold:  # type: ignore[arg-type]
+        ended = last[-1].frame < until
+        if ended and (None in trust or word_confidence(trust) >= self.hold):  # type: ignore[arg-type]
             return owned, until
         before = [item for word in found[:-1] for item in word]
         if not before:
