@@ -114,6 +114,9 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
         (b"ID3\x04" + bytes(100), "an MP3 file"),
         (wav_bytes(samples())[:30], "ended before its audio began"),
         (b"RIFF\0\0\0\0WAVE" + chunk(b"data", bytes(8)), "before its format"),
+        # Sizes that claim gigabytes are read past (metadata) or refused (a format), never held in memory.
+        (b"RIFF\0\0\0\0WAVE" + b"LIST\xf0\xff\xff\xff" + bytes(100), "ended before its audio began"),
+        (b"RIFF\0\0\0\0WAVE" + b"fmt \xf0\xff\xff\xff" + bytes(100), "format chunk is damaged"),
     ],
 )
 def test_what_is_not_16_bit_pcm_at_the_models_rate_is_one_clear_error(data: bytes, message: str) -> None:

@@ -29,6 +29,8 @@ PCM, EXTENSIBLE = 1, 0xFFFE  # WAV format tags
 # A data chunk's size as a writer that cannot seek back leaves it: the audio runs to the end.
 UNKNOWN_SIZES = (0, 0xFFFFFFFF)
 LARGEST_KNOWN_SIZE = 0x7FFF0000  # arecord and sox write about 2**31 on a pipe
+LARGEST_FORMAT = 1024  # bytes: a format chunk is 16 to 40; a larger one is damaged, not read into memory
+SKIP_PIECE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,24 @@ def read_wav_header(reader: BinaryIO, rf64: bool) -> tuple[WavFormat, int | None
                 raise LasError("stdin: a WAV stream whose audio comes before its format ('fmt ' chunk)")
             known = not rf64 and size not in UNKNOWN_SIZES and size < LARGEST_KNOWN_SIZE
             return wav, size if known else None
-        body = read_exactly(reader, size + size % 2)  # chunks are padded to even sizes
-        if len(body) < size:
-            raise LasError("stdin: a WAV stream ended before its audio began")
+        padded = size + size % 2  # chunks are padded to even sizes
         if name == b"fmt ":
+            if size > LARGEST_FORMAT:
+                raise LasError("stdin: a WAV stream's format chunk is damaged")
+            body = read_exactly(reader, padded)
+            if len(body) < size:
+                raise LasError("stdin: a WAV stream ended before its audio began")
             wav = wav_format(body)
+        elif skipped(reader, padded) < size:  # metadata: read past, a piece at a time, whatever size it claims
+            raise LasError("stdin: a WAV stream ended before its audio began")
+
+
+def skipped(reader: BinaryIO, count: int) -> int:
+    """Read past `count` bytes, holding at most SKIP_PIECE at a time; how many there were."""
+    done = 0
+    while done < count and (chunk := reader.read(min(SKIP_PIECE, count - done))):
+        done += len(chunk)
+    return done
 
 
 def wav_format(body: bytes) -> WavFormat:
