@@ -241,7 +241,7 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
 def test_min_confidence_leaves_less_confident_final_words_out_as_decoding_whole_does(
     streaming_model: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    samples = soundfile.read(an4_rows("dev", 1)[0][1], dtype="int16")[0]
+    samples = np.concatenate([soundfile.read(row[1], dtype="int16")[0] for row in an4_rows("dev", 4)])
     every = Recognizer.load(streaming_model["checkpoint"], "cpu")
     words = [word for result in streamed(every.stream(), samples, 1600) if result.final for word in result.words]
     threshold = sorted(word.confidence for word in words)[len(words) // 2]  # about half of them kept
@@ -314,6 +314,41 @@ def test_the_search_reads_past_its_trigger_only_where_its_own_words_are_final(
     stream = recognizer.stream()
     assert isinstance(stream.search, TriggeredSearch)
     assert stream.frame_seconds == pytest.approx(0.04) and stream.search.lookahead == frames
+
+
+def test_a_word_heard_past_half_a_pause_waits_for_the_next_segment_which_says_if_it_began_a_word_there(
+    streaming_model: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment ends a pause after the first pass's last character; its last frames may hold the
+    onset of the next word, which its decoding spells as a word ("E" of "SIX" after "THREE"). A
+    word centred past half the pause waits: dropped where the next segment's decoding spells a
+    word of its own across its frames, given first where it does not (a word the first pass
+    missed), given once the recording ends where no segment follows."""
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    decoder = recognizer.stream().second_pass
+    assert decoder is not None and decoder.onset == 12  # half of a 1 s pause, in frames of 40 ms
+    for _ in range(200):
+        decoder.hear(torch.zeros(4, recognizer.config.features.mel_bins))
+    decodings: list[list[Spelt]] = []
+    monkeypatch.setattr(decoder, "spelt", lambda *heard, early=False: decodings.pop(0))
+    index, space = recognizer.vocabulary.index, decoder.space
+
+    def spelt(word: str, *frames: int) -> list[Spelt]:
+        return [Spelt(index[letter], frame) for letter, frame in zip(word, frames, strict=True)]
+
+    ten, onset = spelt("TEN", 2, 6, 10), spelt("E", 38)
+    decodings.append([*ten, Spelt(space, 12), *onset])  # E centred at 38.5, past frame 11 + 12: it waits
+    assert decoder(0, 40, ten, 0) == [*ten, Spelt(space, 12)]
+    decodings.append(spelt("SIX", 38, 42, 44))  # the next segment's own first word, across frame 38
+    assert decoder(40, 80, spelt("SIX", 41, 42, 44), 40) == spelt("SIX", 38, 42, 44)  # E was its onset
+    o, missed = spelt("O", 85), spelt("E", 110)
+    decodings.append([*o, Spelt(space, 90), *missed])
+    assert decoder(80, 120, o, 80) == [*o, Spelt(space, 90)]
+    decodings.append([*missed, Spelt(space, 112), *spelt("A", 135)])  # E again, but centred in the context
+    assert decoder(120, 160, spelt("A", 134), 120) == [*missed, Spelt(space, 110), *spelt("A", 135)]
+    decodings.append([*spelt("O", 165), Spelt(space, 170), *spelt("I", 190)])
+    assert decoder(160, 200, spelt("O", 165), 160) == [*spelt("O", 165), Spelt(space, 170)]
+    assert decoder.finish() == [*spelt("I", 190), Spelt(space, 190)] and decoder.finish() == []
 
 
 def test_word_by_word_early_decodings_search_as_their_own_settings_say(
@@ -616,6 +651,9 @@ class RecordedSecondPass:
             self.holds -= 1
             return [], given
         return [Spelt(A, given), Spelt(SPACE, until)], until
+
+    def finish(self) -> list[Spelt]:
+        return []
 
 
 def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_the_rest_at_the_pause() -> None:

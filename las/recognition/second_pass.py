@@ -4,21 +4,23 @@ The first pass (las.search.triggered) spells as the frames arrive, its speller r
 frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
 its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
 recording: its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
-stream's has run since the recording began), the same search (decode.strategy, beam, CTC
-weight), played at `decode.other_speed` too and the better transcript kept, characters placed on
-their frames by the CTC head's forced alignment, confidences as offline. The words centred in the
-segment are its final ones (those in the context were the segment before's). With
-`decode.stream_second_pass_reach_seconds`, the context is the segments that began within that
-long before this one, whole: with short pauses ending segments, each word is final at the first
-pause after it but spelt with the sentence before it in view. The stream gives up
-word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
-streaming pass at each endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`,
-the search also calls `early` each time its best hypothesis begins a word: the segment so far is
+stream's has run since the recording began), the same search (decode.strategy, beam, CTC weight),
+played at `decode.other_speed` too and the better transcript kept, characters placed on their
+frames by the CTC head's forced alignment, confidences as offline. The words centred in the segment
+are its final ones (those in the context were the segment before's), up to half a pause after the
+first pass's last character: a word after that was heard before the first pass began one there, and
+waits for the next segment, which drops it where it was the onset of its own first word and gives
+it otherwise. With `decode.stream_second_pass_reach_seconds`, the context is the segments that
+began within that long before this one, whole: with short pauses ending segments, each word is
+final at the first pause after it but spelt with the sentence before it in view. The stream gives
+up word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
+streaming pass at each endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`, the
+search also calls `early` each time its best hypothesis begins a word: the segment so far is
 decoded whole, and its words before that point are final at once; the rest at the pause. With
 `decode.stream_second_pass_words_hold`, the last of those words waits for the next where its
-confidence is under that: it is given by the next call, decoded with the word after it heard.
-So does a last word this decoding has not heard end (it runs on to where the first pass began
-the next), whatever its confidence.
+confidence is under that: it is given by the next call, decoded with the word after it heard. So
+does a last word this decoding has not heard end (it runs on to where the first pass began the
+next), whatever its confidence.
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ class SegmentDecoder:
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
         self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
+        # A segment ends a pause after the first pass's last character (las.search.triggered):
+        # its words centred past half of that were heard before the first pass began a word there.
+        self.onset = round(settings.stream_pause_seconds / encoder_frame_seconds) // 2
+        self.pending: list[Spelt] = []  # those words of the segment that ended last, and of no other yet
         self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
         self.said: list[tuple[int, ...]] = []  # the current segment's words given early (stream_second_pass_words)
         self.space = vocabulary.index.get(" ", -1)
@@ -88,16 +94,47 @@ class SegmentDecoder:
     def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
         start), each at the first frame of its aligned span: its words centred from frame `given`
-        on (the segment's start by default; later where `early` gave those before). What was heard
-        before the next segment's context is then dropped."""
+        on (the segment's start by default; later where `early` gave those before), up to half a
+        pause after the first pass's last character (those after it wait: `pending`). What was
+        heard before the next segment's context is then dropped."""
         heard_from, features, samples = self.heard(start, end)
         # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
         self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
         self.drop(max(self.origin, min([*self.starts, end]) - self.context))
         said, self.said = self.said, []  # the next segment's words start afresh
         if not first or not features:
+            return self.finish()  # the first pass heard no word begin: none of those pending is an onset
+        spelt = self.spelt(heard_from, features, samples)
+        before = self.carried(spelt, start)
+        owned = self.owned(spelt, start, max(start, given), said=said)
+        until = first[-1].frame + 1 + self.onset
+        found = words(owned, self.space)
+        pending = [item for word in found if centre(word, self.space) >= until for item in word]
+        kept = owned[: len(owned) - len(pending)]
+        if pending and pending[-1].token != self.space:  # the words given after them are words of their own
+            pending.append(Spelt(self.space, pending[-1].frame))
+        self.pending = pending
+        return before + kept
+
+    def finish(self) -> list[Spelt]:
+        """The words pending, given: no segment follows them (the recording has ended, or the
+        first pass heard nothing after them)."""
+        pending, self.pending = self.pending, []
+        return pending
+
+    def carried(self, spelt: list[Spelt], start: int) -> list[Spelt]:
+        """The words pending from the segment before the one begun at frame `start`, given unless
+        `spelt`, this segment decoded, has a word of its own across their frames: then they were
+        its onset, heard as a word before the first pass began it ("E" of "SIX" after "THREE"),
+        and given, it would be said twice. Otherwise a word the first pass missed ("W E L L"'s
+        "E", heard as the pause went on): given, it is not lost."""
+        if not self.pending:
             return []
-        return self.owned(self.spelt(heard_from, features, samples), start, max(start, given), said=said)
+        first, last = self.pending[0].frame, letters(self.pending, self.space)[-1].frame
+        spans = [letters(word, self.space) for word in words(spelt, self.space) if centre(word, self.space) >= start]
+        onset = any(inside[0].frame <= last + 1 and inside[-1].frame >= first for inside in spans)
+        pending = self.finish()
+        return [] if onset else pending
 
     @torch.no_grad()
     def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
@@ -110,10 +147,11 @@ class SegmentDecoder:
         if not features:
             return [], until
         spelt = self.spelt(heard_from, features, samples, early=True)
+        before = self.carried(spelt, start)
         owned = self.owned(spelt, start, max(start, given), until, self.said)
         kept, through = self.held(owned, max(start, given), until)
         self.said += [spoken(word, self.space) for word in words(kept, self.space)]
-        return kept, through
+        return before + kept, through
 
     def heard(self, start: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
         """What a segment of encoder frames `[start, end)` is decoded from: its first frame

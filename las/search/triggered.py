@@ -48,12 +48,17 @@ class SecondPass(Protocol):
 
     def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
         """The final characters of the segment of frames `[start, end)` (from the recording's start)
-        whose words are centred from frame `given` on, given what the first pass spelt there."""
+        whose words are centred from frame `given` on, given what the first pass spelt there (and
+        those the segment before left to it)."""
         ...
 
     def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
         """The words centred in frames `[given, until)` of the segment begun at `start`, heard to
         `end`, and the frame they end at (`until`, or earlier where the last word waits for the next)."""
+        ...
+
+    def finish(self) -> list[Spelt]:
+        """What the segments decoded left for the next, once no next will come."""
         ...
 
 
@@ -165,6 +170,8 @@ class TriggeredSearch:
                 pieces.append(self.agreed())
         if finished and self.searched > self.origin:
             pieces.append(self.end_segment())
+        if finished and self.second_pass is not None:
+            pieces.append(self.second_pass.finish())
         return [piece for piece in pieces if piece]
 
     @property
