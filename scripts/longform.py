@@ -81,9 +81,9 @@ WHOLE_SECONDS = 100_000  # decode.segment_seconds longer than any recording: dec
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def dev_rows() -> list[tuple[str, Path, str]]:
-    """(id, audio, text) of AN4 dev, in manifest order."""
-    return [(identifier, DEV.parent / audio, text) for identifier, audio, _, text in read_manifest(DEV)[1]]
+def dev_rows(manifest: Path = DEV) -> list[tuple[str, Path, str]]:
+    """(id, audio, text) of AN4 dev (or another manifest of AN4's naming), in manifest order."""
+    return [(identifier, manifest.parent / audio, text) for identifier, audio, _, text in read_manifest(manifest)[1]]
 
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> tuple[float, float]:
@@ -119,15 +119,15 @@ def joined(waveforms: list[torch.Tensor]) -> tuple[torch.Tensor, list[float]]:
 
 
 @app.command()
-def build(out: Path = SETS) -> None:
-    """Write the long-form sets."""
+def build(out: Path = SETS, source: Path = DEV) -> None:
+    """Write the long-form sets (of another manifest's speakers with `--source`: the choosing
+    speakers', data/an4/tuning.tsv, to choose a setting for long recordings on)."""
     out.mkdir(parents=True, exist_ok=True)
     extractor = FilterbankExtractor(FeatureConfig())
-    audio = {
-        identifier: torch.from_numpy(soundfile.read(path, dtype="float32")[0]) for identifier, path, _ in dev_rows()
-    }
+    rows = dev_rows(source)
+    audio = {identifier: torch.from_numpy(soundfile.read(path, dtype="float32")[0]) for identifier, path, _ in rows}
     by_speaker: dict[str, list[tuple[str, str]]] = {}
-    for identifier, _, text in dev_rows():
+    for identifier, _, text in rows:
         by_speaker.setdefault(identifier.split("-")[1], []).append((identifier, text))
     lines, starts = ["id\tpath\tduration_s\ttext"], {}
     for speaker, utterances in by_speaker.items():
