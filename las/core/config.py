@@ -699,9 +699,8 @@ class DecodeConfig(Section):
     # 13.3), words final 0.49 / 1.09 s after their end (median / 90th percentile), live: a pause
     # that short ends segments inside words, and words wait for the next pause however short
     # (docs/BENCHMARKS.md, "Shorter pauses with the segments before in view"). Not with
-    # stream_second_pass_words yet: a word of the segment before, decoded again, can be given
-    # twice (the choosing speakers' long recordings at 14.72% with 3 s against 10.39 with none,
-    # 3 seeds; "The recipe as written").
+    # stream_second_pass_words: it reads the choosing speakers' long recordings at 14.72% with 3 s
+    # against 10.39 with none (3 seeds; "The recipe as written").
     stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
     # ... and each word final as soon as the first pass has begun the next (spelt the space
     # after it): the segment so far is decoded whole then and its words centred before that
