@@ -158,6 +158,9 @@ def offline_cer(checkpoint: Path, manifest: Path) -> float:
 def measure(
     checkpoints: list[Path] = typer.Argument(..., help="Streaming models, one per seed."),
     offline: list[Path] = typer.Option([], "--offline", help="Models that decode whole, one per seed."),
+    second_pass: list[Path] = typer.Option(
+        [], "--second-pass", help="Models that decode each segment (decode.stream_second_pass_model), one per seed."
+    ),
     sets: list[Path] = typer.Option([Path("data/an4/dev.tsv")], "--set", help="Manifests to decode."),
     ctm: Path | None = typer.Option(None, "--ctm", help="Reference word times of the first set (las align)."),
     threads: int = 1,
@@ -174,8 +177,11 @@ def measure(
         references = read_transcripts(manifest)
         utterances = read_utterances(manifest)
         rates, word_delays, factors, shown, changed = [], [], [], 0, 0
-        for checkpoint in checkpoints:
-            recognizer = Recognizer.load(checkpoint, "cpu", **dict(setting.split("=", 1) for setting in decoding))
+        for index, checkpoint in enumerate(checkpoints):
+            settings = dict(setting.split("=", 1) for setting in decoding)
+            if second_pass:
+                settings["stream_second_pass_model"] = str(second_pass[index])
+            recognizer = Recognizer.load(checkpoint, "cpu", **settings)
             hypotheses, seconds, audio = {}, 0.0, 0.0
             for utterance in utterances:
                 rate = recognizer.config.features.sample_rate

@@ -4,6 +4,7 @@ final text, the text that decoding the whole recording gives, with bounded state
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
@@ -25,6 +26,7 @@ from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition.recognizer import Recognizer
 from las.recognition.second_pass import SegmentDecoder
+from las.recognition.segment_reader import SegmentReader
 from las.recognition.streaming import Stream, StreamResult
 from las.search.common import Rules, Strategy, Symbols
 from las.search.paths import GreedySearch
@@ -302,6 +304,47 @@ def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streami
         assert whole and finals[0].text == whole
 
 
+def test_a_second_pass_by_another_model_reads_a_segment_as_that_model_decodes_the_recording(
+    streaming_model: dict[str, Path], trained_run: dict[str, Path]
+) -> None:
+    """With decode.stream_second_pass_model, each segment is decoded by that checkpoint's model
+    (here a pBLSTM's) from the segment's audio through its own front end: a recording that is one
+    segment, heard from its start, reads as `las decode` with that model reads it."""
+    other = trained_run["run"] / "best.pt"
+    settings = dict(stream_pause_seconds=10, segment_seconds=30, other_speed=0)
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_model=str(other), **settings)
+    offline = Recognizer.load(other, "cpu", **settings)
+    for row in an4_rows("dev", 2):
+        samples = soundfile.read(row[1], dtype="int16")[0]
+        stream = recognizer.stream()
+        assert stream.second_pass is not None and stream.second_pass.reader.model is not recognizer.model
+        stream.second_pass.context = 10**6  # the segment heard from the recording's start, as decoding whole hears it
+        finals = [result.text for result in streamed(stream, samples, 1600) if result.final]
+        whole = offline.transcribe(samples, 16000).text  # type: ignore[union-attr]
+        assert whole and finals == [whole]
+
+
+def test_a_second_pass_model_that_cannot_speak_for_the_stream_is_refused(
+    streaming_model: dict[str, Path], trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    """A model whose characters or encoder frames are not the stream's could not give its words as
+    the stream's: refused when the stream starts, with what differs."""
+    original = torch.load(trained_run["run"] / "best.pt", weights_only=False)
+    changes = {
+        "spells other characters": lambda payload: payload["vocabulary"].append("@"),
+        "another sample rate or frame": lambda payload: payload["config"]["model"].update(pyramid_layers=3),
+    }
+    for index, (message, change) in enumerate(changes.items()):
+        payload = copy.deepcopy(original)
+        change(payload)
+        torch.save(payload, tmp_path / f"{index}.pt")
+        recognizer = Recognizer.load(
+            streaming_model["checkpoint"], "cpu", stream_second_pass_model=str(tmp_path / f"{index}.pt")
+        )
+        with pytest.raises(LasError, match=message):
+            recognizer.stream()
+
+
 @pytest.mark.parametrize(("second_pass", "given", "frames"), [(True, "auto", 0), (False, "auto", 4), (True, 0.08, 2)])
 def test_the_search_reads_past_its_trigger_only_where_its_own_words_are_final(
     streaming_model: dict[str, Path], second_pass: bool, given: float | str, frames: int
@@ -330,7 +373,7 @@ def test_a_word_heard_past_half_a_pause_waits_for_the_next_segment_which_says_if
     for _ in range(200):
         decoder.hear(torch.zeros(4, recognizer.config.features.mel_bins))
     decodings: list[list[Spelt]] = []
-    monkeypatch.setattr(decoder, "spelt", lambda *heard, early=False: decodings.pop(0))
+    monkeypatch.setattr(decoder.reader, "spelt", lambda *heard, early=False: decodings.pop(0))
     index, space = recognizer.vocabulary.index, decoder.space
 
     def spelt(word: str, *frames: int) -> list[Spelt]:
@@ -358,13 +401,13 @@ def test_word_by_word_early_decodings_search_as_their_own_settings_say(
     at one speed where stream_second_pass_words_other_speed is off; a segment's decoding at its
     pause as `las decode` does, at both speeds with the beam."""
     calls: list[tuple[int, int]] = []  # (speeds decoded, beam) per decoding
-    decoded = SegmentDecoder.decoded
+    decoded = SegmentReader.decoded
 
-    def spied(self: SegmentDecoder, heard: list[torch.Tensor], strategy: Strategy) -> list:
+    def spied(self: SegmentReader, heard: list[torch.Tensor], strategy: Strategy) -> list:
         calls.append((len(heard), strategy.beam_size))  # type: ignore[attr-defined]
         return decoded(self, heard, strategy)
 
-    monkeypatch.setattr(SegmentDecoder, "decoded", spied)
+    monkeypatch.setattr(SegmentReader, "decoded", spied)
     settings = dict(stream_second_pass_words=True, other_speed=0.9, beam_size=4)
     samples = torch.from_numpy(soundfile.read(an4_rows("dev", 1)[0][1], dtype="float32")[0])
     for early, expected in (
@@ -432,6 +475,8 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", strategy="sample").stream()
     with pytest.raises(LasError, match="stream_second_pass=true"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words=True, stream_second_pass=False)
+    with pytest.raises(LasError, match="stream_second_pass_model.*stream_second_pass=true"):
+        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_model="x.pt", stream_second_pass=False)
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()

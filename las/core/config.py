@@ -729,6 +729,11 @@ class DecodeConfig(Section):
     # "What a word waits for"). As the segment's by default: one seed's difference.
     stream_second_pass_words_beam_size: NonNegative = 0
     stream_second_pass_words_other_speed: bool = True
+    # ... each segment decoded by this checkpoint's model (and its own front end, over the
+    # segment's audio) instead of the stream's: one whose listener reads both ways, as the
+    # offline default's pBLSTM, hears each segment as decoding whole does, where the stream's
+    # must read forwards. The same characters and encoder frames as the stream's model.
+    stream_second_pass_model: str = ""
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
     # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,
@@ -765,11 +770,11 @@ class DecodeConfig(Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.stream_second_pass_words and not self.stream_second_pass:
-            raise LasError(
-                "config key 'decode.stream_second_pass_words': makes words final by the second pass; "
-                "set decode.stream_second_pass=true"
-            )
+        for key in ("stream_second_pass_words", "stream_second_pass_model"):
+            if getattr(self, key) and not self.stream_second_pass:
+                raise LasError(
+                    f"config key 'decode.{key}': a setting of the second pass; set decode.stream_second_pass=true"
+                )
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The first pass (las.search.triggered) spells as the frames arrive, its speller reading only the
 frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
 its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
-recording: its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
+recording (las.recognition.segment_reader; by another checkpoint's model with
+`decode.stream_second_pass_model`): its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
 stream's has run since the recording began), the same search (decode.strategy, beam, CTC weight),
 played at `decode.other_speed` too and the better transcript kept, characters placed on their
 frames by the CTC head's forced alignment, confidences as offline. The words centred in the segment
@@ -25,7 +26,6 @@ next), whatever its confidence.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -33,12 +33,11 @@ from Levenshtein import distance
 
 from las.core.config import Config
 from las.core.text import Vocabulary
-from las.data.features import FilterbankExtractor, Normalizer
+from las.data.features import Normalizer, analysis_sizes
 from las.data.segmentation import CONTEXT_SECONDS
 from las.model.las import LAS
 from las.recognition.confidence import word_confidence
-from las.recognition.inference import aligned
-from las.search import Hypothesis, Rules, Strategy, build_strategy
+from las.recognition.segment_reader import SegmentReader
 from las.search.streaming import Spelt
 
 
@@ -51,23 +50,9 @@ class SegmentDecoder:
 
     def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
         settings = config.decode
-        self.model, self.normalizer = model, normalizer
-        self.strategy = build_strategy(settings, vocabulary, model)
-        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
-        # Another only where it differs: a strategy loads its language model and lexicon when built.
-        self.early_strategy = (
-            self.strategy
-            if early_beam == settings.beam_size
-            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, model)
-        )
-        self.early_speeds = settings.stream_second_pass_words_other_speed
-        self.rank = Rules.of(settings).rank
-        self.confidence = (settings.confidence, settings.confidence_from)
+        self.reader = SegmentReader(model, config, normalizer, vocabulary)
+        self.frame_samples = 2**config.model.pyramid_layers * analysis_sizes(config.features)[1]  # of an encoder frame
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
-        self.extractor = FilterbankExtractor(config.features.at_decoding())
-        other = settings.other_speed
-        self.other_speed = other if other > 0 and other != 1 else None
-        self.frame_samples = 2**config.model.pyramid_layers * self.extractor.hop  # of an encoder frame
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
         self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
@@ -104,7 +89,7 @@ class SegmentDecoder:
         said, self.said = self.said, []  # the next segment's words start afresh
         if not first or not features:
             return self.finish()  # the first pass heard no word begin: none of those pending is an onset
-        spelt = self.spelt(heard_from, features, samples)
+        spelt = self.reader.spelt(heard_from, features, samples)
         before = self.carried(spelt, start)
         owned = self.owned(spelt, start, max(start, given), said=said)
         until = first[-1].frame + 1 + self.onset
@@ -146,7 +131,7 @@ class SegmentDecoder:
         heard_from, features, samples = self.heard(start, end)
         if not features:
             return [], until
-        spelt = self.spelt(heard_from, features, samples, early=True)
+        spelt = self.reader.spelt(heard_from, features, samples, early=True)
         before = self.carried(spelt, start)
         owned = self.owned(spelt, start, max(start, given), until, self.said)
         kept, through = self.held(owned, max(start, given), until)
@@ -163,25 +148,6 @@ class SegmentDecoder:
         ]
         return heard_from, features, samples
 
-    def spelt(
-        self, heard_from: int, features: list[torch.Tensor], samples: torch.Tensor, early: bool = False
-    ) -> list[Spelt]:
-        """The characters decoded from `features` (a group per encoder frame from `heard_from`)
-        and their `samples`, each at the first frame of its aligned span on the recording's clock;
-        `early`: for an early call, as `decode.stream_second_pass_words_*` decode those."""
-        heard = [torch.cat(features)]  # (frames, mel_bins)
-        speeds = self.early_speeds or not early
-        if self.other_speed is not None and speeds and len(samples) >= self.extractor.window:
-            heard.append(self.normalizer(self.extractor(samples, self.other_speed)))
-        found = self.decoded(heard, self.early_strategy if early else self.strategy)
-        best, speed = max(zip(found, (1.0, self.other_speed), strict=False), key=lambda pair: self.rank(pair[0]))
-        spans = best.spans or []
-        trust = best.confidences or [None] * len(best.tokens)
-        return [
-            Spelt(token, heard_from + round(span[0] * (speed or 1.0)), confidence)  # on the recording's clock
-            for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
-        ]
-
     def window(self, start: int) -> int:
         """The first encoder frame a segment starting at frame `start` is decoded from: the first
         of the segments decoded before it that began within `reach` frames of it (or its own),
@@ -194,15 +160,6 @@ class SegmentDecoder:
         self.groups = self.groups[frame - self.origin :]
         self.samples = self.samples[(frame - self.origin) * self.frame_samples :]
         self.origin = frame
-
-    def decoded(self, heard: list[torch.Tensor], strategy: Strategy) -> list[Hypothesis]:
-        """The best hypothesis of each of `heard`'s features by `strategy`, aligned by the CTC head."""
-        lengths = torch.tensor([len(item) for item in heard])
-        batch = torch.nn.utils.rnn.pad_sequence(heard, batch_first=True)  # (pieces, frames, mel_bins)
-        device = next(self.model.parameters()).device
-        memory = self.model.listener(batch.to(device), lengths)
-        found = strategy.search(self.model, memory)
-        return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
 
     def owned(
         self,

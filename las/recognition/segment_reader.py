@@ -1,0 +1,129 @@
+"""What decodes a stream's segment once it has been heard (las.recognition.second_pass): a model,
+the features it reads the segment's audio as, and the search, as `las decode` decodes a piece of
+a recording.
+
+By default the stream's own model reads the stream's own features. With
+`decode.stream_second_pass_model`, another checkpoint's model reads the segment's audio through
+its own front end: one whose listener reads both ways (the offline default's pBLSTM) hears a
+segment that has ended as decoding whole hears it, where the stream's must read forwards only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from las.core.config import Config
+from las.core.errors import LasError
+from las.core.text import Vocabulary
+from las.data.features import FilterbankExtractor, Normalizer
+from las.data.segmentation import Levels
+from las.data.surroundings import Surroundings
+from las.export.runtime import load_model
+from las.model.checkpoint import Checkpoint
+from las.model.las import LAS
+from las.recognition.inference import aligned
+from las.search import Hypothesis, Rules, Strategy, build_strategy
+from las.search.streaming import Spelt
+
+
+class SegmentReader:
+    """The characters a segment says, from the stream's features of it (a group of frames per
+    encoder frame) and its samples, each placed on an encoder frame of the recording's clock."""
+
+    def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
+        settings = config.decode
+        self.model, self.normalizer, self.surroundings = model, normalizer, None
+        self.extractor = FilterbankExtractor(config.features.at_decoding())
+        self.reduction = 2**config.model.pyramid_layers  # feature frames per encoder frame
+        self.own_front_end = bool(settings.stream_second_pass_model)  # another model's, from the samples
+        if self.own_front_end:
+            checkpoint = second_model(settings.stream_second_pass_model, config, vocabulary)
+            self.model = checkpoint.build_model(next(model.parameters()).device)
+            self.normalizer = checkpoint.normalizer
+            self.extractor = FilterbankExtractor(checkpoint.config.features.at_decoding())
+            self.surroundings = Surroundings.of(checkpoint.config, decoding=True)
+        self.strategy = build_strategy(settings, vocabulary, self.model)
+        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
+        # Another only where it differs: a strategy loads its language model and lexicon when built.
+        self.early_strategy = (
+            self.strategy
+            if early_beam == settings.beam_size
+            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, self.model)
+        )
+        self.early_speeds = settings.stream_second_pass_words_other_speed
+        self.rank = Rules.of(settings).rank
+        self.confidence = (settings.confidence, settings.confidence_from)
+        other = settings.other_speed
+        self.other_speed = other if other > 0 and other != 1 else None
+
+    def spelt(
+        self, heard_from: int, groups: list[torch.Tensor], samples: torch.Tensor, early: bool = False
+    ) -> list[Spelt]:
+        """The characters decoded from the stream's `groups` (one per encoder frame from
+        `heard_from`) and their `samples`, each at the first frame of its aligned span on the
+        recording's clock; `early`: for an early call, as `decode.stream_second_pass_words_*`
+        decode those."""
+        speeds = [1.0]
+        if self.other_speed is not None and (self.early_speeds or not early) and len(samples) >= self.extractor.window:
+            speeds.append(self.other_speed)
+        heard = [self.features(groups, samples, speed) for speed in speeds]
+        kept = [
+            (features, skipped, speed)
+            for (features, skipped), speed in zip(heard, speeds, strict=True)
+            if len(features)
+        ]
+        if not kept:
+            return []
+        found = self.decoded([features for features, _, _ in kept], self.early_strategy if early else self.strategy)
+        best, (_, skipped, speed) = max(zip(found, kept, strict=True), key=lambda pair: self.rank(pair[0]))
+        spans = best.spans or []
+        trust = best.confidences or [None] * len(best.tokens)
+        return [
+            Spelt(token, heard_from + round((skipped + span[0]) * speed), confidence)  # on the recording's clock
+            for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
+        ]
+
+    def features(self, groups: list[torch.Tensor], samples: torch.Tensor, speed: float) -> tuple[torch.Tensor, int]:
+        """The normalised features `(frames, mel_bins)` a segment is decoded from, played at
+        `speed`, and how many encoder frames (at that speed) of it they leave out before their
+        first: the stream's own at 1; through another model's front end, the segment's speech
+        with the margin around it that model decodes (`Surroundings`), as `las decode` hears a
+        recording (a pBLSTM trained on utterances trimmed so misread them with a second of
+        background)."""
+        if not self.own_front_end:
+            if speed == 1.0:
+                return torch.cat(groups), 0
+            return self.normalizer(self.extractor(samples, speed)), 0
+        if len(samples) < self.extractor.window:
+            return torch.zeros(0, len(self.normalizer.mean)), 0
+        features = self.extractor(samples, speed)
+        start, end = self.surroundings.span(Levels.of(features)) if self.surroundings else (0, len(features))
+        start -= start % self.reduction  # on an encoder frame's first
+        if end <= start:  # no speech in it
+            return features[:0], 0
+        return self.normalizer(features[start:end]), start // self.reduction
+
+    def decoded(self, heard: list[torch.Tensor], strategy: Strategy) -> list[Hypothesis]:
+        """The best hypothesis of each of `heard`'s features by `strategy`, aligned by the CTC head."""
+        lengths = torch.tensor([len(item) for item in heard])
+        batch = torch.nn.utils.rnn.pad_sequence(heard, batch_first=True)  # (pieces, frames, mel_bins)
+        device = next(self.model.parameters()).device
+        memory = self.model.listener(batch.to(device), lengths)
+        found = strategy.search(self.model, memory)
+        return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
+
+
+def second_model(path: str, config: Config, vocabulary: Vocabulary) -> Checkpoint:
+    """The checkpoint at `path` (`decode.stream_second_pass_model`), refused unless it spells the
+    stream's characters on encoder frames as long, from audio at the same sample rate: its
+    characters are given as the stream's, on the stream's clock."""
+    checkpoint = load_model(path)
+    theirs = checkpoint.config
+    if checkpoint.vocabulary != vocabulary:
+        raise LasError(f"decode.stream_second_pass_model: {path} spells other characters than the stream's model")
+    ours = (config.features.sample_rate, config.features.hop_ms, config.model.pyramid_layers)
+    if (theirs.features.sample_rate, theirs.features.hop_ms, theirs.model.pyramid_layers) != ours:
+        raise LasError(f"decode.stream_second_pass_model: {path} reads another sample rate or frame than the stream's")
+    return checkpoint
