@@ -309,7 +309,8 @@ def test_a_second_pass_by_another_model_reads_a_segment_as_that_model_decodes_th
 ) -> None:
     """With decode.stream_second_pass_model, each segment is decoded by that checkpoint's model
     (here a pBLSTM's) from the segment's audio through its own front end: a recording that is one
-    segment, heard from its start, reads as `las decode` with that model reads it."""
+    segment, heard from its start, reads as `las decode` with that model reads it; the model is
+    loaded once for all the recogniser's streams."""
     other = trained_run["run"] / "best.pt"
     settings = dict(stream_pause_seconds=10, segment_seconds=30, other_speed=0)
     recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_model=str(other), **settings)
@@ -318,6 +319,7 @@ def test_a_second_pass_by_another_model_reads_a_segment_as_that_model_decodes_th
         samples = soundfile.read(row[1], dtype="int16")[0]
         stream = recognizer.stream()
         assert stream.second_pass is not None and stream.second_pass.reader.model is not recognizer.model
+        assert stream.second_pass.reader.model is recognizer.segment_model.model  # type: ignore[union-attr]: loaded once
         stream.second_pass.context = 10**6  # the segment heard from the recording's start, as decoding whole hears it
         finals = [result.text for result in streamed(stream, samples, 1600) if result.final]
         whole = offline.transcribe(samples, 16000).text  # type: ignore[union-attr]

@@ -34,6 +34,7 @@ from las.export.runtime import load_model, run_on
 from las.model.checkpoint import Checkpoint
 from las.recognition.confidence import overall_confidence
 from las.recognition.inference import transcribe
+from las.recognition.segment_reader import SegmentModel
 from las.recognition.streaming import Stream
 from las.recognition.timing import Word, WordTimer
 from las.search import Hypothesis, build_strategy
@@ -102,6 +103,7 @@ class Recognizer:
         self.surroundings = Surroundings.of(self.config, decoding=True)
         self.timer = WordTimer(self.vocabulary, 2**self.config.model.pyramid_layers, self.config.features.mel_bins)
         self.timing = Timing(0.0, 0.0)
+        self.segment_model: SegmentModel | None = None  # what streams' second passes decode by, loaded once
 
     @classmethod
     def load(cls, path: str | Path, device: str | torch.device = "auto", **settings: object) -> Recognizer:
@@ -143,7 +145,10 @@ class Recognizer:
     def stream(self) -> Stream:
         """Recognition of one recording as it arrives (las.recognition.streaming): push samples,
         read partial and final results; a model trained for it (data/recipes/an4-streaming.toml)."""
-        return Stream(self.model, self.config, self.checkpoint.normalizer, self.vocabulary)
+        normalizer = self.checkpoint.normalizer
+        if self.segment_model is None and self.config.decode.stream_second_pass:
+            self.segment_model = SegmentModel.of(self.model, self.config, normalizer, self.vocabulary)
+        return Stream(self.model, self.config, normalizer, self.vocabulary, self.segment_model)
 
     def utterance_features(
         self, utterances: list[Utterance], source: str | Path

@@ -37,7 +37,7 @@ from las.data.features import Normalizer, analysis_sizes
 from las.data.segmentation import CONTEXT_SECONDS
 from las.model.las import LAS
 from las.recognition.confidence import word_confidence
-from las.recognition.segment_reader import SegmentReader
+from las.recognition.segment_reader import SegmentModel, SegmentReader
 from las.search.streaming import Spelt
 
 
@@ -48,9 +48,19 @@ class SegmentDecoder:
     nothing: a pause is not decoded). Keeps the current segment's samples and features, and the
     context before it."""
 
-    def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
+    def __init__(
+        self,
+        model: LAS,
+        config: Config,
+        normalizer: Normalizer,
+        vocabulary: Vocabulary,
+        reading: SegmentModel | None = None,
+    ) -> None:
+        """`reading`: the model segments are decoded by, loaded once for many streams (by
+        default `SegmentModel.of` the others)."""
         settings = config.decode
-        self.reader = SegmentReader(model, config, normalizer, vocabulary)
+        reading = reading or SegmentModel.of(model, config, normalizer, vocabulary)
+        self.reader = SegmentReader(reading, config, vocabulary)
         self.frame_samples = 2**config.model.pyramid_layers * analysis_sizes(config.features)[1]  # of an encoder frame
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate

@@ -11,6 +11,7 @@ segment that has ended as decoding whole hears it, where the stream's must read 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch
 
@@ -28,22 +29,43 @@ from las.search import Hypothesis, Rules, Strategy, build_strategy
 from las.search.streaming import Spelt
 
 
+@dataclass(frozen=True)
+class SegmentModel:
+    """The model that decodes a stream's ended segments and how it hears them: the stream's own
+    features (`own_front_end` False), or their audio through this front end."""
+
+    model: LAS
+    normalizer: Normalizer
+    extractor: FilterbankExtractor
+    surroundings: Surroundings | None = None  # what of a segment's background it hears, its own front end's
+    own_front_end: bool = False
+
+    @classmethod
+    def of(cls, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> SegmentModel:
+        """The stream's model (with its normaliser), or the checkpoint `decode.stream_second_pass_model` names."""
+        path = config.decode.stream_second_pass_model
+        if not path:
+            return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()))
+        checkpoint = second_model(path, config, vocabulary)
+        theirs = checkpoint.config
+        return cls(
+            checkpoint.build_model(next(model.parameters()).device),
+            checkpoint.normalizer,
+            FilterbankExtractor(theirs.features.at_decoding()),
+            Surroundings.of(theirs, decoding=True),
+            own_front_end=True,
+        )
+
+
 class SegmentReader:
     """The characters a segment says, from the stream's features of it (a group of frames per
     encoder frame) and its samples, each placed on an encoder frame of the recording's clock."""
 
-    def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
+    def __init__(self, reading: SegmentModel, config: Config, vocabulary: Vocabulary) -> None:
         settings = config.decode
-        self.model, self.normalizer, self.surroundings = model, normalizer, None
-        self.extractor = FilterbankExtractor(config.features.at_decoding())
+        self.model, self.normalizer, self.extractor = reading.model, reading.normalizer, reading.extractor
+        self.surroundings, self.own_front_end = reading.surroundings, reading.own_front_end
         self.reduction = 2**config.model.pyramid_layers  # feature frames per encoder frame
-        self.own_front_end = bool(settings.stream_second_pass_model)  # another model's, from the samples
-        if self.own_front_end:
-            checkpoint = second_model(settings.stream_second_pass_model, config, vocabulary)
-            self.model = checkpoint.build_model(next(model.parameters()).device)
-            self.normalizer = checkpoint.normalizer
-            self.extractor = FilterbankExtractor(checkpoint.config.features.at_decoding())
-            self.surroundings = Surroundings.of(checkpoint.config, decoding=True)
         self.strategy = build_strategy(settings, vocabulary, self.model)
         early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
         # Another only where it differs: a strategy loads its language model and lexicon when built.

@@ -34,6 +34,7 @@ from las.model.las import LAS
 from las.model.streaming_listener import ForwardListener
 from las.recognition.confidence import CharacterConfidence, word_confidence
 from las.recognition.second_pass import SegmentDecoder
+from las.recognition.segment_reader import SegmentModel
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
 from las.search.streaming import SpellerStream, Spelt
@@ -57,7 +58,15 @@ class Stream:
     """One recording as it arrives, through `model` as `config` decodes (a `Recognizer`'s), its
     features normalised by `normalizer`, spelt in `vocabulary`."""
 
-    def __init__(self, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> None:
+    def __init__(
+        self,
+        model: LAS,
+        config: Config,
+        normalizer: Normalizer,
+        vocabulary: Vocabulary,
+        reading: SegmentModel | None = None,
+    ) -> None:
+        """`reading`: the model its second pass decodes segments by (`SegmentDecoder`)."""
         if not isinstance(model.listener, ForwardListener):
             raise LasError(
                 f"streaming needs a listener that hears a bounded time ahead: a model trained with "
@@ -74,7 +83,7 @@ class Stream:
         self.search = searcher(model, config, vocabulary, self.frame_seconds)
         self.second_pass: SegmentDecoder | None = None  # the CTC head's search only: its segments end at pauses
         if config.decode.stream_second_pass and isinstance(self.search, TriggeredSearch):
-            self.second_pass = self.search.second_pass = SegmentDecoder(model, config, normalizer, vocabulary)
+            self.second_pass = self.search.second_pass = SegmentDecoder(model, config, normalizer, vocabulary, reading)
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
         self.told: list[Spelt] = []  # the partial result given last
