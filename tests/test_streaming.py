@@ -26,7 +26,7 @@ from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition.recognizer import Recognizer
 from las.recognition.second_pass import SegmentDecoder
-from las.recognition.segment_reader import SegmentReader
+from las.recognition.segment_reader import SegmentModel, SegmentReader
 from las.recognition.streaming import Stream, StreamResult
 from las.search.common import Rules, Strategy, Symbols
 from las.search.paths import GreedySearch
@@ -418,7 +418,8 @@ def test_word_by_word_early_decodings_search_as_their_own_settings_say(
     ):
         recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", **settings, **early)
         config = recognizer.config
-        second_pass = SegmentDecoder(recognizer.model, config, recognizer.checkpoint.normalizer, recognizer.vocabulary)
+        reading = SegmentModel.of(recognizer.model, config, recognizer.checkpoint.normalizer, recognizer.vocabulary)
+        second_pass = SegmentDecoder(reading, config, recognizer.vocabulary)
         features = recognizer.checkpoint.normalizer(FilterbankExtractor(config.features.at_decoding())(samples))
         group = 2**config.model.pyramid_layers
         second_pass.listen(samples)

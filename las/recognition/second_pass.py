@@ -33,9 +33,8 @@ from Levenshtein import distance
 
 from las.core.config import Config
 from las.core.text import Vocabulary
-from las.data.features import Normalizer, analysis_sizes
+from las.data.features import analysis_sizes
 from las.data.segmentation import CONTEXT_SECONDS
-from las.model.las import LAS
 from las.recognition.confidence import word_confidence
 from las.recognition.segment_reader import SegmentModel, SegmentReader
 from las.search.streaming import Spelt
@@ -48,18 +47,10 @@ class SegmentDecoder:
     nothing: a pause is not decoded). Keeps the current segment's samples and features, and the
     context before it."""
 
-    def __init__(
-        self,
-        model: LAS,
-        config: Config,
-        normalizer: Normalizer,
-        vocabulary: Vocabulary,
-        reading: SegmentModel | None = None,
-    ) -> None:
-        """`reading`: the model segments are decoded by, loaded once for many streams (by
-        default `SegmentModel.of` the others)."""
+    def __init__(self, reading: SegmentModel, config: Config, vocabulary: Vocabulary) -> None:
+        """`reading`: the model segments are decoded by (the stream's, or another loaded once
+        for many streams)."""
         settings = config.decode
-        reading = reading or SegmentModel.of(model, config, normalizer, vocabulary)
         self.reader = SegmentReader(reading, config, vocabulary)
         self.frame_samples = 2**config.model.pyramid_layers * analysis_sizes(config.features)[1]  # of an encoder frame
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits

@@ -83,7 +83,9 @@ class Stream:
         self.search = searcher(model, config, vocabulary, self.frame_seconds)
         self.second_pass: SegmentDecoder | None = None  # the CTC head's search only: its segments end at pauses
         if config.decode.stream_second_pass and isinstance(self.search, TriggeredSearch):
-            self.second_pass = self.search.second_pass = SegmentDecoder(model, config, normalizer, vocabulary, reading)
+            self.second_pass = self.search.second_pass = SegmentDecoder(
+                reading or SegmentModel.of(model, config, normalizer, vocabulary), config, vocabulary
+            )
         self.vocabulary = vocabulary
         self.device = next(model.parameters()).device
         self.told: list[Spelt] = []  # the partial result given last
