@@ -318,8 +318,8 @@ def test_a_second_pass_by_another_model_reads_a_segment_as_that_model_decodes_th
     for row in an4_rows("dev", 2):
         samples = soundfile.read(row[1], dtype="int16")[0]
         stream = recognizer.stream()
-        assert stream.second_pass is not None and stream.second_pass.reader.model is not recognizer.model
-        assert stream.second_pass.reader.model is recognizer.segment_model.model  # type: ignore[union-attr]: loaded once
+        assert stream.second_pass is not None and stream.second_pass.reader.reading.model is not recognizer.model
+        assert stream.second_pass.reader.reading is recognizer.segment_model  # type: ignore[union-attr]: loaded once
         stream.second_pass.context = 10**6  # the segment heard from the recording's start, as decoding whole hears it
         finals = [result.text for result in streamed(stream, samples, 1600) if result.final]
         whole = offline.transcribe(samples, 16000).text  # type: ignore[union-attr]

@@ -37,6 +37,7 @@ class SegmentModel:
     model: LAS
     normalizer: Normalizer
     extractor: FilterbankExtractor
+    reduction: int  # feature frames per encoder frame
     surroundings: Surroundings | None = None  # what of a segment's background it hears, its own front end's
     own_front_end: bool = False
 
@@ -44,68 +45,19 @@ class SegmentModel:
     def of(cls, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> SegmentModel:
         """The stream's model (with its normaliser), or the checkpoint `decode.stream_second_pass_model` names."""
         path = config.decode.stream_second_pass_model
+        reduction = 2**config.model.pyramid_layers  # the other model's too (`second_model`)
         if not path:
-            return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()))
+            return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()), reduction)
         checkpoint = second_model(path, config, vocabulary)
         theirs = checkpoint.config
         return cls(
             checkpoint.build_model(next(model.parameters()).device),
             checkpoint.normalizer,
             FilterbankExtractor(theirs.features.at_decoding()),
+            reduction,
             Surroundings.of(theirs, decoding=True),
             own_front_end=True,
         )
-
-
-class SegmentReader:
-    """The characters a segment says, from the stream's features of it (a group of frames per
-    encoder frame) and its samples, each placed on an encoder frame of the recording's clock."""
-
-    def __init__(self, reading: SegmentModel, config: Config, vocabulary: Vocabulary) -> None:
-        settings = config.decode
-        self.model, self.normalizer, self.extractor = reading.model, reading.normalizer, reading.extractor
-        self.surroundings, self.own_front_end = reading.surroundings, reading.own_front_end
-        self.reduction = 2**config.model.pyramid_layers  # feature frames per encoder frame
-        self.strategy = build_strategy(settings, vocabulary, self.model)
-        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
-        # Another only where it differs: a strategy loads its language model and lexicon when built.
-        self.early_strategy = (
-            self.strategy
-            if early_beam == settings.beam_size
-            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, self.model)
-        )
-        self.early_speeds = settings.stream_second_pass_words_other_speed
-        self.rank = Rules.of(settings).rank
-        self.confidence = (settings.confidence, settings.confidence_from)
-        other = settings.other_speed
-        self.other_speed = other if other > 0 and other != 1 else None
-
-    def spelt(
-        self, heard_from: int, groups: list[torch.Tensor], samples: torch.Tensor, early: bool = False
-    ) -> list[Spelt]:
-        """The characters decoded from the stream's `groups` (one per encoder frame from
-        `heard_from`) and their `samples`, each at the first frame of its aligned span on the
-        recording's clock; `early`: for an early call, as `decode.stream_second_pass_words_*`
-        decode those."""
-        speeds = [1.0]
-        if self.other_speed is not None and (self.early_speeds or not early) and len(samples) >= self.extractor.window:
-            speeds.append(self.other_speed)
-        heard = [self.features(groups, samples, speed) for speed in speeds]
-        kept = [
-            (features, skipped, speed)
-            for (features, skipped), speed in zip(heard, speeds, strict=True)
-            if len(features)
-        ]
-        if not kept:
-            return []
-        found = self.decoded([features for features, _, _ in kept], self.early_strategy if early else self.strategy)
-        best, (_, skipped, speed) = max(zip(found, kept, strict=True), key=lambda pair: self.rank(pair[0]))
-        spans = best.spans or []
-        trust = best.confidences or [None] * len(best.tokens)
-        return [
-            Spelt(token, heard_from + round((skipped + span[0]) * speed), confidence)  # on the recording's clock
-            for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
-        ]
 
     def features(self, groups: list[torch.Tensor], samples: torch.Tensor, speed: float) -> tuple[torch.Tensor, int]:
         """The normalised features `(frames, mel_bins)` a segment is decoded from, played at
@@ -127,14 +79,67 @@ class SegmentReader:
             return features[:0], 0
         return self.normalizer(features[start:end]), start // self.reduction
 
+
+class SegmentReader:
+    """The characters a segment says, from the stream's features of it (a group of frames per
+    encoder frame) and its samples, each placed on an encoder frame of the recording's clock."""
+
+    def __init__(self, reading: SegmentModel, config: Config, vocabulary: Vocabulary) -> None:
+        settings = config.decode
+        self.reading = reading
+        self.strategy = build_strategy(settings, vocabulary, reading.model)
+        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
+        # Another only where it differs: a strategy loads its language model and lexicon when built.
+        self.early_strategy = (
+            self.strategy
+            if early_beam == settings.beam_size
+            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, reading.model)
+        )
+        self.early_speeds = settings.stream_second_pass_words_other_speed
+        self.rank = Rules.of(settings).rank
+        self.confidence = (settings.confidence, settings.confidence_from)
+        other = settings.other_speed
+        self.other_speed = other if other > 0 and other != 1 else None
+
+    def spelt(
+        self, heard_from: int, groups: list[torch.Tensor], samples: torch.Tensor, early: bool = False
+    ) -> list[Spelt]:
+        """The characters decoded from the stream's `groups` (one per encoder frame from
+        `heard_from`) and their `samples`, each at the first frame of its aligned span on the
+        recording's clock; `early`: for an early call, as `decode.stream_second_pass_words_*`
+        decode those."""
+        speeds = [1.0]
+        if (
+            self.other_speed is not None
+            and (self.early_speeds or not early)
+            and len(samples) >= self.reading.extractor.window
+        ):
+            speeds.append(self.other_speed)
+        heard = [self.reading.features(groups, samples, speed) for speed in speeds]
+        kept = [
+            (features, skipped, speed)
+            for (features, skipped), speed in zip(heard, speeds, strict=True)
+            if len(features)
+        ]
+        if not kept:
+            return []
+        found = self.decoded([features for features, _, _ in kept], self.early_strategy if early else self.strategy)
+        best, (_, skipped, speed) = max(zip(found, kept, strict=True), key=lambda pair: self.rank(pair[0]))
+        spans = best.spans or []
+        trust = best.confidences or [None] * len(best.tokens)
+        return [
+            Spelt(token, heard_from + round((skipped + span[0]) * speed), confidence)  # on the recording's clock
+            for token, span, confidence in zip(best.tokens, spans, trust, strict=True)
+        ]
+
     def decoded(self, heard: list[torch.Tensor], strategy: Strategy) -> list[Hypothesis]:
         """The best hypothesis of each of `heard`'s features by `strategy`, aligned by the CTC head."""
         lengths = torch.tensor([len(item) for item in heard])
         batch = torch.nn.utils.rnn.pad_sequence(heard, batch_first=True)  # (pieces, frames, mel_bins)
-        device = next(self.model.parameters()).device
-        memory = self.model.listener(batch.to(device), lengths)
-        found = strategy.search(self.model, memory)
-        return [nbest[0] for nbest in aligned(self.model, memory, found, "ctc", self.confidence)]
+        model = self.reading.model
+        memory = model.listener(batch.to(next(model.parameters()).device), lengths)
+        found = strategy.search(model, memory)
+        return [nbest[0] for nbest in aligned(model, memory, found, "ctc", self.confidence)]
 
 
 def second_model(path: str, config: Config, vocabulary: Vocabulary) -> Checkpoint:
