@@ -170,6 +170,8 @@ def measure(
 ) -> None:
     """CER streamed and decoded whole per set, word delays and streams in real time (tables)."""
     torch.set_num_threads(threads)
+    if second_pass and len(second_pass) != len(checkpoints):  # paired by seed: none may be left unpaired
+        raise typer.BadParameter(f"{len(second_pass)} --second-pass models for {len(checkpoints)} streaming models")
     reference_times = read_ctm(ctm) if ctm else {}
     columns = ["streamed CER %", "decoded whole CER %", "x", "median delay s", "90th pct s", "partial words changed %"]
     print(header("set", *columns, "RTF", "streams"))
