@@ -44,7 +44,7 @@ STREAMING = [
 ]
 
 
-@pytest.mark.parametrize(("layers", "lookahead"), [(2, 2), (2, 0), (3, 1), (0, 2)])
+@pytest.mark.parametrize(("layers", "lookahead"), [(2, 2), (2, 0), (3, 1), (0, 2), (2, 4), (1, 5)])
 def test_the_listener_gives_the_same_frames_streamed_in_any_pieces_as_over_the_whole(
     layers: int, lookahead: int
 ) -> None:

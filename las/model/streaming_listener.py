@@ -62,7 +62,7 @@ class ForwardListener(nn.Module):
     def heard_ahead(self, x: torch.Tensor) -> torch.Tensor:
         """`(batch, frames + lookahead, hidden)` -> `(batch, frames, hidden)`: each frame with what
         the next `lookahead` frames add (a residual, so that a look-ahead of 0 is the frame)."""
-        frames = x.shape[1] - self.lookahead
+        frames = max(0, x.shape[1] - self.lookahead)  # a stream has none until the look-ahead has come
         if self.ahead is None:
             return x
         stacked = torch.cat([x[:, shift : shift + frames] for shift in range(self.lookahead + 1)], dim=-1)
