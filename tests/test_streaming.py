@@ -427,7 +427,7 @@ def test_word_by_word_early_decodings_search_as_their_own_settings_say(
             second_pass.hear(features[first : first + group])
         frames = len(features) // group
         calls.clear()
-        second_pass.early(0, 0, frames // 2, 0, frames // 2)  # a word's
+        second_pass.early(0, frames // 2, 0, frames // 2)  # a word's
         second_pass(0, frames, [Spelt(1, 0)])  # the segment's, at its pause
         assert calls == [expected, (2, 4)]
 
@@ -502,30 +502,11 @@ def test_a_second_pass_reaches_back_to_the_first_segment_begun_within_its_reach(
         Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_reach_seconds=1).stream().second_pass
     )
     assert decoder is not None and decoder.reach == 25 and decoder.context == 12  # encoder frames of 40 ms
-    decoder.begun = [10, 30, 50]  # the first characters of the segments decoded before
+    decoder.starts = [10, 30, 50]  # segments decoded before
     assert decoder.window(60) == 50 - 12  # those begun 25 frames before it or later, and the context before
     assert decoder.window(52) == 30 - 12
     assert decoder.window(100) == 100 - 12  # none within reach: its own context, as with no reach
     assert decoder.window(15) == 0  # never before what the stream has heard
-
-
-def test_a_segment_is_heard_from_the_context_before_its_first_character_not_from_the_pause_before_it(
-    streaming_model: dict[str, Path],
-) -> None:
-    """A segment begins where the one before ended: the pause between them and the tail of the
-    word before are not decoded with it, however long the pause."""
-    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_words=True)
-    decoder = recognizer.stream().second_pass
-    assert decoder is not None
-    config = recognizer.config
-    frames = 60  # encoder frames heard: a segment begun at frame 10 (a pause), its first character at 40
-    decoder.listen(torch.zeros(frames * decoder.frame_samples))
-    for _ in range(frames):
-        decoder.hear(torch.zeros(2**config.model.pyramid_layers, config.features.mel_bins))
-    heard_from, features, samples = decoder.heard(40, frames)
-    assert heard_from == 40 - decoder.context and len(features) == frames - heard_from
-    assert len(samples) == len(features) * decoder.frame_samples
-    assert decoder.window(5) == 0  # never before what the stream has heard
 
 
 def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_context() -> None:
@@ -712,8 +693,8 @@ class RecordedSecondPass:
         self.calls.append((start, end, given))
         return [Spelt(B, given)]
 
-    def early(self, start: int, opening: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
-        self.calls.append((start, opening, end, given, until))
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
+        self.calls.append((start, end, given, until))
         if self.holds:
             self.holds -= 1
             return [], given
@@ -732,7 +713,7 @@ def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_t
     )
     assert heard(search, ctc_frames({A: 0.98}, {0: 0.98})) == [] and second_pass.calls == []
     assert heard(search, ctc_frames({SPACE: 0.98})) == [[A, SPACE]]  # frame 2: the segment to frame 3, its words to 2
-    assert second_pass.calls == [(0, 0, 3, 0, 2)]  # the segment's first character, A, at frame 0
+    assert second_pass.calls == [(0, 3, 0, 2)]
     assert heard(search, ctc_frames({B: 0.98}, {0: 0.98})) == [] and search.partial == [Spelt(B, 3)]
     assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]]  # 3 frames after B: the pause ends the segment
     assert second_pass.calls[1:] == [(0, 7, 2)]  # decoded whole, its words from frame 2 on
@@ -747,7 +728,7 @@ def test_a_word_held_back_word_by_word_is_asked_for_again_at_the_next_space_not_
         None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 5, longest_frames=100, second_pass=second_pass, early_words=True
     )
     assert heard(search, ctc_frames({A: 0.98}, {SPACE: 0.98}, {B: 0.98}, {0: 0.98})) == []  # held at frame 1
-    assert second_pass.calls == [(0, 0, 2, 0, 1)] and search.given == 0
+    assert second_pass.calls == [(0, 2, 0, 1)] and search.given == 0
     assert [spelt.token for spelt in search.partial] == [A, SPACE, B]  # the held word is still partial
     assert heard(search, ctc_frames({SPACE: 0.98})) == [[A, SPACE]]  # the next space: both words from frame 0
-    assert second_pass.calls[1:] == [(0, 0, 5, 0, 4)] and search.given == 4
+    assert second_pass.calls[1:] == [(0, 5, 0, 4)] and search.given == 4

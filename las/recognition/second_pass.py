@@ -4,8 +4,7 @@ The first pass (las.search.triggered) spells as the frames arrive, its speller r
 frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
 its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
 recording (las.recognition.segment_reader; by another checkpoint's model with
-`decode.stream_second_pass_model`): its features from CONTEXT_SECONDS before the first pass's
-first character in it (not the pause before, `window`), through a listener started afresh (the
+`decode.stream_second_pass_model`): its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
 stream's has run since the recording began), the same search (decode.strategy, beam, CTC weight),
 played at `decode.other_speed` too and the better transcript kept, characters placed on their
 frames by the CTC head's forced alignment, confidences as offline. The words centred in the segment
@@ -62,7 +61,7 @@ class SegmentDecoder:
         # its words centred past half of that were heard before the first pass began a word there.
         self.onset = round(settings.stream_pause_seconds / encoder_frame_seconds) // 2
         self.pending: list[Spelt] = []  # those words of the segment that ended last, and of no other yet
-        self.begun: list[int] = []  # the first characters' frames of the segments decoded within `reach` of the latest
+        self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
         self.said: list[tuple[int, ...]] = []  # the current segment's words given early (stream_second_pass_words)
         self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
@@ -84,11 +83,10 @@ class SegmentDecoder:
         on (the segment's start by default; later where `early` gave those before), up to half a
         pause after the first pass's last character (those after it wait: `pending`). What was
         heard before the next segment's context is then dropped."""
-        heard_from, features, samples = self.heard(first[0].frame if first else start, end)
-        # A later segment starts at `end` or after: it reaches back to segments begun since `end - reach`.
-        begun = [first[0].frame] if first else []
-        self.begun = [frame for frame in [*self.begun, *begun] if frame >= end - self.reach]
-        self.drop(max(self.origin, min([*self.begun, end]) - self.context))
+        heard_from, features, samples = self.heard(start, end)
+        # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
+        self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
+        self.drop(max(self.origin, min([*self.starts, end]) - self.context))
         said, self.said = self.said, []  # the next segment's words start afresh
         if not first or not features:
             return self.finish()  # the first pass heard no word begin: none of those pending is an onset
@@ -125,13 +123,13 @@ class SegmentDecoder:
         return [] if onset else pending
 
     @torch.no_grad()
-    def early(self, start: int, opening: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
-        """The words centred in frames `[given, until)` of the segment begun at frame `start`,
-        whose first character the first pass spelt at frame `opening`, as it is decoded whole
-        once frames up to `end` are heard (the segment goes on: nothing is dropped): a word is
-        final once the first pass has begun the next (`decode.stream_second_pass_words`); and the
-        frame the words given end at (`until`, or before the last of them where it is held back)."""
-        heard_from, features, samples = self.heard(opening, end)
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
+        """The words centred in frames `[given, until)` of the segment begun at frame `start`, as
+        it is decoded whole once frames up to `end` are heard (the segment goes on: nothing is
+        dropped): a word is final once the first pass has begun the next
+        (`decode.stream_second_pass_words`); and the frame the words given end at (`until`, or
+        before the last of them where it is held back)."""
+        heard_from, features, samples = self.heard(start, end)
         if not features:
             return [], until
         spelt = self.reader.spelt(heard_from, features, samples, early=True)
@@ -141,29 +139,22 @@ class SegmentDecoder:
         self.said += [spoken(word, self.space) for word in words(kept, self.space)]
         return before + kept, through
 
-    def heard(self, opening: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
-        """What a segment whose first character the first pass spelt at encoder frame `opening`,
-        heard to frame `end`, is decoded from: its first frame (`window`), the groups of features
-        from there to `end`, and their samples."""
-        heard_from = self.window(opening)
+    def heard(self, start: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
+        """What a segment of encoder frames `[start, end)` is decoded from: its first frame
+        (`window`), the groups of features from there to `end`, and their samples."""
+        heard_from = self.window(start)
         features = self.groups[heard_from - self.origin : end - self.origin]
         samples = self.samples[
             (heard_from - self.origin) * self.frame_samples : (end - self.origin) * self.frame_samples
         ]
         return heard_from, features, samples
 
-    def window(self, opening: int) -> int:
-        """The first encoder frame a segment whose first character the first pass spelt at frame
-        `opening` is decoded from: the context before the first of the segments decoded before it
-        that were begun within `reach` frames of it, or its own. Not the segment's start: a segment
-        begins where the one before ended, and the pause between them, the background in it and
-        the tail of the word before are not what an utterance begins with (`las decode` cuts a
-        recording at its pauses likewise). Heard from there, the stream's own model read
-        "SEPTEMBER" after a 1.8 s pause as "TEMBER"; word by word, the choosing speakers' long
-        recordings read 10.39% against 9.81 and white noise 15.03 against 14.48 (3 seeds;
-        docs/BENCHMARKS.md, "A segment heard from its first word")."""
-        first = min((frame for frame in self.begun if frame >= opening - self.reach), default=opening)
-        return max(self.origin, min(first, opening) - self.context)
+    def window(self, start: int) -> int:
+        """The first encoder frame a segment starting at frame `start` is decoded from: the first
+        of the segments decoded before it that began within `reach` frames of it (or its own),
+        with the context before that."""
+        first = min((frame for frame in self.starts if frame >= start - self.reach), default=start)
+        return max(self.origin, min(first, start) - self.context)
 
     def drop(self, frame: int) -> None:
         """Forget what was heard before encoder frame `frame`."""

@@ -52,10 +52,9 @@ class SecondPass(Protocol):
         those the segment before left to it)."""
         ...
 
-    def early(self, start: int, opening: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
-        """The words centred in frames `[given, until)` of the segment begun at `start`, its first
-        character spelt at `opening`, heard to `end`, and the frame they end at (`until`, or
-        earlier where the last word waits for the next)."""
+    def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
+        """The words centred in frames `[given, until)` of the segment begun at `start`, heard to
+        `end`, and the frame they end at (`until`, or earlier where the last word waits for the next)."""
         ...
 
     def finish(self) -> list[Spelt]:
@@ -310,7 +309,7 @@ class TriggeredSearch:
         if space is None or best[space].frame <= self.asked:
             return []
         self.asked = best[space].frame
-        piece, self.given = self.second_pass.early(self.origin, best[0].frame, self.searched, self.given, self.asked)
+        piece, self.given = self.second_pass.early(self.origin, self.searched, self.given, self.asked)
         # partial results show what follows the words given: from the first pass's space before `given`
         self.finals = next(
             (
