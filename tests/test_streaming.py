@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from las.cli import app
 from las.core.config import FeatureConfig, load_config
 from las.core.errors import LasError
-from las.data.features import FilterbankExtractor, Normalizer
+from las.data.features import FilterbankExtractor, Normalizer, analysis_sizes
+from las.data.segmentation import CONTEXT_SECONDS, Levels
 from las.data.signal import POWER_FLOOR
 from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
@@ -274,10 +275,16 @@ def whole_greedy(recognizer: Recognizer, samples: np.ndarray) -> str:
     return decoded_whole(recognizer, samples, GreedySearch(Symbols.of(recognizer.vocabulary), rules))
 
 
-def decoded_whole(recognizer: Recognizer, samples: np.ndarray, search: Strategy) -> str:
-    """`search` over the listener's frames of the whole recording's features."""
-    features = FilterbankExtractor(recognizer.config.features.at_decoding())(torch.from_numpy(samples / 32768).float())
-    features = recognizer.checkpoint.normalizer(features)
+def decoded_whole(recognizer: Recognizer, samples: np.ndarray, search: Strategy, from_speech: bool = False) -> str:
+    """`search` over the listener's frames of the whole recording's features; `from_speech`: from
+    CONTEXT_SECONDS before its speech at most, a whole encoder frame."""
+    config = recognizer.config
+    features = FilterbankExtractor(config.features.at_decoding())(torch.from_numpy(samples / 32768).float())
+    start = 0
+    if from_speech:
+        start = max(0, Levels.of(features).speech_extent()[0] - config.features.frames(CONTEXT_SECONDS))
+        start -= start % 2**config.model.pyramid_layers
+    features = recognizer.checkpoint.normalizer(features)[start:]
     model = recognizer.model
     memory = model.listener(features[None], torch.tensor([len(features)]))
     return recognizer.vocabulary.decode(search.search(model, memory)[0][0].tokens)
@@ -285,8 +292,8 @@ def decoded_whole(recognizer: Recognizer, samples: np.ndarray, search: Strategy)
 
 def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streaming_model: dict[str, Path]) -> None:
     """A recording short of a pause long enough to end a segment is one segment: its final text is
-    the default beam search's over the whole recording's features (at one speed); partial results
-    come before it."""
+    the default beam search's over the whole recording's features (at one speed), heard from a
+    context's length before its speech at most; partial results come before it."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
@@ -295,13 +302,38 @@ def test_a_second_pass_gives_a_segment_as_decoding_its_frames_whole_does(streami
         segment_seconds=30,
         other_speed=0,
     )
-    for row in an4_rows("dev", 2):
+    quiet = np.random.default_rng(0).normal(0, 20, 24000).astype(np.int16)  # 1.5 s of a quiet room
+    for index, row in enumerate(an4_rows("dev", 2)):
         samples = soundfile.read(row[1], dtype="int16")[0]
+        if index == 1:  # a pause longer than the context before the speech: not heard
+            samples = np.concatenate([quiet, samples])
         results = streamed(recognizer.stream(), samples, 1600)
         finals = [result for result in results if result.final]
         assert len(finals) == 1 and results[-1] is finals[0] and len(results) > 1
-        whole = " ".join(decoded_whole(recognizer, samples, recognizer.strategy).split())
+        whole = " ".join(decoded_whole(recognizer, samples, recognizer.strategy, from_speech=True).split())
         assert whole and finals[0].text == whole
+
+
+def test_a_segment_is_heard_from_a_context_before_its_speech_at_most(streaming_model: dict[str, Path]) -> None:
+    """The stream's own model hears an ended segment's own frames from CONTEXT_SECONDS before its
+    speech (a whole encoder frame), not the pause before that: a segment begins where the one
+    before ended, however long ago."""
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    config = recognizer.config
+    reading = SegmentModel.of(recognizer.model, config, recognizer.checkpoint.normalizer, recognizer.vocabulary)
+    reduction, lead = 2**config.model.pyramid_layers, config.features.frames(CONTEXT_SECONDS)
+    frame_samples = reduction * analysis_sizes(config.features)[1]  # of an encoder frame
+    quiet = np.random.default_rng(0).normal(0, 20, 24000)  # 1.5 s of a quiet room
+    samples = torch.from_numpy(np.concatenate([quiet, soundfile.read(an4_rows("dev", 1)[0][1])[0] * 32768]) / 32768)
+    features = FilterbankExtractor(config.features.at_decoding())(samples.float())
+    count = len(samples) // frame_samples  # encoder frames
+    groups = list(recognizer.checkpoint.normalizer(features)[: count * reduction].split(reduction))
+    first = Levels.of(features).speech_extent()[0]
+    assert first >= 150  # the quiet is not speech
+    heard, skipped = reading.features(groups, samples.float()[: count * frame_samples], 1.0)
+    assert skipped == (first - lead) // reduction and torch.equal(heard, torch.cat(groups[skipped:]))
+    slower, skipped_slower = reading.features(groups, samples.float()[: count * frame_samples], 0.9)
+    assert skipped_slower > 0 and len(slower) < len(features) / 0.9 - lead
 
 
 def test_a_second_pass_by_another_model_reads_a_segment_as_that_model_decodes_the_recording(

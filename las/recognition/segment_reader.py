@@ -19,7 +19,7 @@ from las.core.config import Config
 from las.core.errors import LasError
 from las.core.text import Vocabulary
 from las.data.features import FilterbankExtractor, Normalizer
-from las.data.segmentation import Levels
+from las.data.segmentation import CONTEXT_SECONDS, Levels
 from las.data.surroundings import Surroundings
 from las.export.runtime import load_model
 from las.model.checkpoint import Checkpoint
@@ -38,6 +38,7 @@ class SegmentModel:
     normalizer: Normalizer
     extractor: FilterbankExtractor
     reduction: int  # feature frames per encoder frame
+    lead: int  # feature frames of a segment's lead-in heard at most, by the stream's own model
     surroundings: Surroundings | None = None  # what of a segment's background it hears, its own front end's
     own_front_end: bool = False
 
@@ -46,8 +47,9 @@ class SegmentModel:
         """The stream's model (with its normaliser), or the checkpoint `decode.stream_second_pass_model` names."""
         path = config.decode.stream_second_pass_model
         reduction = 2**config.model.pyramid_layers  # the other model's too (`second_model`)
+        lead = config.features.frames(CONTEXT_SECONDS)
         if not path:
-            return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()), reduction)
+            return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()), reduction, lead)
         checkpoint = second_model(path, config, vocabulary)
         theirs = checkpoint.config
         return cls(
@@ -55,6 +57,7 @@ class SegmentModel:
             checkpoint.normalizer,
             FilterbankExtractor(theirs.features.at_decoding()),
             reduction,
+            lead,
             Surroundings.of(theirs, decoding=True),
             own_front_end=True,
         )
@@ -62,22 +65,31 @@ class SegmentModel:
     def features(self, groups: list[torch.Tensor], samples: torch.Tensor, speed: float) -> tuple[torch.Tensor, int]:
         """The normalised features `(frames, mel_bins)` a segment is decoded from, played at
         `speed`, and how many encoder frames (at that speed) of it they leave out before their
-        first: the stream's own at 1; through another model's front end, the segment's speech
-        with the margin around it that model decodes (`Surroundings`), as `las decode` hears a
-        recording (a pBLSTM trained on utterances trimmed so misread them with a second of
-        background)."""
-        if not self.own_front_end:
-            if speed == 1.0:
-                return torch.cat(groups), 0
-            return self.normalizer(self.extractor(samples, speed)), 0
+        first. The stream's own model hears the stream's own frames at 1, from at most `lead`
+        frames before the segment's speech: a segment begins where the one before ended, and a
+        pause longer than the context before a segment (CONTEXT_SECONDS), its background and
+        the tail of the word before, is nothing an utterance begins with. Another model hears the
+        segment's audio through its own front end, its speech with the margin around it that
+        model decodes (`Surroundings`), as `las decode` hears a recording (a pBLSTM trained on
+        utterances trimmed so misread them with a second of background); the stream's model read
+        worse so trimmed (docs/BENCHMARKS.md, "Tried on the streaming model and its windows")."""
         if len(samples) < self.extractor.window:
-            return torch.zeros(0, len(self.normalizer.mean)), 0
+            if self.own_front_end or speed != 1.0:
+                return torch.zeros(0, len(self.normalizer.mean)), 0
+            return torch.cat(groups), 0
         features = self.extractor(samples, speed)
-        start, end = self.surroundings.span(Levels.of(features)) if self.surroundings else (0, len(features))
+        levels = Levels.of(features)
+        if self.own_front_end:
+            start, end = self.surroundings.span(levels) if self.surroundings else (0, len(features))
+        else:
+            start, end = max(0, levels.speech_extent()[0] - self.lead), len(features)
         start -= start % self.reduction  # on an encoder frame's first
         if end <= start:  # no speech in it
             return features[:0], 0
-        return self.normalizer(features[start:end]), start // self.reduction
+        skipped = start // self.reduction
+        if self.own_front_end or speed != 1.0:
+            return self.normalizer(features[start:end]), skipped
+        return torch.cat(groups[skipped:]), skipped
 
 
 class SegmentReader:
