@@ -4,7 +4,8 @@ The first pass (las.search.triggered) spells as the frames arrive, its speller r
 frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
 its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
 recording (las.recognition.segment_reader; by another checkpoint's model with
-`decode.stream_second_pass_model`): its features, with CONTEXT_SECONDS before it, through a listener started afresh (the
+`decode.stream_second_pass_model`): its features, with CONTEXT_SECONDS before it (no more of a
+longer pause before its speech: `SegmentModel.features`), through a listener started afresh (the
 stream's has run since the recording began), the same search (decode.strategy, beam, CTC weight),
 played at `decode.other_speed` too and the better transcript kept, characters placed on their
 frames by the CTC head's forced alignment, confidences as offline. The words centred in the segment
