@@ -72,17 +72,18 @@ class SegmentModel:
         segment's audio through its own front end, its speech with the margin around it that
         model decodes (`Surroundings`), as `las decode` hears a recording (a pBLSTM trained on
         utterances trimmed so misread them with a second of background); the stream's model read
-        worse so trimmed (docs/BENCHMARKS.md, "Tried on the streaming model and its windows")."""
+        worse so trimmed (docs/BENCHMARKS.md, "A segment heard from a context before its speech")."""
         if len(samples) < self.extractor.window:
             if self.own_front_end or speed != 1.0:
                 return torch.zeros(0, len(self.normalizer.mean)), 0
             return torch.cat(groups), 0
         features = self.extractor(samples, speed)
-        levels = Levels.of(features)
-        if self.own_front_end:
-            start, end = self.surroundings.span(levels) if self.surroundings else (0, len(features))
-        else:
-            start, end = max(0, levels.speech_extent()[0] - self.lead), len(features)
+        if not self.own_front_end:
+            start, end = max(0, Levels.of(features).speech_extent()[0] - self.lead), len(features)
+        elif self.surroundings:
+            start, end = self.surroundings.span(Levels.of(features))
+        else:  # that model's front end keeps all it hears
+            start, end = 0, len(features)
         start -= start % self.reduction  # on an encoder frame's first
         if end <= start:  # no speech in it
             return features[:0], 0
