@@ -21,7 +21,7 @@ from las.cli import app
 from las.core.config import FeatureConfig, load_config
 from las.core.errors import LasError
 from las.data.features import FilterbankExtractor, Normalizer, analysis_sizes
-from las.data.segmentation import CONTEXT_SECONDS, Levels
+from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels
 from las.data.signal import POWER_FLOOR
 from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
@@ -717,9 +717,10 @@ def test_a_repeated_character_needs_a_blank_between_and_words_are_final_once_the
 class RecordedSecondPass:
     """A second pass that says what it was asked: its words are the frames it was called with."""
 
-    def __init__(self, holds: int = 0) -> None:
+    def __init__(self, holds: int = 0, loud_until: int = 0) -> None:
         self.calls: list[tuple[int, ...]] = []
         self.holds = holds  # early calls that hold their word back for the next
+        self.loud_until = loud_until  # the audio pauses from this frame on
 
     def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
         self.calls.append((start, end, given))
@@ -734,6 +735,39 @@ class RecordedSecondPass:
 
     def finish(self) -> list[Spelt]:
         return []
+
+    def quiet(self, start: int, since: int, end: int) -> bool:
+        return end >= self.loud_until
+
+
+def test_a_segment_ends_at_a_pause_of_the_first_pass_only_where_its_audio_pauses_too() -> None:
+    """The first pass falls silent where the speech goes on too: the segment goes on until the
+    second pass hears a pause in its audio (or it is as long as a segment may be)."""
+    second_pass = RecordedSecondPass(loud_until=6)
+    search = TriggeredSearch(None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 2, longest_frames=8, second_pass=second_pass)
+    assert heard(search, ctc_frames({A: 0.98}, {0: 0.98}, {0: 0.98}, {0: 0.98})) == []  # paused at frame 2, still loud
+    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]] and second_pass.calls == [(0, 6, 0)]
+    second_pass.loud_until = 100  # loud throughout: the segment ends at its longest
+    assert heard(search, ctc_frames({A: 0.98}, *[{0: 0.98}] * 7)) == [[B]] and second_pass.calls[1:] == [(6, 14, 6)]
+
+
+def test_the_second_pass_hears_a_pause_where_the_audio_has_been_quiet_for_a_pause(
+    streaming_model: dict[str, Path],
+) -> None:
+    recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
+    decoder = recognizer.stream().second_pass
+    assert decoder is not None
+    samples = torch.from_numpy(soundfile.read(an4_rows("dev", 1)[0][1], dtype="float32")[0])
+    padded = torch.cat([samples, torch.zeros(recognizer.config.features.sample_rate * 3 // 2)])
+    decoder.listen(padded)
+    reduction = 2**recognizer.config.model.pyramid_layers
+    speech_end = Levels.of(recognizer.array_features(samples, recognizer.config.features.sample_rate)).speech_extent()[
+        1
+    ]  # feature frames
+    after = (speech_end + PAUSE_FRAMES + 20) // reduction  # 0.7 s of the quiet after the speech heard
+    assert not decoder.quiet(0, 0, (speech_end - 10) // reduction)  # the speech goes on
+    assert decoder.quiet(0, 0, after) and decoder.quiet(0, speech_end // reduction, after)
+    assert not decoder.quiet(0, after - PAUSE_FRAMES // reduction + 2, after)  # quiet, but not a pause's length since
 
 
 def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_the_rest_at_the_pause() -> None:

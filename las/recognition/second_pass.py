@@ -1,24 +1,26 @@
 """A stream's second pass: each segment decoded whole once it has ended (`decode.stream_second_pass`).
 
 The first pass (las.search.triggered) spells as the frames arrive, its speller reading only the
-frames heard at each character's trigger; its words are partial. Once a segment ends at a pause,
-its audio has all been heard, and this pass decodes it as `las decode` decodes a piece of a
-recording (las.recognition.segment_reader; by another checkpoint's model with
-`decode.stream_second_pass_model`): its features, with CONTEXT_SECONDS before it (no more of a
-longer pause before its speech: `SegmentModel.features`), through a listener started afresh (the
-stream's has run since the recording began), the same search (decode.strategy, beam, CTC weight),
-played at `decode.other_speed` too and the better transcript kept, characters placed on their
-frames by the CTC head's forced alignment, confidences as offline. The words centred in the segment
-are its final ones (those in the context were the segment before's), up to half a pause after the
-first pass's last character: a word after that was heard before the first pass began one there, and
-waits for the next segment, which drops it where it was the onset of its own first word and gives
-it otherwise. With `decode.stream_second_pass_reach_seconds`, the context is the segments that
-began within that long before this one, whole: with short pauses ending segments, each word is
-final at the first pause after it but spelt with the sentence before it in view. The stream gives
-up word-by-word finality for the accuracy of decoding whole, as two-pass recognisers rescore a
-streaming pass at each endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`, the
-search also calls `early` each time its best hypothesis begins a word: the segment so far is
-decoded whole, and its words before that point are final at once; the rest at the pause. With
+frames heard at each character's trigger; its words are partial. A segment ends where the first
+pass has spelt nothing for `decode.stream_pause_seconds` and its audio has paused since (`quiet`,
+as `las decode` cuts a long recording). Once it ends, its audio has all been heard, and this pass
+decodes it as `las decode` decodes a piece of a recording (las.recognition.segment_reader; by
+another checkpoint's model with `decode.stream_second_pass_model`): its features, with
+CONTEXT_SECONDS before it (no more of a longer pause before its speech: `SegmentModel.features`),
+through a listener started afresh (the stream's has run since the recording began), the same search
+(decode.strategy, beam, CTC weight), played at `decode.other_speed` too and the better transcript
+kept, characters placed on their frames by the CTC head's forced alignment, confidences as offline.
+The words centred in the segment are its final ones (those in the context were the segment
+before's), up to half a pause after the first pass's last character: a word after that was heard
+before the first pass began one there, and waits for the next segment, which drops it where it was
+the onset of its own first word and gives it otherwise. With
+`decode.stream_second_pass_reach_seconds`, the context is the segments that began within that long
+before this one, whole: with short pauses ending segments, each word is final at the first pause
+after it but spelt with the sentence before it in view. The stream gives up word-by-word finality
+for the accuracy of decoding whole, as two-pass recognisers rescore a streaming pass at each
+endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`, the search also calls
+`early` each time its best hypothesis begins a word: the segment so far is decoded whole, and its
+words before that point are final at once; the rest at the pause. With
 `decode.stream_second_pass_words_hold`, the last of those words waits for the next where its
 confidence is under that: it is given by the next call, decoded with the word after it heard. So
 does a last word this decoding has not heard end (it runs on to where the first pass began the
@@ -35,7 +37,7 @@ from Levenshtein import distance
 from las.core.config import Config
 from las.core.text import Vocabulary
 from las.data.features import analysis_sizes
-from las.data.segmentation import CONTEXT_SECONDS
+from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels, pause_runs
 from las.recognition.confidence import word_confidence
 from las.recognition.segment_reader import SegmentModel, SegmentReader
 from las.search.streaming import Spelt
@@ -53,7 +55,8 @@ class SegmentDecoder:
         for many streams)."""
         settings = config.decode
         self.reader = SegmentReader(reading, config, vocabulary)
-        self.frame_samples = 2**config.model.pyramid_layers * analysis_sizes(config.features)[1]  # of an encoder frame
+        self.reduction = 2**config.model.pyramid_layers  # feature frames per encoder frame
+        self.frame_samples = self.reduction * analysis_sizes(config.features)[1]  # of an encoder frame
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
@@ -139,6 +142,20 @@ class SegmentDecoder:
         kept, through = self.held(owned, max(start, given), until)
         self.said += [spoken(word, self.space) for word in words(kept, self.space)]
         return before + kept, through
+
+    def quiet(self, start: int, since: int, end: int) -> bool:
+        """Whether the audio of the segment of encoder frames `[start, end)` has paused since
+        frame `since` (the first pass's last character): PAUSE_FRAMES quiet by the levels of what
+        the segment is decoded from, as `las decode` cuts a long recording at its pauses
+        (`split_at_pauses`). The first pass falls silent where the speech goes on too (it spelt
+        nothing of "THREE TWO EIGHT" for half a second): a segment ended there cuts a word, which
+        neither it nor the next reads whole."""
+        heard_from, _, samples = self.heard(start, end)
+        extractor = self.reader.reading.extractor
+        if len(samples) < extractor.window:
+            return True
+        pauses = Levels.of(extractor(samples, 1.0)).pauses  # (frames,) of the features from `heard_from`
+        return bool(pause_runs(pauses[max(0, since - heard_from) * self.reduction :], PAUSE_FRAMES))
 
     def heard(self, start: int, end: int) -> tuple[int, list[torch.Tensor], torch.Tensor]:
         """What a segment of encoder frames `[start, end)` is decoded from: its first frame

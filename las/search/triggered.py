@@ -19,7 +19,9 @@ A segment ends once no character has come for `pause_frames` (or after `longest_
 best prefix, with the speller's <eos>, is final, and the next segment starts afresh without the
 frames of this one, as decoding whole cuts a long recording at its pauses. With a `second_pass`,
 nothing is final before the segment ends, and then what the second pass makes of its frames is
-(las.recognition.second_pass). A stream keeps the beam and the current segment's frames.
+(las.recognition.second_pass); and the segment ends there only once the second pass hears that
+the audio, too, has paused since the last character (`SecondPass.quiet`). A stream keeps the
+beam and the current segment's frames.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class SecondPass(Protocol):
 
     def finish(self) -> list[Spelt]:
         """What the segments decoded left for the next, once no next will come."""
+        ...
+
+    def quiet(self, start: int, since: int, end: int) -> bool:
+        """Whether the audio of the segment of frames `[start, end)` heard so far has paused since frame `since`."""
         ...
 
 
@@ -164,6 +170,8 @@ class TriggeredSearch:
             self.searched += 1
             best = self.beam[0].characters
             paused = bool(best) and self.searched - 1 - best[-1].frame >= self.pause_frames
+            if paused and self.second_pass is not None:  # where the speech has paused too
+                paused = self.second_pass.quiet(self.origin, best[-1].frame + 1, self.searched)
             if paused or self.searched - self.origin >= self.longest_frames:
                 pieces.append(self.end_segment())
             else:
