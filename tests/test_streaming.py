@@ -751,6 +751,20 @@ def test_a_segment_ends_at_a_pause_of_the_first_pass_only_where_its_audio_pauses
     assert heard(search, ctc_frames({A: 0.98}, *[{0: 0.98}] * 7)) == [[B]] and second_pass.calls[1:] == [(6, 14, 6)]
 
 
+def test_word_by_word_the_words_before_a_pause_of_the_first_pass_are_given_while_the_audio_goes_on() -> None:
+    """Word by word, where the first pass pauses and the audio does not, the segment so far is
+    decoded whole and its words before the first pass's last character given once; the segment
+    goes on to the pause of its audio."""
+    second_pass = RecordedSecondPass(loud_until=6)
+    search = TriggeredSearch(
+        None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 2, longest_frames=100, second_pass=second_pass, early_words=True
+    )
+    assert heard(search, ctc_frames({A: 0.98}, {0: 0.98}, {0: 0.98})) == [[A, SPACE]]  # paused at frame 2
+    assert second_pass.calls == [(0, 3, 0, 2)] and search.partial == []  # to half a pause after A: all it spelt
+    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [] and len(second_pass.calls) == 1  # asked once
+    assert heard(search, ctc_frames({0: 0.98})) == [[B]] and second_pass.calls[1:] == [(0, 6, 2)]
+
+
 def test_the_second_pass_hears_a_pause_where_the_audio_has_been_quiet_for_a_pause(
     streaming_model: dict[str, Path],
 ) -> None:

@@ -170,10 +170,13 @@ class TriggeredSearch:
             self.searched += 1
             best = self.beam[0].characters
             paused = bool(best) and self.searched - 1 - best[-1].frame >= self.pause_frames
-            if paused and self.second_pass is not None:  # where the speech has paused too
-                paused = self.second_pass.quiet(self.origin, best[-1].frame + 1, self.searched)
-            if paused or self.searched - self.origin >= self.longest_frames:
+            quiet = paused and (
+                self.second_pass is None or self.second_pass.quiet(self.origin, best[-1].frame + 1, self.searched)
+            )
+            if quiet or self.searched - self.origin >= self.longest_frames:
                 pieces.append(self.end_segment())
+            elif paused and self.early_words:  # the speech goes on: the words before the pause, and the segment on
+                pieces.append(self.paused())
             else:
                 pieces.append(self.agreed())
         if finished and self.searched > self.origin:
@@ -316,14 +319,33 @@ class TriggeredSearch:
         space = next((index for index in range(len(best) - 1, -1, -1) if self.is_space(best[index])), None)
         if space is None or best[space].frame <= self.asked:
             return []
-        self.asked = best[space].frame
-        piece, self.given = self.second_pass.early(self.origin, self.searched, self.given, self.asked)
+        return self.ask(best[space].frame, space)
+
+    def paused(self) -> list[Spelt]:
+        """With a second pass word by word, where the first pass has paused and the audio has
+        not: the segment so far decoded whole, and the words it would give were the segment to
+        end there (centred before half a pause after the first pass's last character); the
+        segment goes on."""
+        best = self.beam[0].characters
+        until = best[-1].frame + 1 + self.pause_frames // 2
+        if until <= self.asked:
+            return []
+        return self.ask(until, len(best) - 1)
+
+    def ask(self, until: int, last: int) -> list[Spelt]:
+        """The second pass's words centred before frame `until`, the first pass's characters up
+        to index `last` having been spelt before it."""
+        assert self.second_pass is not None
+        best = self.beam[0].characters
+        self.asked = until
+        piece, self.given = self.second_pass.early(self.origin, self.searched, self.given, until)
         # partial results show what follows the words given: from the first pass's space before `given`
         self.finals = next(
             (
                 index + 1
-                for index in range(space, self.finals - 1, -1)
-                if self.is_space(best[index]) and best[index].frame <= self.given
+                for index in range(last, self.finals - 1, -1)
+                if (self.is_space(best[index]) and best[index].frame <= self.given)
+                or (index == len(best) - 1 and best[index].frame < self.given)  # all spelt given
             ),
             self.finals,
         )
