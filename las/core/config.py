@@ -657,8 +657,9 @@ class DecodeConfig(Section):
     # 0.5 s the gaps between babbling talkers at 10 dB read as pauses too, and cut there, AN4 dev
     # lost 1.0 point of CER (3 seeds); at 1 s every channel set reads as it did uncut.
     inner_pause_seconds: Annotated[float, Range(0)] = 1.0
-    # A stream's segment ends once its best hypothesis has had no character for this long: its
-    # last words are final then (the words before them, as soon as the beam agrees on them).
+    # A stream's segment ends once its best hypothesis has had no character for this long (with
+    # the second pass, and its audio has paused since): its last words are final then (the words
+    # before them, as soon as the beam agrees on them).
     # At 0.5 s, AN4's spelt letters end segments between them; with the second pass, 0.5 / 0.75 /
     # 1 / 1.5 s read the choosing speakers at 14.03 / 13.07 / 12.97 / 12.99% (3 streaming seeds,
     # docs/BENCHMARKS.md "A second pass at each pause").
@@ -706,10 +707,10 @@ class DecodeConfig(Section):
     # after it): the segment so far is decoded whole then and its words centred before that
     # space given, without waiting for a pause; the segment's last words at its end, as before.
     # Each segment is then decoded once per word. Off: with 0.5 s pauses (chosen live on the
-    # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.71% with words final
-    # 0.33 / 0.68 s after their end (median / 90th percentile, each word waiting for the decoding
+    # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.80% with words final
+    # 0.36 / 0.75 s after their end (median / 90th percentile, each word waiting for the decoding
     # that gives it), where the default reads 8.06% with words final at the pause, 1.98 / 3.52 s
-    # after their end (docs/BENCHMARKS.md, "A segment heard from a context before its speech"),
+    # after their end (docs/BENCHMARKS.md, "A segment ends where the audio pauses too"),
     # and reads the choosing speakers 0.8 points better ("The recipe as written"): the setting for
     # a stream that must keep up with the speech.
     stream_second_pass_words: bool = False
