@@ -402,8 +402,10 @@ def test_a_word_heard_past_half_a_pause_waits_for_the_next_segment_which_says_if
     word of its own across its frames, given first where it does not (a word the first pass
     missed), given once the recording ends where no segment follows."""
     recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu")
-    decoder = recognizer.stream().second_pass
-    assert decoder is not None and decoder.onset == 12  # half of a 1 s pause, in frames of 40 ms
+    stream = recognizer.stream()
+    decoder, search = stream.second_pass, stream.search
+    assert decoder is not None and isinstance(search, TriggeredSearch)
+    assert search.pause_frames // 2 == 12  # half of a 1 s pause, in frames of 40 ms: past a last character's frame + 1
     for _ in range(200):
         decoder.hear(torch.zeros(4, recognizer.config.features.mel_bins))
     decodings: list[list[Spelt]] = []
@@ -415,16 +417,16 @@ def test_a_word_heard_past_half_a_pause_waits_for_the_next_segment_which_says_if
 
     ten, onset = spelt("TEN", 2, 6, 10), spelt("E", 38)
     decodings.append([*ten, Spelt(space, 12), *onset])  # E centred at 38.5, past frame 11 + 12: it waits
-    assert decoder(0, 40, ten, 0) == [*ten, Spelt(space, 12)]
+    assert decoder(0, 40, 11 + 12, 0) == [*ten, Spelt(space, 12)]
     decodings.append(spelt("SIX", 38, 42, 44))  # the next segment's own first word, across frame 38
-    assert decoder(40, 80, spelt("SIX", 41, 42, 44), 40) == spelt("SIX", 38, 42, 44)  # E was its onset
+    assert decoder(40, 80, 45 + 12, 40) == spelt("SIX", 38, 42, 44)  # E was its onset
     o, missed = spelt("O", 85), spelt("E", 110)
     decodings.append([*o, Spelt(space, 90), *missed])
-    assert decoder(80, 120, o, 80) == [*o, Spelt(space, 90)]
+    assert decoder(80, 120, 86 + 12, 80) == [*o, Spelt(space, 90)]
     decodings.append([*missed, Spelt(space, 112), *spelt("A", 135)])  # E again, but centred in the context
-    assert decoder(120, 160, spelt("A", 134), 120) == [*missed, Spelt(space, 110), *spelt("A", 135)]
+    assert decoder(120, 160, 135 + 12, 120) == [*missed, Spelt(space, 110), *spelt("A", 135)]
     decodings.append([*spelt("O", 165), Spelt(space, 170), *spelt("I", 190)])
-    assert decoder(160, 200, spelt("O", 165), 160) == [*spelt("O", 165), Spelt(space, 170)]
+    assert decoder(160, 200, 166 + 12, 160) == [*spelt("O", 165), Spelt(space, 170)]
     assert decoder.finish() == [*spelt("I", 190), Spelt(space, 190)] and decoder.finish() == []
 
 
@@ -460,7 +462,7 @@ def test_word_by_word_early_decodings_search_as_their_own_settings_say(
         frames = len(features) // group
         calls.clear()
         second_pass.early(0, frames // 2, 0, frames // 2)  # a word's
-        second_pass(0, frames, [Spelt(1, 0)])  # the segment's, at its pause
+        second_pass(0, frames, 1)  # the segment's, at its pause
         assert calls == [expected, (2, 4)]
 
 
@@ -722,8 +724,8 @@ class RecordedSecondPass:
         self.holds = holds  # early calls that hold their word back for the next
         self.loud_until = loud_until  # the audio pauses from this frame on
 
-    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
-        self.calls.append((start, end, given))
+    def __call__(self, start: int, end: int, until: int | None, given: int = 0) -> list[Spelt]:
+        self.calls.append((start, end, until, given))
         return [Spelt(B, given)]
 
     def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
@@ -746,9 +748,9 @@ def test_a_segment_ends_at_a_pause_of_the_first_pass_only_where_its_audio_pauses
     second_pass = RecordedSecondPass(loud_until=6)
     search = TriggeredSearch(None, SYMBOLS, SPACE, 4, 1.0, 0.0, 10.0, 2, longest_frames=8, second_pass=second_pass)
     assert heard(search, ctc_frames({A: 0.98}, {0: 0.98}, {0: 0.98}, {0: 0.98})) == []  # paused at frame 2, still loud
-    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]] and second_pass.calls == [(0, 6, 0)]
+    assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]] and second_pass.calls == [(0, 6, 2, 0)]
     second_pass.loud_until = 100  # loud throughout: the segment ends at its longest
-    assert heard(search, ctc_frames({A: 0.98}, *[{0: 0.98}] * 7)) == [[B]] and second_pass.calls[1:] == [(6, 14, 6)]
+    assert heard(search, ctc_frames({A: 0.98}, *[{0: 0.98}] * 7)) == [[B]] and second_pass.calls[1:] == [(6, 14, 8, 6)]
 
 
 def test_word_by_word_the_words_before_a_pause_of_the_first_pass_are_given_while_the_audio_goes_on() -> None:
@@ -762,7 +764,7 @@ def test_word_by_word_the_words_before_a_pause_of_the_first_pass_are_given_while
     assert heard(search, ctc_frames({A: 0.98}, {0: 0.98}, {0: 0.98})) == [[A, SPACE]]  # paused at frame 2
     assert second_pass.calls == [(0, 3, 0, 2)] and search.partial == []  # to half a pause after A: all it spelt
     assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [] and len(second_pass.calls) == 1  # asked once
-    assert heard(search, ctc_frames({0: 0.98})) == [[B]] and second_pass.calls[1:] == [(0, 6, 2)]
+    assert heard(search, ctc_frames({0: 0.98})) == [[B]] and second_pass.calls[1:] == [(0, 6, 2, 2)]
 
 
 def test_the_second_pass_hears_a_pause_where_the_audio_has_been_quiet_for_a_pause(
@@ -796,7 +798,9 @@ def test_a_second_pass_word_by_word_gives_each_word_once_the_next_is_begun_and_t
     assert second_pass.calls == [(0, 3, 0, 2)]
     assert heard(search, ctc_frames({B: 0.98}, {0: 0.98})) == [] and search.partial == [Spelt(B, 3)]
     assert heard(search, ctc_frames({0: 0.98}, {0: 0.98})) == [[B]]  # 3 frames after B: the pause ends the segment
-    assert second_pass.calls[1:] == [(0, 7, 2)]  # decoded whole, its words from frame 2 on
+    assert second_pass.calls[1:] == [
+        (0, 7, 5, 2)
+    ]  # decoded whole, its words centred in frames 2-4 (to half a pause after B)
     assert search.given == search.origin == 7
 
 

@@ -12,8 +12,9 @@ through a listener started afresh (the stream's has run since the recording bega
 kept, characters placed on their frames by the CTC head's forced alignment, confidences as offline.
 The words centred in the segment are its final ones (those in the context were the segment
 before's), up to half a pause after the first pass's last character: a word after that was heard
-before the first pass began one there, and waits for the next segment, which drops it where it was
-the onset of its own first word and gives it otherwise. With
+before the first pass began one there (the search says where: `TriggeredSearch.owned_until`), and
+waits for the next segment, which drops it where it was the onset of its own first word and gives
+it otherwise. With
 `decode.stream_second_pass_reach_seconds`, the context is the segments that began within that long
 before this one, whole: with short pauses ending segments, each word is final at the first pause
 after it but spelt with the sentence before it in view. The stream gives up word-by-word finality
@@ -61,9 +62,6 @@ class SegmentDecoder:
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
         self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
-        # A segment ends a pause after the first pass's last character (las.search.triggered):
-        # its words centred past half of that were heard before the first pass began a word there.
-        self.onset = round(settings.stream_pause_seconds / encoder_frame_seconds) // 2
         self.pending: list[Spelt] = []  # those words of the segment that ended last, and of no other yet
         self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
         self.said: list[tuple[int, ...]] = []  # the current segment's words given early (stream_second_pass_words)
@@ -81,23 +79,24 @@ class SegmentDecoder:
         self.groups.append(group)
 
     @torch.no_grad()
-    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
+    def __call__(self, start: int, end: int, until: int | None, given: int = 0) -> list[Spelt]:
         """The characters of the segment of encoder frames `[start, end)` (from the recording's
         start), each at the first frame of its aligned span: its words centred from frame `given`
-        on (the segment's start by default; later where `early` gave those before), up to half a
-        pause after the first pass's last character (those after it wait: `pending`). What was
-        heard before the next segment's context is then dropped."""
+        on (the segment's start by default; later where `early` gave those before) and before
+        frame `until` (half a pause after the first pass's last character; None where the first
+        pass spelt nothing); those after it wait (`pending`). What was heard before the next
+        segment's context is then dropped."""
         heard_from, features, samples = self.heard(start, end)
+        spoke = until is not None
         # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
-        self.starts = [frame for frame in [*self.starts, *([start] if first else [])] if frame >= end - self.reach]
+        self.starts = [frame for frame in [*self.starts, *([start] if spoke else [])] if frame >= end - self.reach]
         self.drop(max(self.origin, min([*self.starts, end]) - self.context))
         said, self.said = self.said, []  # the next segment's words start afresh
-        if not first or not features:
+        if until is None or not features:
             return self.finish()  # the first pass heard no word begin: none of those pending is an onset
         spelt = self.reader.spelt(heard_from, features, samples)
         before = self.carried(spelt, start)
         owned = self.owned(spelt, start, max(start, given), said=said)
-        until = first[-1].frame + 1 + self.onset
         found = words(owned, self.space)
         pending = [item for word in found if centre(word, self.space) >= until for item in word]
         kept = owned[: len(owned) - len(pending)]

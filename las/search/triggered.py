@@ -48,10 +48,10 @@ CANDIDATE_NATS = 10.0
 class SecondPass(Protocol):
     """A segment decoded whole (las.recognition.second_pass.SegmentDecoder)."""
 
-    def __call__(self, start: int, end: int, first: list[Spelt], given: int = 0) -> list[Spelt]:
+    def __call__(self, start: int, end: int, until: int | None, given: int = 0) -> list[Spelt]:
         """The final characters of the segment of frames `[start, end)` (from the recording's start)
-        whose words are centred from frame `given` on, given what the first pass spelt there (and
-        those the segment before left to it)."""
+        whose words are centred in frames `[given, until)` (and those the segment before left to
+        it); `until` None where the first pass spelt nothing there."""
         ...
 
     def early(self, start: int, end: int, given: int, until: int) -> tuple[list[Spelt], int]:
@@ -326,11 +326,17 @@ class TriggeredSearch:
         not: the segment so far decoded whole, and the words it would give were the segment to
         end there (centred before half a pause after the first pass's last character); the
         segment goes on."""
-        best = self.beam[0].characters
-        until = best[-1].frame + 1 + self.pause_frames // 2
-        if until <= self.asked:
+        until = self.owned_until()
+        if until is None or until <= self.asked:
             return []
-        return self.ask(until, len(best) - 1)
+        return self.ask(until, len(self.beam[0].characters) - 1)
+
+    def owned_until(self) -> int | None:
+        """The frame half a pause after the best prefix's last character (None where it has
+        none): a segment ends a pause after it, and a word the second pass centres past half of
+        that was heard before the first pass began it, so it is the next segment's."""
+        best = self.beam[0].characters
+        return best[-1].frame + 1 + self.pause_frames // 2 if best else None
 
     def ask(self, until: int, last: int) -> list[Spelt]:
         """The second pass's words centred before frame `until`, the first pass's characters up
@@ -355,7 +361,7 @@ class TriggeredSearch:
         """The rest of the segment beyond what was final, and a new segment: its best prefix with
         the speller's <eos>, or what the second pass makes of it."""
         if self.second_pass is not None:
-            piece = self.second_pass(self.origin, self.searched, list(self.beam[0].characters), self.given)
+            piece = self.second_pass(self.origin, self.searched, self.owned_until(), self.given)
         else:
             piece = list(self.ended().characters[self.finals :])
         self.start_segment()
