@@ -1,6 +1,7 @@
-"""16-bit PCM arriving on a pipe (`las decode MODEL - --stream`): raw samples, or a WAV stream whose
-header is read and checked against what the model hears (`arecord` writes WAV unless told `-t raw`,
-as do `sox -t wav -` and `ffmpeg -f wav -`). Any other container (FLAC, Ogg, MP3, ...) is refused
+"""16-bit PCM arriving on a pipe (`las decode MODEL - --stream`): raw samples at the model's rate, or
+a WAV stream whose header is read and checked, resampled as it arrives where its rate is another
+(`arecord` writes WAV at 8 kHz unless told `-t raw` or `-r`; so do `sox -t wav -` and
+`ffmpeg -f wav -`, at their input's rate). Any other container (FLAC, Ogg, MP3, ...) is refused
 with one clear line: its bytes read as samples would be heard as noise, and nothing would say so."""
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
+import torch
 
 from las.core.errors import LasError
 from las.core.progress import warn
+from las.data.audio import narrow_band
+from las.data.signal import StreamingResampler
 
 # The first bytes of containers that are not PCM (two samples of raw audio would have to spell them).
 CONTAINERS = {
@@ -42,18 +46,27 @@ class WavFormat:
 
 
 def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.ndarray]:
-    """Mono int16 samples `(samples,)` at `rate` read from `reader` as they arrive, up to
-    `piece_samples` at a time: raw little-endian 16-bit mono, or a WAV stream of 16-bit PCM at
-    `rate` (its channels averaged). A WAV of another kind, or another container, is one clear
-    error before anything is heard."""
+    """Mono samples `(samples,)` at `rate` read from `reader` as they arrive, about
+    `piece_samples` at a time: raw little-endian 16-bit mono (int16), or a WAV stream of 16-bit
+    PCM, its channels averaged (int16; float32 in [-1, 1] where it was resampled from another
+    rate). A WAV of another kind, or another container, is one clear error before anything is
+    heard."""
     head = read_exactly(reader, 12)
-    channels, remaining = 1, None
     if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
         wav, remaining = read_wav_header(reader, head[:4] == b"RF64")
-        check_wav(wav, rate)
-        channels, head = wav.channels, b""
-    else:
-        refuse_containers(head)
+        check_wav(wav)
+        pieces = int16_pieces(reader, b"", wav.channels, remaining, piece_samples * wav.rate // rate or 1)
+        yield from pieces if wav.rate == rate else resampled(pieces, wav.rate, rate)
+        return
+    refuse_containers(head)
+    yield from int16_pieces(reader, head, 1, None, piece_samples)
+
+
+def int16_pieces(
+    reader: BinaryIO, head: bytes, channels: int, remaining: int | None, piece_samples: int
+) -> Iterator[np.ndarray]:
+    """Interleaved 16-bit samples from `reader`, after the bytes `head` already read, up to
+    `remaining` bytes (None: to the end), as mono int16 `(samples,)` up to `piece_samples` at a time."""
     frame = 2 * channels
     pending = head
     while True:
@@ -71,6 +84,17 @@ def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.n
         pending += chunk
     if pending:
         warn(f"stdin ended {len(pending)} byte(s) into a {frame}-byte sample: left out")
+
+
+def resampled(pieces: Iterator[np.ndarray], rate: int, new_rate: int) -> Iterator[np.ndarray]:
+    """int16 `pieces` at `rate` as float32 ones in [-1, 1] at `new_rate`, resampled as they come
+    (what they give joined is the whole signal resampled, however it arrives)."""
+    if warning := narrow_band(rate):
+        warn(f"stdin is a WAV stream {warning}")
+    resampler = StreamingResampler(rate, new_rate)
+    for piece in pieces:
+        yield resampler.push(torch.from_numpy(piece.astype(np.float32) / 32768)).numpy()
+    yield resampler.finish().numpy()
 
 
 def mixed(samples: np.ndarray, channels: int) -> np.ndarray:
@@ -130,16 +154,18 @@ def wav_format(body: bytes) -> WavFormat:
     return WavFormat(tag, channels, rate, bits)
 
 
-def check_wav(wav: WavFormat, rate: int) -> None:
-    """One clear line where a WAV stream is not what the model hears, with the way to make it so."""
-    fix = f"record or convert to 16-bit PCM at {rate} Hz (arecord -f S16_LE -r {rate}; sox ... -b 16 -r {rate})"
+def check_wav(wav: WavFormat) -> None:
+    """One clear line where a WAV stream is not what a stream reads, with the way to make it so."""
     if wav.tag != PCM or wav.bits != 16:
         kind = f"{wav.bits}-bit PCM" if wav.tag == PCM else f"format {wav.tag} (not integer PCM)"
-        raise LasError(f"stdin is a WAV stream of {kind}; --stream reads 16-bit PCM: {fix}")
-    if wav.rate != rate:
-        raise LasError(f"stdin is a WAV stream at {wav.rate} Hz; this model hears {rate} Hz: {fix}")
+        raise LasError(
+            f"stdin is a WAV stream of {kind}; --stream reads 16-bit PCM: record or convert to it "
+            "(arecord -f S16_LE; sox ... -b 16 -e signed)"
+        )
     if wav.channels < 1:
         raise LasError("stdin: a WAV stream with no channels")
+    if wav.rate < 1:
+        raise LasError("stdin: a WAV stream at 0 Hz: its format chunk is damaged")
 
 
 def refuse_containers(head: bytes) -> None:

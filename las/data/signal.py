@@ -63,6 +63,53 @@ def sinc_kernel(rate: int, new_rate: int, dtype: torch.dtype, device: torch.devi
     return kernel, width
 
 
+class StreamingResampler:
+    """`resample` of a signal that arrives in pieces (a WAV stream on a pipe at another rate than
+    the model's): `push` each piece `(samples,)`, then `finish`. Joined, what they give is
+    `resample` of the whole signal, however it was cut, within float32 rounding (the same filters
+    over the same samples); each output waits for the filter's half-width of input after it
+    (LOWPASS_ZEROS periods of the lower rate: 0.75 ms between 8 and 16 kHz)."""
+
+    def __init__(self, rate: int, new_rate: int) -> None:
+        if rate <= 0 or new_rate <= 0:
+            raise ValueError(f"sample rates must be positive: {rate} -> {new_rate}")
+        divisor = math.gcd(rate, new_rate)
+        self.rate, self.new_rate = rate // divisor, new_rate // divisor
+        self.kernel, self.width = sinc_kernel(self.rate, self.new_rate, torch.float32, torch.device("cpu"))
+        self.span = 2 * self.width + self.rate  # input samples a group of `new_rate` outputs reads
+        self.pending = torch.zeros(self.width)  # from the first sample the next group reads (zeros before the start)
+        self.heard = self.given = 0  # input samples pushed, output samples given
+
+    def push(self, samples: torch.Tensor) -> torch.Tensor:
+        """The output `(samples,)` that the input so far decides."""
+        self.heard += len(samples)
+        if self.rate == self.new_rate:
+            return samples.float()
+        self.pending = torch.cat([self.pending, samples.float()])
+        return self.groups(max(0, (len(self.pending) - self.span) // self.rate + 1))
+
+    def finish(self) -> torch.Tensor:
+        """The rest of the output, the signal followed by zeros as `resample` pads it."""
+        if self.rate == self.new_rate:
+            return torch.zeros(0)
+        left = resampled_length(self.heard, self.rate, self.new_rate) - self.given
+        count = -(-left // self.new_rate)
+        needed = (count - 1) * self.rate + self.span
+        self.pending = torch.nn.functional.pad(self.pending, (0, max(0, needed - len(self.pending))))
+        return self.groups(count)[: max(0, left)]
+
+    def groups(self, count: int) -> torch.Tensor:
+        """The next `count` groups of outputs, from `pending`, which then starts at the one after."""
+        if count <= 0:
+            return torch.zeros(0)
+        used = self.pending[: (count - 1) * self.rate + self.span]
+        phases = torch.nn.functional.conv1d(used[None, None], self.kernel, stride=self.rate)  # (1, new_rate, count)
+        self.pending = self.pending[count * self.rate :]
+        output = phases[0].T.reshape(-1)
+        self.given += len(output)
+        return output
+
+
 def resampled_length(length: int, rate: int, new_rate: int) -> int:
     """Samples `resample` gives `length` samples from `rate` to `new_rate`: the ceiling of the
     exact length after rounding to float32, as torchaudio's tensor arithmetic rounded it."""
