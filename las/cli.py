@@ -324,12 +324,12 @@ def decode(
         bool,
         typer.Option(
             "--stream",
-            help="Decode as the audio arrives (INPUT `-`: 16-bit PCM on stdin at the model's rate, raw mono or WAV, "
+            help="Decode as the audio arrives (INPUT `-`: 16-bit PCM on stdin, raw mono at the model's rate or WAV, "
             "or an audio file), writing JSON lines of partial and final results; a streaming model's.",
         ),
     ] = False,
     realtime: Annotated[
-        bool, typer.Option("--realtime", help="With --stream, play an audio file at its own pace.")
+        bool, typer.Option("--realtime", help="With --stream, play the audio (a file, or stdin) at its own pace.")
     ] = False,
     *,
     shorthands: dict[str, Any],

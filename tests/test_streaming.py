@@ -8,6 +8,7 @@ import copy
 import io
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels
 from las.data.signal import POWER_FLOOR, resample
 from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
+from las.recognition import live
 from las.recognition.recognizer import Recognizer
 from las.recognition.second_pass import SegmentDecoder
 from las.recognition.segment_reader import SegmentModel, SegmentReader
@@ -663,6 +665,31 @@ def test_las_decode_stream_refuses_options_it_has_no_use_for(
 ) -> None:
     result = CliRunner().invoke(app, ["decode", str(streaming_model["checkpoint"]), "-", *arguments], input=b"")
     assert result.exit_code != 0 and message in result.output
+
+
+def test_realtime_plays_each_piece_once_its_end_is_due_on_the_recordings_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--realtime, a file or stdin alike: a piece of 0.1 s waits until 0.1 s after the first
+    began; one that arrives late (live audio, a slow pipe) waits for nothing. Timed by a clock
+    the test moves, not the machine's."""
+    clock = {"now": 100.0}
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(round(seconds, 6))
+        clock["now"] += seconds
+
+    monkeypatch.setattr(live.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(live.time, "sleep", sleep)
+
+    def arriving() -> Iterator[np.ndarray]:
+        for late in (0.0, 0.0, 0.15, 0.0):  # the third piece arrives 0.15 s after the second was played
+            clock["now"] += late
+            yield np.zeros(1600, dtype="int16")
+
+    assert sum(map(len, live.paced(arriving(), 16000))) == 4 * 1600
+    assert waits == [0.1, 0.1, 0.0, 0.05]  # the third's end was due at 0.3 s, the fourth's at 0.4: it is 0.35
 
 
 def test_las_decode_stream_refuses_stdin_it_would_hear_as_noise(streaming_model: dict[str, Path]) -> None:

@@ -1,8 +1,8 @@
 """`las decode CHECKPOINT - --stream`: 16-bit PCM from standard input, raw or a WAV stream
 (las.data.pcm), or an audio file, played at its own pace with `--realtime`, else as fast as it
-decodes, to JSON lines as the words come: partial results that may still grow, final segments
-that will not, each with its times on the recording's clock and how long after its audio arrived
-it was written."""
+arrives or decodes, to JSON lines as the words come: partial results that may still grow, final
+segments that will not, each with its times on the recording's clock and how long after its
+audio arrived it was written."""
 
 from __future__ import annotations
 
@@ -41,11 +41,10 @@ def stream_decode(
         )
     stream = Recognizer(load_model(checkpoint), device, settings).stream()
     rate = stream.sample_rate
-    pieces = (
-        pcm_pieces(sys.stdin.buffer, rate, round(rate * PIECE_SECONDS))
-        if str(source) == "-"
-        else file_pieces(source, rate, realtime)
-    )
+    size = round(rate * PIECE_SECONDS)
+    pieces = pcm_pieces(sys.stdin.buffer, rate, size) if str(source) == "-" else file_pieces(source, rate, size)
+    if realtime:
+        pieces = paced(pieces, rate)
     arrivals: deque[tuple[int, float]] = deque(maxlen=ARRIVALS_KEPT)  # (samples pushed by then, wall clock)
     pushed, finals = 0, 0
     with lines_to(out) as writer:
@@ -104,16 +103,22 @@ def arrived(arrivals: deque[tuple[int, float]], sample: float) -> float:
     return arrivals[-1][1] if arrivals else time.monotonic()
 
 
-def file_pieces(path: Path, rate: int, realtime: bool) -> Iterator[np.ndarray]:
-    """An audio file's samples at `rate`, PIECE_SECONDS at a time; with `realtime`, each when its
-    time on the recording's clock comes."""
+def file_pieces(path: Path, rate: int, size: int) -> Iterator[np.ndarray]:
+    """An audio file's samples at `rate`, `size` at a time."""
     waveform = load_audio(path, rate).numpy()
-    size = round(rate * PIECE_SECONDS)
-    start = time.monotonic()
     for first in range(0, len(waveform), size):
-        if realtime:
-            time.sleep(max(0.0, start + (first + size) / rate - time.monotonic()))
         yield waveform[first : first + size]
+
+
+def paced(pieces: Iterator[np.ndarray], rate: int) -> Iterator[np.ndarray]:
+    """`pieces` of samples at `rate`, each once its end is due on the recording's clock from the
+    first (`--realtime`: a file, or a recording piped in faster than it was spoken, played at its
+    own pace; audio arriving live is due as it arrives, and waits for nothing)."""
+    start, heard = time.monotonic(), 0
+    for piece in pieces:
+        heard += len(piece)
+        time.sleep(max(0.0, start + heard / rate - time.monotonic()))
+        yield piece
 
 
 def check_stream_options(output_format: str, plot_attention: int) -> None:
