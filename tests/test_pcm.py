@@ -140,6 +140,13 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
             b"RIFF\0\0\0\0WAVE" + chunk(b"fmt ", struct.pack("<HHIIHH", 1, 1, 0, 0, 2, 16)) + chunk(b"data", bytes(8)),
             "0 Hz",
         ),
+        (wav_bytes(samples(), rate=22254), "cannot resample to 16000 Hz as it arrives"),
+        (
+            b"RIFF\0\0\0\0WAVE"
+            + chunk(b"fmt ", struct.pack("<HHIIHH", 1, 1, 4000000001, 0, 2, 16))
+            + chunk(b"data", bytes(8)),
+            "as it arrives",
+        ),
         # Sizes that claim gigabytes are read past (metadata) or refused (a format), never held in memory.
         (b"RIFF\0\0\0\0WAVE" + b"LIST\xf0\xff\xff\xff" + bytes(100), "ended before its audio began"),
         (b"RIFF\0\0\0\0WAVE" + b"fmt \xf0\xff\xff\xff" + bytes(100), "format chunk is damaged"),
