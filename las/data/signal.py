@@ -40,11 +40,16 @@ def resample(waveform: torch.Tensor, rate: int, new_rate: int) -> torch.Tensor:
     shape = waveform.shape
     flat = waveform.reshape(-1, shape[-1])  # (signals, samples)
     padded = torch.nn.functional.pad(flat, (width, width + rate))
-    # Output j of every group of new_rate reads the input from j * rate / new_rate: one filter per
-    # phase, all applied with a stride of `rate` input samples.
-    phases = torch.nn.functional.conv1d(padded[:, None], kernel, stride=rate)  # (signals, new_rate, groups)
-    resampled = phases.transpose(1, 2).reshape(len(flat), -1)[:, : resampled_length(shape[-1], rate, new_rate)]
+    resampled = filtered(padded, kernel, rate)[:, : resampled_length(shape[-1], rate, new_rate)]
     return resampled.reshape(*shape[:-1], resampled.shape[-1])
+
+
+def filtered(padded: torch.Tensor, kernel: torch.Tensor, rate: int) -> torch.Tensor:
+    """`sinc_kernel`'s filters over signals `(signals, samples)` already padded: `(signals, outputs)`,
+    new_rate outputs for each `rate` samples. Output j of every group of new_rate reads the input
+    from j * rate / new_rate: one filter per phase, all applied with a stride of `rate` samples."""
+    phases = torch.nn.functional.conv1d(padded[:, None], kernel, stride=rate)  # (signals, new_rate, groups)
+    return phases.transpose(1, 2).reshape(len(padded), -1)
 
 
 def sinc_kernel(rate: int, new_rate: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, int]:
@@ -103,9 +108,8 @@ class StreamingResampler:
         if count <= 0:
             return torch.zeros(0)
         used = self.pending[: (count - 1) * self.rate + self.span]
-        phases = torch.nn.functional.conv1d(used[None, None], self.kernel, stride=self.rate)  # (1, new_rate, count)
+        output = filtered(used[None], self.kernel, self.rate)[0]  # (count * new_rate,)
         self.pending = self.pending[count * self.rate :]
-        output = phases[0].T.reshape(-1)
         self.given += len(output)
         return output
 
