@@ -734,14 +734,14 @@ class DecodeConfig(Section):
     # ... each segment decoded by this checkpoint's model instead of the stream's, from the
     # segment's audio through that model's own front end (its speech and margin, as `las decode`
     # hears a recording): a pBLSTM (the offline default) reads an ended segment both ways, where
-    # the stream's model reads forwards only. It must spell the same characters on encoder frames
-    # as long. With words at 1 s pauses (3 seeds of each, paired), the choosing speakers read
-    # 11.38% against 11.57 over clean, telephone, white noise and long recordings (3 of the 4
-    # better), and dev's speakers within 1.2x of the offline default on every set (dev 6.72%
-    # against 8.15, white noise 10.27 against 12.20, long recordings 7.67 against 8.65), at 1.14x
-    # the CPU time (docs/BENCHMARKS.md, "A second pass that reads both ways"). Not word by word:
-    # a pBLSTM misreads a segment cut inside the next word (the choosing speakers 11.70% against
-    # 10.84 with the stream's own).
+    # the stream's model reads forwards only. It must spell the same characters on encoder
+    # frames as long. With words at 1 s pauses (3 seeds of each, paired; the stream as of
+    # 2026-12-03), the choosing speakers read 11.38% against 11.57 over clean, telephone, white
+    # noise and long recordings (3 of the 4 better), and dev's speakers within 1.2x of the
+    # offline default on every set (dev 6.72% against 8.15, white noise 10.27 against 12.20,
+    # long recordings 7.67 against 8.65), at 1.14x the CPU time (docs/BENCHMARKS.md, "A second
+    # pass that reads both ways"). Not word by word: a pBLSTM misreads a segment cut inside the
+    # next word (the choosing speakers 11.70% against 10.84 with the stream's own).
     stream_second_pass_model: str = ""
     # Audio is played at this speed before its features (tempo and pitch, as training's speed
     # perturbation plays it), and times are read back on the recording's own clock. As said by
