@@ -97,12 +97,13 @@ def test_a_wav_streams_channels_are_averaged() -> None:
     assert np.array_equal(heard(wav_bytes(np.stack([left, right], axis=1)), 7), mean)
 
 
-@pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (44100, 2), (48000, 1)])
+@pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (44100, 2), (48000, 1), (22254, 1)])
 def test_a_wav_stream_at_another_rate_is_heard_resampled_to_the_models_however_the_pipe_hands_it_over(
     rate: int, channels: int
 ) -> None:
-    """arecord's default is 8 kHz, a sound card's 44.1 or 48: what arrives is heard as the whole
-    recording resampled (as `las decode` reads a file at another rate), whatever the pieces."""
+    """arecord's default is 8 kHz, a sound card's 44.1 or 48 (and a rate sharing few factors with
+    the model's, 22254 Hz, whose whole filter bank would hold 360 MB): what arrives is heard as the
+    whole recording resampled (as `las decode` reads a file at another rate), whatever the pieces."""
     tracks = [samples(rate // 2, seed=seed) for seed in range(channels)]
     mono = np.round(sum(track.astype(float) for track in tracks) / channels)
     expected = resample(torch.from_numpy(mono / 32768).float(), rate, RATE).numpy()
@@ -140,12 +141,11 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
             b"RIFF\0\0\0\0WAVE" + chunk(b"fmt ", struct.pack("<HHIIHH", 1, 1, 0, 0, 2, 16)) + chunk(b"data", bytes(8)),
             "0 Hz",
         ),
-        (wav_bytes(samples(), rate=22254), "cannot resample to 16000 Hz as it arrives"),
         (
             b"RIFF\0\0\0\0WAVE"
             + chunk(b"fmt ", struct.pack("<HHIIHH", 1, 1, 4000000001, 0, 2, 16))
             + chunk(b"data", bytes(8)),
-            "as it arrives",
+            "4000000001 Hz: its format chunk is damaged",
         ),
         # Sizes that claim gigabytes are read past (metadata) or refused (a format), never held in memory.
         (b"RIFF\0\0\0\0WAVE" + b"LIST\xf0\xff\xff\xff" + bytes(100), "ended before its audio began"),

@@ -24,6 +24,10 @@ import torch
 POWER_FLOOR = 1e-6  # added to mel power before the log: digital silence sits exactly there
 LOWPASS_ZEROS = 6
 ROLLOFF = 0.99
+# Reduced rates whose product passes this are resampled without the whole filter bank, which
+# holds about that many taps (phases x input samples per group): 70,560 from 44.1 kHz to 16 kHz,
+# 89 million from 22254 Hz (360 MB). Each phase then keeps only the taps its window reaches.
+LARGEST_BANK = 1 << 22
 
 
 def resample(waveform: torch.Tensor, rate: int, new_rate: int) -> torch.Tensor:
@@ -35,30 +39,64 @@ def resample(waveform: torch.Tensor, rate: int, new_rate: int) -> torch.Tensor:
     if not waveform.is_floating_point():
         raise TypeError(f"resample needs a floating-point waveform, not {waveform.dtype}")
     divisor = math.gcd(int(rate), int(new_rate))
-    rate, new_rate = int(rate) // divisor, int(new_rate) // divisor
-    kernel, width = sinc_kernel(rate, new_rate, waveform.dtype, waveform.device)  # (new_rate, 1, taps)
+    filters = PhaseFilters(int(rate) // divisor, int(new_rate) // divisor, waveform.dtype, waveform.device)
     shape = waveform.shape
     flat = waveform.reshape(-1, shape[-1])  # (signals, samples)
-    padded = torch.nn.functional.pad(flat, (width, width + rate))
-    resampled = filtered(padded, kernel, rate)[:, : resampled_length(shape[-1], rate, new_rate)]
+    padded = torch.nn.functional.pad(flat, (filters.width, filters.width + filters.rate))
+    resampled = filters(padded)[:, : resampled_length(shape[-1], filters.rate, filters.new_rate)]
     return resampled.reshape(*shape[:-1], resampled.shape[-1])
 
 
-def filtered(padded: torch.Tensor, kernel: torch.Tensor, rate: int) -> torch.Tensor:
-    """`sinc_kernel`'s filters over signals `(signals, samples)` already padded: `(signals, outputs)`,
-    new_rate outputs for each `rate` samples. Output j of every group of new_rate reads the input
-    from j * rate / new_rate: one filter per phase, all applied with a stride of `rate` samples."""
-    phases = torch.nn.functional.conv1d(padded[:, None], kernel, stride=rate)  # (signals, new_rate, groups)
-    return phases.transpose(1, 2).reshape(len(padded), -1)
+class PhaseFilters:
+    """Resampling's filters between reduced rates, one per phase: output j of every group of
+    `new_rate` reads the input from j * rate / new_rate, the groups `rate` input samples apart."""
+
+    def __init__(self, rate: int, new_rate: int, dtype: torch.dtype, device: torch.device) -> None:
+        self.rate, self.new_rate = rate, new_rate
+        # Built whole and applied as one strided convolution, as torchaudio does (bit for bit),
+        # where it is small; otherwise each phase's taps within its window, gathered.
+        self.whole = rate * new_rate <= LARGEST_BANK
+        first = None if self.whole else torch.arange(new_rate, device=device) * rate // new_rate
+        self.kernel, self.width = sinc_kernel(rate, new_rate, dtype, device, first)
+        self.span = 2 * self.width + rate  # input samples a group reads
+        if first is not None:  # (new_rate, taps): where each phase's taps lie from its group's first sample
+            self.reach = first[:, None] + torch.arange(self.kernel.shape[-1], device=device)
+
+    def __call__(self, padded: torch.Tensor) -> torch.Tensor:
+        """`(signals, samples)` already padded (`width` before) -> `(signals, groups * new_rate)`,
+        a group of outputs for every `rate` samples that a group's `span` fits in."""
+        if self.whole:
+            # (signals, new_rate, groups)
+            phases = torch.nn.functional.conv1d(padded[:, None], self.kernel, stride=self.rate)
+            return phases.transpose(1, 2).reshape(len(padded), -1)
+        groups = (padded.shape[-1] - self.span) // self.rate + 1
+        padded = torch.nn.functional.pad(
+            padded, (0, 1)
+        )  # the last phase's last tap lies past the span (a window's end: ~0)
+        step = max(1, LARGEST_BANK // self.kernel.numel())  # groups at a time: memory stays bounded
+        outputs = []
+        for first in range(0, max(0, groups), step):
+            starts = torch.arange(first, min(groups, first + step), device=padded.device) * self.rate
+            read = padded[:, starts[:, None, None] + self.reach]  # (signals, groups, new_rate, taps)
+            outputs.append((read * self.kernel).sum(-1).reshape(len(padded), -1))
+        return torch.cat(outputs, dim=1) if outputs else padded.new_zeros(len(padded), 0)
 
 
-def sinc_kernel(rate: int, new_rate: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, int]:
+def sinc_kernel(
+    rate: int, new_rate: int, dtype: torch.dtype, device: torch.device, first: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int]:
     """The `(new_rate, 1, 2 * width + rate)` filters of `resample` between reduced rates, computed in
-    `dtype` (as torchaudio computes them in the waveform's), and their half-width `width`."""
+    `dtype` (as torchaudio computes them in the waveform's), and their half-width `width`; or,
+    given each phase's `first` tap `(new_rate,)` (its window's start), the `(new_rate, 2 * width + 2)`
+    taps from there: the same values, the zeros outside the window left out."""
     cutoff = min(rate, new_rate) * ROLLOFF
     width = math.ceil(LOWPASS_ZEROS * rate / cutoff)
-    offsets = torch.arange(-width, width + rate, dtype=dtype, device=device)[None, None] / rate
-    times = torch.arange(0, -new_rate, -1, dtype=dtype, device=device)[:, None, None] / new_rate + offsets
+    if first is None:
+        offsets = torch.arange(-width, width + rate, dtype=dtype, device=device)[None, None] / rate
+        times = torch.arange(0, -new_rate, -1, dtype=dtype, device=device)[:, None, None] / new_rate + offsets
+    else:
+        offsets = (first[:, None] + torch.arange(2 * width + 2, device=device) - width).to(dtype) / rate
+        times = torch.arange(0, -new_rate, -1, dtype=dtype, device=device)[:, None] / new_rate + offsets
     times *= cutoff
     times = times.clamp_(-LOWPASS_ZEROS, LOWPASS_ZEROS)
     window = torch.cos(times * math.pi / LOWPASS_ZEROS / 2) ** 2
@@ -79,9 +117,9 @@ class StreamingResampler:
         if rate <= 0 or new_rate <= 0:
             raise ValueError(f"sample rates must be positive: {rate} -> {new_rate}")
         divisor = math.gcd(rate, new_rate)
-        self.rate, self.new_rate = rate // divisor, new_rate // divisor
-        self.kernel, self.width = sinc_kernel(self.rate, self.new_rate, torch.float32, torch.device("cpu"))
-        self.span = 2 * self.width + self.rate  # input samples a group of `new_rate` outputs reads
+        self.filters = PhaseFilters(rate // divisor, new_rate // divisor, torch.float32, torch.device("cpu"))
+        self.rate, self.new_rate = self.filters.rate, self.filters.new_rate
+        self.width, self.span = self.filters.width, self.filters.span
         self.pending = torch.zeros(self.width)  # from the first sample the next group reads (zeros before the start)
         self.heard = self.given = 0  # input samples pushed, output samples given
 
@@ -108,7 +146,7 @@ class StreamingResampler:
         if count <= 0:
             return torch.zeros(0)
         used = self.pending[: (count - 1) * self.rate + self.span]
-        output = filtered(used[None], self.kernel, self.rate)[0]  # (count * new_rate,)
+        output = self.filters(used[None])[0]  # (count * new_rate,)
         self.pending = self.pending[count * self.rate :]
         self.given += len(output)
         return output
