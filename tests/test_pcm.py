@@ -12,6 +12,7 @@ import soundfile
 import torch
 
 from las.core.errors import LasError
+from las.data.audio import float_samples
 from las.data.pcm import pcm_pieces
 from las.data.signal import resample
 
@@ -35,7 +36,9 @@ class Pipe(io.RawIOBase):
 
 
 def heard(data: bytes, most: int = 1 << 20, piece: int = 1600) -> np.ndarray:
-    return np.concatenate([np.zeros(0, dtype="<i2"), *pcm_pieces(Pipe(data, most), RATE, piece)])
+    """The samples streamed, as the pieces hold them (int16 where raw: none, an empty int16 array)."""
+    pieces = list(pcm_pieces(Pipe(data, most), RATE, piece))
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype="<i2")
 
 
 def samples(count: int = 4000, seed: int = 0) -> np.ndarray:
@@ -93,8 +96,23 @@ def test_a_wav_streams_audio_ends_where_its_header_says_unless_the_header_could_
 
 def test_a_wav_streams_channels_are_averaged() -> None:
     left, right = samples(seed=1), samples(seed=2)
-    mean = np.round((left.astype(float) + right) / 2).astype("<i2")
-    assert np.array_equal(heard(wav_bytes(np.stack([left, right], axis=1)), 7), mean)
+    mean = ((left.astype(np.float32) + right) / 2 / 32768).astype(np.float32)
+    assert np.allclose(heard(wav_bytes(np.stack([left, right], axis=1)), 7), mean, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"])
+@pytest.mark.parametrize("channels", [1, 2])
+def test_a_wav_stream_of_any_pcm_or_float_samples_is_heard_as_the_file_is_read(subtype: str, channels: int) -> None:
+    """sox and ffmpeg keep their input's sample format (24-bit from a studio recording or a USB
+    microphone, floats from a DAW): a stream hears each as the file read whole is heard (its
+    channels' mean), however the pipe cuts its samples."""
+    tracks = np.random.default_rng(3).uniform(-0.6, 0.6, (RATE // 4, channels)).astype(np.float32)
+    data = wav_bytes(tracks, subtype=subtype)
+    expected = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)[0].mean(axis=1)
+    for most in (7, 4096):
+        got = heard(data, most)
+        assert got.shape == expected.shape
+        assert np.allclose(np.asarray(float_samples(got)), expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(("rate", "channels"), [(8000, 1), (44100, 2), (48000, 1), (22254, 1)])
@@ -105,8 +123,8 @@ def test_a_wav_stream_at_another_rate_is_heard_resampled_to_the_models_however_t
     the model's, 22254 Hz, whose whole filter bank would hold 360 MB): what arrives is heard as the
     whole recording resampled (as `las decode` reads a file at another rate), whatever the pieces."""
     tracks = [samples(rate // 2, seed=seed) for seed in range(channels)]
-    mono = np.round(sum(track.astype(float) for track in tracks) / channels)
-    expected = resample(torch.from_numpy(mono / 32768).float(), rate, RATE).numpy()
+    mono = sum(track.astype(np.float32) / 32768 for track in tracks) / channels
+    expected = resample(torch.from_numpy(mono).float(), rate, RATE).numpy()
     data = wav_bytes(np.stack(tracks, axis=1) if channels > 1 else tracks[0], rate=rate)
     for most in (7, 4096):
         got = heard(data, most)
@@ -129,9 +147,20 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (wav_bytes(samples(), subtype="PCM_U8"), "8-bit PCM"),
-        (wav_bytes(samples() / 32768, subtype="FLOAT"), "not integer PCM"),
-        (wav_bytes(samples(), subtype="PCM_24"), "24-bit PCM"),
+        (wav_bytes(samples(), subtype="ULAW"), "format 7 .neither PCM nor floats"),
+        (wav_bytes(samples(), subtype="MS_ADPCM"), "format 2 .neither PCM nor floats"),
+        (
+            b"RIFF\0\0\0\0WAVE"
+            + chunk(b"fmt ", struct.pack("<HHIIHH", 1, 1, RATE, 0, 2, 12))
+            + chunk(b"data", bytes(8)),
+            "12-bit PCM",
+        ),
+        (
+            b"RIFF\0\0\0\0WAVE"
+            + chunk(b"fmt ", struct.pack("<HHIIHH", 3, 1, RATE, 0, 2, 16))
+            + chunk(b"data", bytes(8)),
+            "16-bit floats",
+        ),
         (wav_bytes(samples(), format="FLAC"), "a FLAC file, not raw PCM"),
         (wav_bytes(samples(), format="OGG", subtype="VORBIS"), "an Ogg file, not raw PCM"),
         (b"ID3\x04" + bytes(100), "an MP3 file"),

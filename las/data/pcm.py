@@ -1,8 +1,9 @@
-"""16-bit PCM arriving on a pipe (`las decode MODEL - --stream`): raw samples at the model's rate, or
-a WAV stream whose header is read and checked, resampled as it arrives where its rate is another
-(`arecord` writes WAV at 8 kHz unless told `-t raw` or `-r`; so do `sox -t wav -` and
-`ffmpeg -f wav -`, at their input's rate). Any other container (FLAC, Ogg, MP3, ...) is refused
-with one clear line: its bytes read as samples would be heard as noise, and nothing would say so."""
+"""PCM arriving on a pipe (`las decode MODEL - --stream`): raw 16-bit samples at the model's rate,
+or a WAV stream whose header is read and checked, resampled as it arrives where its rate is
+another (`arecord` writes WAV at 8 kHz unless told `-t raw` or `-r`; so do `sox -t wav -` and
+`ffmpeg -f wav -`, at their input's rate and sample format: 24-bit from a studio recording or a
+USB microphone, floats from a DAW). Any other container (FLAC, Ogg, MP3, ...) is refused with
+one clear line: its bytes read as samples would be heard as noise, and nothing would say so."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import numpy as np
-import torch
 
 from las.core.errors import LasError
 from las.core.progress import warn
-from las.data.audio import narrow_band
+from las.data.audio import float_samples, narrow_band
 from las.data.signal import StreamingResampler
 
 # The first bytes of containers that are not PCM (two samples of raw audio would have to spell them).
@@ -29,7 +29,11 @@ CONTAINERS = {
     b"\x1aE\xdf\xa3": "a Matroska / WebM file",
     b"caff": "a CAF file",
 }
-PCM, EXTENSIBLE = 1, 0xFFFE  # WAV format tags
+PCM, IEEE_FLOAT, EXTENSIBLE = 1, 3, 0xFFFE  # WAV format tags
+# The samples a WAV stream may hold, by format tag and bits: how numpy reads them (24-bit samples
+# are read into the top three bytes of an int32: the same full scale).
+SAMPLE_TYPES = {(PCM, 8): "u1", (PCM, 16): "<i2", (PCM, 24): "<i4", (PCM, 32): "<i4", (IEEE_FLOAT, 32): "<f4"}
+SAMPLE_TYPES[IEEE_FLOAT, 64] = "<f8"
 # A data chunk's size as a writer that cannot seek back leaves it: the audio runs to the end.
 UNKNOWN_SIZES = (0, 0xFFFFFFFF)
 LARGEST_KNOWN_SIZE = 0x7FFF0000  # arecord and sox write about 2**31 on a pipe
@@ -49,33 +53,36 @@ class WavFormat:
 
 def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.ndarray]:
     """Mono samples `(samples,)` at `rate` read from `reader` as they arrive, about
-    `piece_samples` at a time: raw little-endian 16-bit mono (int16), or a WAV stream of 16-bit
-    PCM, its channels averaged (int16; float32 in [-1, 1] where it was resampled from another
-    rate). A WAV of another kind, or another container, is one clear error before anything is
-    heard."""
+    `piece_samples` at a time: raw little-endian 16-bit mono (int16), or a WAV stream of integer
+    PCM (8 to 32 bits) or floats, as its samples are (int16, uint8, int32 or floats) where it is
+    mono at `rate`, float32 in [-1, 1] where its channels were averaged or it was resampled from
+    another rate. A WAV of another kind, or another container, is one clear error before anything
+    is heard."""
     head = read_exactly(reader, 12)
     if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
         wav, remaining = read_wav_header(reader, head[:4] == b"RF64")
         check_wav(wav)
-        pieces = int16_pieces(reader, b"", wav.channels, remaining, piece_samples * wav.rate // rate or 1)
+        pieces = sample_pieces(reader, b"", wav, remaining, piece_samples * wav.rate // rate or 1)
         yield from pieces if wav.rate == rate else resampled(pieces, wav.rate, rate)
         return
     refuse_containers(head)
-    yield from int16_pieces(reader, head, 1, None, piece_samples)
+    yield from sample_pieces(reader, head, WavFormat(PCM, 1, rate, 16), None, piece_samples)
 
 
-def int16_pieces(
-    reader: BinaryIO, head: bytes, channels: int, remaining: int | None, piece_samples: int
+def sample_pieces(
+    reader: BinaryIO, head: bytes, wav: WavFormat, remaining: int | None, piece_samples: int
 ) -> Iterator[np.ndarray]:
-    """Interleaved 16-bit samples from `reader`, after the bytes `head` already read, up to
-    `remaining` bytes (None: to the end), as mono int16 `(samples,)` up to `piece_samples` at a time."""
-    frame = 2 * channels
+    """Interleaved samples of the format `wav` from `reader`, after the bytes `head` already read,
+    up to `remaining` bytes (None: to the end), as mono `(samples,)` up to `piece_samples` at a
+    time: mono as read, channels averaged as float32."""
+    width = wav.bits // 8
+    frame = width * wav.channels
     pending = head
     while True:
         whole = len(pending) // frame * frame
         if whole:
-            samples = np.frombuffer(pending[:whole], dtype="<i2")
-            yield samples if channels == 1 else mixed(samples, channels)
+            samples = decoded(pending[:whole], wav)
+            yield samples if wav.channels == 1 else float_samples(samples).reshape(-1, wav.channels).mean(1).numpy()
             pending = pending[whole:]
         wanted = frame * piece_samples if remaining is None else min(frame * piece_samples, remaining)
         chunk = (reader.read1(wanted) if hasattr(reader, "read1") else reader.read(wanted)) if wanted else b""
@@ -88,20 +95,24 @@ def int16_pieces(
         warn(f"stdin ended {len(pending)} byte(s) into a {frame}-byte sample: left out")
 
 
+def decoded(data: bytes, wav: WavFormat) -> np.ndarray:
+    """Whole frames of `wav`'s samples as numpy reads them (`SAMPLE_TYPES`) `(samples * channels,)`."""
+    if wav.bits != 24:  # a copy: torch takes no read-only buffer
+        return np.frombuffer(data, dtype=SAMPLE_TYPES[wav.tag, wav.bits]).copy()
+    padded = np.zeros((len(data) // 3, 4), dtype=np.uint8)  # each sample's 3 bytes above a zero byte
+    padded[:, 1:] = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3)
+    return padded.view("<i4")[:, 0]
+
+
 def resampled(pieces: Iterator[np.ndarray], rate: int, new_rate: int) -> Iterator[np.ndarray]:
-    """int16 `pieces` at `rate` as float32 ones in [-1, 1] at `new_rate`, resampled as they come
+    """`pieces` at `rate` as float32 ones in [-1, 1] at `new_rate`, resampled as they come
     (what they give joined is the whole signal resampled, however it arrives)."""
     if warning := narrow_band(rate):
         warn(f"stdin is a WAV stream {warning}")
     resampler = StreamingResampler(rate, new_rate)
     for piece in pieces:
-        yield resampler.push(torch.from_numpy(piece.astype(np.float32) / 32768)).numpy()
+        yield resampler.push(float_samples(piece)).numpy()
     yield resampler.finish().numpy()
-
-
-def mixed(samples: np.ndarray, channels: int) -> np.ndarray:
-    """Interleaved int16 `(samples * channels,)` -> their channels' mean `(samples,)`."""
-    return samples.reshape(-1, channels).mean(axis=1).round().astype("<i2")
 
 
 def read_exactly(reader: BinaryIO, count: int) -> bytes:
@@ -158,11 +169,12 @@ def wav_format(body: bytes) -> WavFormat:
 
 def check_wav(wav: WavFormat) -> None:
     """One clear line where a WAV stream is not what a stream reads, with the way to make it so."""
-    if wav.tag != PCM or wav.bits != 16:
-        kind = f"{wav.bits}-bit PCM" if wav.tag == PCM else f"format {wav.tag} (not integer PCM)"
+    if (wav.tag, wav.bits) not in SAMPLE_TYPES:
+        kind = f"{wav.bits}-bit {'PCM' if wav.tag == PCM else 'floats'}" if wav.tag in (PCM, IEEE_FLOAT) else None
         raise LasError(
-            f"stdin is a WAV stream of {kind}; --stream reads 16-bit PCM: record or convert to it "
-            "(arecord -f S16_LE; sox ... -b 16 -e signed)"
+            f"stdin is a WAV stream of {kind or f'format {wav.tag} (neither PCM nor floats)'}; --stream reads "
+            "8- to 32-bit PCM or 32- and 64-bit floats: record or convert to one (arecord -f S16_LE; "
+            "sox ... -b 16 -e signed)"
         )
     if wav.channels < 1:
         raise LasError("stdin: a WAV stream with no channels")
