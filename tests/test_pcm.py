@@ -100,12 +100,14 @@ def test_a_wav_streams_channels_are_averaged() -> None:
     assert np.allclose(heard(wav_bytes(np.stack([left, right], axis=1)), 7), mean, rtol=0, atol=1e-7)
 
 
-@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE"])
+@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32", "FLOAT", "DOUBLE", "ULAW", "ALAW"])
 @pytest.mark.parametrize("channels", [1, 2])
-def test_a_wav_stream_of_any_pcm_or_float_samples_is_heard_as_the_file_is_read(subtype: str, channels: int) -> None:
+def test_a_wav_stream_of_any_pcm_float_or_g711_samples_is_heard_as_the_file_is_read(
+    subtype: str, channels: int
+) -> None:
     """sox and ffmpeg keep their input's sample format (24-bit from a studio recording or a USB
-    microphone, floats from a DAW): a stream hears each as the file read whole is heard (its
-    channels' mean), however the pipe cuts its samples."""
+    microphone, floats from a DAW, G.711 from a call recording): a stream hears each as the file
+    read whole is heard (its channels' mean), however the pipe cuts its samples."""
     tracks = np.random.default_rng(3).uniform(-0.6, 0.6, (RATE // 4, channels)).astype(np.float32)
     data = wav_bytes(tracks, subtype=subtype)
     expected = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)[0].mean(axis=1)
@@ -147,7 +149,12 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (wav_bytes(samples(), subtype="ULAW"), "format 7 .neither PCM nor floats"),
+        (
+            b"RIFF\0\0\0\0WAVE"
+            + chunk(b"fmt ", struct.pack("<HHIIHH", 7, 1, RATE, 0, 2, 16))
+            + chunk(b"data", bytes(8)),
+            "16-bit mu-law",
+        ),
         (wav_bytes(samples(), subtype="MS_ADPCM"), "format 2 .neither PCM nor floats"),
         (
             b"RIFF\0\0\0\0WAVE"

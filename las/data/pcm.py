@@ -2,8 +2,9 @@
 or a WAV stream whose header is read and checked, resampled as it arrives where its rate is
 another (`arecord` writes WAV at 8 kHz unless told `-t raw` or `-r`; so do `sox -t wav -` and
 `ffmpeg -f wav -`, at their input's rate and sample format: 24-bit from a studio recording or a
-USB microphone, floats from a DAW). Any other container (FLAC, Ogg, MP3, ...) is refused with
-one clear line: its bytes read as samples would be heard as noise, and nothing would say so."""
+USB microphone, floats from a DAW, G.711 from a call recording). Any other container (FLAC,
+Ogg, MP3, ...) is refused with one clear line: its bytes read as samples would be heard as noise,
+and nothing would say so."""
 
 from __future__ import annotations
 
@@ -29,11 +30,11 @@ CONTAINERS = {
     b"\x1aE\xdf\xa3": "a Matroska / WebM file",
     b"caff": "a CAF file",
 }
-PCM, IEEE_FLOAT, EXTENSIBLE = 1, 3, 0xFFFE  # WAV format tags
+PCM, IEEE_FLOAT, A_LAW, MU_LAW, EXTENSIBLE = 1, 3, 6, 7, 0xFFFE  # WAV format tags
 # The samples a WAV stream may hold, by format tag and bits: how numpy reads them (24-bit samples
-# are read into the top three bytes of an int32: the same full scale).
+# are read into the top three bytes of an int32: the same full scale; G.711's codes as bytes).
 SAMPLE_TYPES = {(PCM, 8): "u1", (PCM, 16): "<i2", (PCM, 24): "<i4", (PCM, 32): "<i4", (IEEE_FLOAT, 32): "<f4"}
-SAMPLE_TYPES[IEEE_FLOAT, 64] = "<f8"
+SAMPLE_TYPES |= {(IEEE_FLOAT, 64): "<f8", (A_LAW, 8): "u1", (MU_LAW, 8): "u1"}
 # A data chunk's size as a writer that cannot seek back leaves it: the audio runs to the end.
 UNKNOWN_SIZES = (0, 0xFFFFFFFF)
 LARGEST_KNOWN_SIZE = 0x7FFF0000  # arecord and sox write about 2**31 on a pipe
@@ -54,9 +55,9 @@ class WavFormat:
 def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.ndarray]:
     """Mono samples `(samples,)` at `rate` read from `reader` as they arrive, about
     `piece_samples` at a time: raw little-endian 16-bit mono (int16), or a WAV stream of integer
-    PCM (8 to 32 bits) or floats, as its samples are (int16, uint8, int32 or floats) where it is
-    mono at `rate`, float32 in [-1, 1] where its channels were averaged or it was resampled from
-    another rate. A WAV of another kind, or another container, is one clear error before anything
+    PCM (8 to 32 bits), floats or G.711, as its samples are (int16, uint8, int32 or floats) where
+    it is mono at `rate`, float32 in [-1, 1] where its channels were averaged or it was resampled
+    from another rate. A WAV of another kind, or another container, is one clear error before anything
     is heard."""
     head = read_exactly(reader, 12)
     if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
@@ -96,12 +97,36 @@ def sample_pieces(
 
 
 def decoded(data: bytes, wav: WavFormat) -> np.ndarray:
-    """Whole frames of `wav`'s samples as numpy reads them (`SAMPLE_TYPES`) `(samples * channels,)`."""
+    """Whole frames of `wav`'s samples as numpy reads them (`SAMPLE_TYPES`) `(samples * channels,)`;
+    G.711's codes as the 16-bit samples they stand for."""
+    if wav.tag in G711:
+        return G711[wav.tag][np.frombuffer(data, dtype=np.uint8)]
     if wav.bits != 24:  # a copy: torch takes no read-only buffer
         return np.frombuffer(data, dtype=SAMPLE_TYPES[wav.tag, wav.bits]).copy()
     padded = np.zeros((len(data) // 3, 4), dtype=np.uint8)  # each sample's 3 bytes above a zero byte
     padded[:, 1:] = np.frombuffer(data, dtype=np.uint8).reshape(-1, 3)
     return padded.view("<i4")[:, 0]
+
+
+def mu_law_samples() -> np.ndarray:
+    """The 16-bit sample `(256,)` each G.711 mu-law code stands for (telephone lines in North
+    America and Japan; call recordings keep it): the code's bits inverted, a sign, a 3-bit segment
+    and a 4-bit step within it."""
+    code = ~np.arange(256, dtype=np.int32) & 0xFF
+    magnitude = (((code & 0x0F) << 3) + 0x84 << ((code >> 4) & 7)) - 0x84
+    return np.where(code & 0x80, -magnitude, magnitude).astype(np.int16)
+
+
+def a_law_samples() -> np.ndarray:
+    """The 16-bit sample `(256,)` each G.711 A-law code stands for (telephone lines elsewhere): its
+    even bits inverted, a sign (set: positive), a 3-bit segment and a 4-bit step within it."""
+    code = np.arange(256, dtype=np.int32) ^ 0x55
+    segment, step = (code >> 4) & 7, code & 0x0F
+    magnitude = np.where(segment == 0, (step << 4) + 8, ((step << 4) + 0x108) << np.maximum(segment - 1, 0))
+    return np.where(code & 0x80, magnitude, -magnitude).astype(np.int16)
+
+
+G711 = {MU_LAW: mu_law_samples(), A_LAW: a_law_samples()}
 
 
 def resampled(pieces: Iterator[np.ndarray], rate: int, new_rate: int) -> Iterator[np.ndarray]:
@@ -170,11 +195,11 @@ def wav_format(body: bytes) -> WavFormat:
 def check_wav(wav: WavFormat) -> None:
     """One clear line where a WAV stream is not what a stream reads, with the way to make it so."""
     if (wav.tag, wav.bits) not in SAMPLE_TYPES:
-        kind = f"{wav.bits}-bit {'PCM' if wav.tag == PCM else 'floats'}" if wav.tag in (PCM, IEEE_FLOAT) else None
+        kinds = {PCM: "PCM", IEEE_FLOAT: "floats", A_LAW: "A-law", MU_LAW: "mu-law"}
+        kind = f"{wav.bits}-bit {kinds[wav.tag]}" if wav.tag in kinds else f"format {wav.tag} (neither PCM nor floats)"
         raise LasError(
-            f"stdin is a WAV stream of {kind or f'format {wav.tag} (neither PCM nor floats)'}; --stream reads "
-            "8- to 32-bit PCM or 32- and 64-bit floats: record or convert to one (arecord -f S16_LE; "
-            "sox ... -b 16 -e signed)"
+            f"stdin is a WAV stream of {kind}; --stream reads 8- to 32-bit PCM, 32- and 64-bit floats "
+            "and 8-bit A-law or mu-law: record or convert to one (arecord -f S16_LE; sox ... -b 16 -e signed)"
         )
     if wav.channels < 1:
         raise LasError("stdin: a WAV stream with no channels")
