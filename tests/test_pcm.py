@@ -191,3 +191,11 @@ def test_half_a_sample_at_the_end_is_left_out_with_a_warning(capsys: pytest.Capt
 def test_what_is_not_16_bit_pcm_is_one_clear_error(data: bytes, message: str) -> None:
     with pytest.raises(LasError, match=message):
         heard(data)
+
+
+@pytest.mark.parametrize("subtype", ["ULAW", "ALAW"])
+def test_every_g711_code_is_the_sample_libsndfile_reads_for_it(subtype: str) -> None:
+    data = wav_bytes(np.arange(-32768, 32768, 7, dtype=np.int16), subtype=subtype)  # a ramp through every code
+    expected = soundfile.read(io.BytesIO(data), dtype="int16")[0]
+    assert len(np.unique(expected)) >= 255
+    assert np.array_equal(heard(data, 7), expected)
