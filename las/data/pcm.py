@@ -57,8 +57,8 @@ def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.n
     `piece_samples` at a time: raw little-endian 16-bit mono (int16), or a WAV stream of integer
     PCM (8 to 32 bits), floats or G.711, as its samples are (int16, uint8, int32 or floats) where
     it is mono at `rate`, float32 in [-1, 1] where its channels were averaged or it was resampled
-    from another rate. A WAV of another kind, or another container, is one clear error before anything
-    is heard."""
+    from another rate. A WAV of another kind, or another container, is one clear error before
+    anything is heard."""
     head = read_exactly(reader, 12)
     if head[:4] in (b"RIFF", b"RF64") and head[8:12] == b"WAVE":
         wav, remaining = read_wav_header(reader, head[:4] == b"RF64")
@@ -113,7 +113,7 @@ def mu_law_samples() -> np.ndarray:
     America and Japan; call recordings keep it): the code's bits inverted, a sign, a 3-bit segment
     and a 4-bit step within it."""
     code = ~np.arange(256, dtype=np.int32) & 0xFF
-    magnitude = (((code & 0x0F) << 3) + 0x84 << ((code >> 4) & 7)) - 0x84
+    magnitude = ((((code & 0x0F) << 3) + 0x84) << ((code >> 4) & 7)) - 0x84
     return np.where(code & 0x80, -magnitude, magnitude).astype(np.int16)
 
 
