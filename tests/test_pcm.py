@@ -199,3 +199,17 @@ def test_every_g711_code_is_the_sample_libsndfile_reads_for_it(subtype: str) -> 
     expected = soundfile.read(io.BytesIO(data), dtype="int16")[0]
     assert len(np.unique(expected)) >= 255
     assert np.array_equal(heard(data, 7), expected)
+
+
+@pytest.mark.parametrize("seconds", [2.0, 0.2])
+def test_raw_unsigned_8_bit_samples_on_stdin_are_one_clear_error_not_noise_decoded(seconds: float) -> None:
+    """`arecord -t raw` without `-f` writes unsigned 8-bit: read as signed 16-bit, each pair of
+    samples near 128 is a sample near -32640, noise a model would decode into words."""
+    audio = np.clip(128 + np.random.default_rng(0).normal(0, 20, round(seconds * 8000)), 0, 255).astype(np.uint8)
+    with pytest.raises(LasError, match="pairs of unsigned 8-bit samples are not 16-bit signed PCM"):
+        heard(audio.tobytes(), 4096)
+    time = np.arange(RATE) / RATE
+    clipped = (np.clip(3 * np.sin(2 * np.pi * 300 * time), -1, 1) * 32767).astype("<i2")  # a hot microphone
+    square = (np.sign(np.sin(2 * np.pi * 200 * time)) * 20000).astype("<i2")
+    for loud in (clipped, square):  # still audio
+        assert np.array_equal(heard(loud.tobytes()), loud)

@@ -41,6 +41,11 @@ LARGEST_KNOWN_SIZE = 0x7FFF0000  # arecord and sox write about 2**31 on a pipe
 LARGEST_FORMAT = 1024  # bytes: a format chunk is 16 to 40; a larger one is damaged, not read into memory
 SKIP_PIECE = 1 << 16
 # No audio interface records faster (768 kHz): a header that says more is damaged.
+# Unsigned 8-bit samples read in pairs as signed 16-bit: each byte of each is a sample near its
+# middle (128). Raw stdin's first CHECKED_SECONDS is refused where most samples (MIDDLE_BYTES)
+# have both bytes within 32 of 128: AN4 dev, bare or clipped 20 dB too hot at full scale, at most
+# 5% of a half second; AN4 as unsigned 8-bit so read, 76% at full scale and more when quieter.
+CHECKED_SECONDS, MIDDLE_BYTES = 0.5, 0.5
 HIGHEST_RATE = 768_000
 
 
@@ -67,7 +72,34 @@ def pcm_pieces(reader: BinaryIO, rate: int, piece_samples: int) -> Iterator[np.n
         yield from pieces if wav.rate == rate else resampled(pieces, wav.rate, rate)
         return
     refuse_containers(head)
-    yield from sample_pieces(reader, head, WavFormat(PCM, 1, rate, 16), None, piece_samples)
+    yield from signed(sample_pieces(reader, head, WavFormat(PCM, 1, rate, 16), None, piece_samples), rate)
+
+
+def signed(pieces: Iterator[np.ndarray], rate: int) -> Iterator[np.ndarray]:
+    """Raw int16 `pieces`, refused once their first CHECKED_SECONDS read as unsigned 8-bit samples
+    (arecord's default without `-f`) taken for signed 16-bit: heard, they would be noise, decoded
+    into words all the same."""
+    first: list[np.ndarray] | None = []  # the pieces of the first CHECKED_SECONDS, until checked
+    for piece in pieces:
+        if first is not None:
+            first.append(piece.astype(np.int64))
+            if sum(map(len, first)) >= rate * CHECKED_SECONDS:
+                check_signed(np.concatenate(first))
+                first = None
+        yield piece
+    if first:
+        check_signed(np.concatenate(first))
+
+
+def check_signed(samples: np.ndarray) -> None:
+    """One clear line where most raw samples `(samples,)` are two unsigned 8-bit samples."""
+    codes = samples.astype(np.int64) & 0xFFFF
+    middle = (np.abs((codes & 0xFF) - 128) < 32) & (np.abs((codes >> 8) - 128) < 32)
+    if float(middle.mean()) > MIDDLE_BYTES:
+        raise LasError(
+            "stdin: raw samples that read as pairs of unsigned 8-bit samples are not 16-bit signed PCM "
+            "(arecord writes 8-bit unless told -f S16_LE): record or convert to it, or pipe a WAV stream"
+        )
 
 
 def sample_pieces(

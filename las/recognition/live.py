@@ -36,8 +36,8 @@ def stream_decode(
     number of final segments written."""
     if str(source) != "-" and source.suffix.lower() not in AUDIO_SUFFIXES:
         raise LasError(
-            f"--stream decodes one recording as it arrives: an audio file, or - for 16-bit PCM on "
-            f"stdin; {source} is not an audio file"
+            f"--stream decodes one recording as it arrives: an audio file, or - for PCM on stdin (raw "
+            f"16-bit, or a WAV stream); {source} is not an audio file"
         )
     stream = Recognizer(load_model(checkpoint), device, settings).stream()
     rate = stream.sample_rate
