@@ -13,8 +13,11 @@ import torch
 
 from las.core.errors import LasError
 from las.data.audio import float_samples
+from las.data.channels import clipped
 from las.data.pcm import pcm_pieces
 from las.data.signal import resample
+
+from .conftest import an4_rows
 
 RATE = 16000
 
@@ -213,3 +216,16 @@ def test_raw_unsigned_8_bit_samples_on_stdin_are_one_clear_error_not_noise_decod
     square = (np.sign(np.sin(2 * np.pi * 200 * time)) * 20000).astype("<i2")
     for loud in (clipped, square):  # still audio
         assert np.array_equal(heard(loud.tobytes()), loud)
+
+
+def test_speech_bare_or_clipped_at_full_scale_is_heard_and_as_unsigned_8_bit_is_refused() -> None:
+    """Which raw streams read as unsigned 8-bit: none of AN4's speech at full scale, bare or clipped
+    20 dB too hot (the rails at each edge of a clipped run), and all of it written as 8-bit."""
+    for _, audio, _, _ in an4_rows("dev", 12):
+        speech = torch.from_numpy(soundfile.read(audio, dtype="float32")[0])
+        for waveform in (speech, clipped(speech, 20)):
+            full = (waveform / waveform.abs().max() * 32767).numpy().astype("<i2")
+            assert np.array_equal(heard(full.tobytes()), full)
+        eight_bit = np.round(speech.numpy()[::2] / float(speech.abs().max()) * 127 + 128).astype(np.uint8)
+        with pytest.raises(LasError, match="unsigned 8-bit"):
+            heard(eight_bit.tobytes())
