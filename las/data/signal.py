@@ -118,26 +118,26 @@ class StreamingResampler:
             raise ValueError(f"sample rates must be positive: {rate} -> {new_rate}")
         divisor = math.gcd(rate, new_rate)
         self.filters = PhaseFilters(rate // divisor, new_rate // divisor, torch.float32, torch.device("cpu"))
-        self.rate, self.new_rate = self.filters.rate, self.filters.new_rate
-        self.width, self.span = self.filters.width, self.filters.span
-        self.pending = torch.zeros(self.width)  # from the first sample the next group reads (zeros before the start)
+        self.pending = torch.zeros(
+            self.filters.width
+        )  # from the first sample the next group reads (zeros before the start)
         self.heard = self.given = 0  # input samples pushed, output samples given
 
     def push(self, samples: torch.Tensor) -> torch.Tensor:
         """The output `(samples,)` that the input so far decides."""
         self.heard += len(samples)
-        if self.rate == self.new_rate:
+        if self.filters.rate == self.filters.new_rate:
             return samples.float()
         self.pending = torch.cat([self.pending, samples.float()])
-        return self.groups(max(0, (len(self.pending) - self.span) // self.rate + 1))
+        return self.groups(max(0, (len(self.pending) - self.filters.span) // self.filters.rate + 1))
 
     def finish(self) -> torch.Tensor:
         """The rest of the output, the signal followed by zeros as `resample` pads it."""
-        if self.rate == self.new_rate:
+        if self.filters.rate == self.filters.new_rate:
             return torch.zeros(0)
-        left = resampled_length(self.heard, self.rate, self.new_rate) - self.given
-        count = -(-left // self.new_rate)
-        needed = (count - 1) * self.rate + self.span
+        left = resampled_length(self.heard, self.filters.rate, self.filters.new_rate) - self.given
+        count = -(-left // self.filters.new_rate)
+        needed = (count - 1) * self.filters.rate + self.filters.span
         self.pending = torch.nn.functional.pad(self.pending, (0, max(0, needed - len(self.pending))))
         return self.groups(count)[: max(0, left)]
 
@@ -145,9 +145,9 @@ class StreamingResampler:
         """The next `count` groups of outputs, from `pending`, which then starts at the one after."""
         if count <= 0:
             return torch.zeros(0)
-        used = self.pending[: (count - 1) * self.rate + self.span]
+        used = self.pending[: (count - 1) * self.filters.rate + self.filters.span]
         output = self.filters(used[None])[0]  # (count * new_rate,)
-        self.pending = self.pending[count * self.rate :]
+        self.pending = self.pending[count * self.filters.rate :]
         self.given += len(output)
         return output
 
