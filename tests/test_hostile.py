@@ -379,7 +379,7 @@ def test_training_on_a_filling_disk_stops_with_one_line_and_resumes_from_the_las
 def write_each_kind(kind: str, folder: Path) -> None:
     """What las writes, each through the function that writes it, with more than a small disk holds."""
     from las.core.files import save_atomically, write_text_atomically
-    from las.training.train import append_line
+    from las.training.metrics_file import append_line
 
     big = "x" * 400_000
     if kind == "checkpoint, snapshot, averaged weights":

@@ -5,9 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import resource
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +12,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from las.core.config import Config, TrainConfig
+from las.core.config import Config
 from las.core.errors import LasError
-from las.core.files import json_records, locked_directory, make_directory, write_text_atomically
-from las.core.progress import progress_bar, say, warn
+from las.core.files import locked_directory, make_directory, write_text_atomically
+from las.core.progress import progress_bar, say
 from las.core.stopping import StopRequests
 from las.core.threads import follow_load
 from las.data.dataset import Batch, BucketBatchSampler
@@ -33,9 +30,10 @@ from las.training.attention_start import AttentionStart
 from las.training.averaging import average_states, keep_snapshot, load_snapshots, snapshot_path
 from las.training.batch_memory import sized_batches
 from las.training.corpus import Corpus, load_corpus
-from las.training.dev_evaluation import DevResult, evaluate_dev
+from las.training.dev_evaluation import evaluate_dev
 from las.training.distributed import Distributed
 from las.training.initialisation import initialise
+from las.training.metrics_file import append_line, epoch_record, keep_metrics_until
 from las.training.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.training.optimisation import Optimisation
 from las.training.random_states import capture_rng, restore_rng
@@ -238,6 +236,13 @@ class Trainer:
             f"{self.progress.epoch + 1}, batch {self.progress.batch_in_epoch}; continue with --resume"
         )
 
+    def teacher_forcing(self) -> float:
+        """The rate of feeding the true previous character in the epoch where training stands."""
+        settings = self.config.train
+        return teacher_forcing_rate(
+            self.progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
+        )
+
     def checkpoint_due(self) -> bool:
         minutes = self.config.train.checkpoint_minutes
         return minutes > 0 and time.monotonic() - self.saved_at >= 60 * minutes
@@ -250,9 +255,7 @@ class Trainer:
         self.sampler.set_epoch(progress.epoch)
         batches = self.global_batches()[progress.batch_in_epoch :]
         epoch_batches = progress.batch_in_epoch + len(batches)
-        forcing = teacher_forcing_rate(
-            progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
-        )
+        forcing = self.teacher_forcing()
         augment = progress.epoch >= settings.specaugment_start_epoch
         bar = progress_bar(batches, f"epoch {progress.epoch + 1}", "batch", enabled=distributed.is_main)
         loader = iter(self.loader(batches))
@@ -360,7 +363,7 @@ class Trainer:
         dev_cer = dev.cer
         seconds = progress.train_seconds + time.perf_counter() - started
         learning_rate = self.optimisation.scheduler.get_last_lr()[0]
-        record = epoch_record(progress, dev, seconds, learning_rate, self.config.train)
+        record = epoch_record(progress, dev, seconds, learning_rate, self.teacher_forcing())
         if (captured := self.optimisation.captured_graphs()) is not None:
             record["captured_graphs"] = captured
         self.progress = progress.next_epoch(dev_cer, seconds)
@@ -406,68 +409,3 @@ class Trainer:
             f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% "
             f"(best epoch {self.progress.best_cer:.2f}%) -> {self.out / 'averaged.pt'}"
         )
-
-
-def epoch_record(
-    progress: Progress, dev: DevResult, seconds: float, learning_rate: float, settings: TrainConfig
-) -> dict:
-    """The line of `metrics.jsonl` for the epoch `progress` is finishing, `seconds` long."""
-    batches = max(1, progress.loss_batches)
-    alignment = dev.alignment
-    return {
-        "epoch": progress.epoch + 1,
-        "step": progress.step,
-        "train_loss": progress.loss_sum / batches,
-        **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
-        # The longest piece at the epoch's end, once utterances have been cut (las.training.pieces).
-        **({"train_piece_frames": progress.piece_frames} if progress.piece_frames else {}),
-        "dev_cer": dev.cer,
-        "dev_wer": dev.wer,
-        # How diagonal the attention of the first dev utterance (the plotted one) is.
-        "dev_alignment_monotonic": alignment.monotonic if alignment else None,
-        "dev_alignment_coverage": alignment.coverage if alignment else None,
-        "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
-        "dev_ctc_cer": dev.ctc_cer,  # the CTC head alone, greedy
-        "seconds": round(seconds, 2),
-        "elapsed_seconds": round(progress.elapsed + seconds, 2),
-        "learning_rate": learning_rate,
-        "teacher_forcing": teacher_forcing_rate(
-            progress.epoch, settings.teacher_forcing_final, settings.teacher_forcing_decay_epochs
-        ),
-        "train_frames_per_second": round(progress.frames / max(progress.train_seconds, 1e-9)),
-        "bad_batches": progress.bad_batches,
-        "peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-    }
-
-
-def keep_metrics_until(path: Path, epochs: int) -> None:
-    """Drop metric lines of epochs after the checkpoint (a run killed between log and save), and
-    lines that are not whole records: cut short by a kill, or damaged in the middle of the file,
-    which is first kept beside it (`metrics.jsonl.damaged`) with one warning."""
-    if not path.exists():
-        return
-    records = json_records(path)
-    damaged = records[:-1].count(None)  # the last line alone may be cut short by a kill
-    if damaged:
-        shutil.copyfile(path, path.with_name(path.name + ".damaged"))
-        warn(f"{path}: {damaged} damaged line(s) left out (the file as it was: {path.name}.damaged)")
-    kept = [record for record in records if record is not None and (epoch_of(record) or epochs + 1) <= epochs]
-    write_text_atomically(path, "".join(json.dumps(record) + "\n" for record in kept))
-
-
-def epoch_of(record: dict) -> int | None:
-    try:
-        return int(record["epoch"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def append_line(path: Path, line: str) -> None:
-    """Append a line and flush it to the disk."""
-    try:
-        with open(path, "a") as file:
-            file.write(line + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-    except OSError as error:
-        raise LasError(f"cannot write {path}: {error.strerror or error}") from None
