@@ -707,12 +707,12 @@ class DecodeConfig(Section):
     # after it): the segment so far is decoded whole then and its words centred before that
     # space given, without waiting for a pause; the segment's last words at its end, as before.
     # Each segment is then decoded once per word. Off: with 0.5 s pauses (chosen live on the
-    # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.80% with words final
-    # 0.36 / 0.75 s after their end (median / 90th percentile, each word waiting for the decoding
-    # that gives it), where the default reads 8.06% with words final at the pause, 1.98 / 3.52 s
-    # after their end (docs/BENCHMARKS.md, "A segment ends where the audio pauses too"),
-    # and reads the choosing speakers 0.8 points better ("The recipe as written"): the setting for
-    # a stream that must keep up with the speech.
+    # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.52% with words final
+    # 0.34 / 0.73 s after their end (median / 90th percentile, each word waiting for the decoding
+    # that gives it), where the default reads 7.55% with words final at the pause, 2.00 / 3.57 s
+    # after their end (docs/BENCHMARKS.md, "A wider streaming listener"), and reads the choosing
+    # speakers 0.5 points better (9.15 against 9.65%): the setting for a stream that must keep up
+    # with the speech.
     stream_second_pass_words: bool = False
     # ... word by word, a word whose confidence (its least confident character's) is under this
     # waits for the next word to be begun, decoded again with it heard: right context for the
