@@ -120,6 +120,29 @@ def test_every_format_trains_and_decodes_through_the_cli(tmp_path: Path, name: s
     assert [line.split(" ")[0] for line in result.stdout.splitlines()] == [row[0] for row in ROWS]
 
 
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_format_is_a_reference_las_eval_scores_against(tmp_path: Path, name: str) -> None:
+    """`las eval HYP LibriSpeech/dev-clean-2` (or a Kaldi data directory, a NeMo or Lhotse
+    manifest): what trains and decodes is also a reference."""
+    from typer.testing import CliRunner
+
+    from las.cli import app
+
+    reference = FORMATS[name](tmp_path)
+    hypotheses = tmp_path / "hyp.txt"
+    # one word wrong of the first utterance, the rest exact
+    wrong = ROWS[0][3].split()
+    wrong[0] = "QQQ"
+    lines = [f"{ROWS[0][0]} {' '.join(wrong)}"] + [f"{row[0]} {row[3]}" for row in ROWS[1:]]
+    hypotheses.write_text("".join(line + "\n" for line in lines))
+    result = CliRunner().invoke(app, ["eval", str(hypotheses), str(reference), "--json"])
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    words = sum(len(row[3].split()) for row in ROWS)
+    assert report["utterances"] == len(ROWS)
+    assert report["wer"] == pytest.approx(100 / words)
+
+
 def test_audio_folder_and_single_file_have_no_transcripts(tmp_path: Path, expected: list) -> None:
     for identifier, audio, _, _ in ROWS:
         shutil.copy(audio, tmp_path / f"{identifier}.flac")

@@ -1,8 +1,9 @@
 """Transcript files: writing decoder output and reading hypotheses or references for scoring.
 
 Formats: Kaggle/HW4 CSV (`id,label`), Kaldi `text` (`id transcript`), JSONL (`id`, `text`, ...),
-and for reading also the TSV manifest (`id path duration_s text`). Reading picks the format
-from the file name, falling back to Kaldi text.
+and for reading also every input `las train` and `las decode` read (a TSV, NeMo or Lhotse
+manifest, a LibriSpeech folder, a Kaldi data directory): any of them scores as a reference.
+Reading picks the format from the file name, falling back to Kaldi text.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, TextIO
 from las.core.errors import LasError
 from las.core.files import read_text
 from las.core.text import clean_transcript
-from las.data.manifest import manifest_rows
+from las.data.manifest import lhotse_kind, manifest_rows, read_utterances
 
 FORMATS = ("csv", "kaldi", "jsonl")
 
@@ -47,8 +48,12 @@ def write_transcripts(transcripts: Iterable[Transcript], output_format: str, str
 
 
 def read_transcripts(path: str | Path) -> dict[str, str]:
-    """id -> text of a CSV, JSONL, TSV manifest or Kaldi text file; duplicate ids are an error."""
+    """id -> text of a CSV, JSONL, TSV manifest or Kaldi text file, or of any input the manifest
+    readers take (a folder, a NeMo or Lhotse manifest); duplicate ids are an error."""
     path = Path(path)
+    if path.is_dir() or _is_manifest_of_audio(path):
+        utterances = read_utterances(path)
+        return dict(zip(utterances.ids, utterances.texts, strict=True))
     content = read_text(path)
     suffix = path.suffix.lower()
     reader = {".csv": _csv_rows, ".jsonl": _jsonl_rows, ".json": _jsonl_rows, ".tsv": _tsv_rows}.get(suffix)
@@ -62,6 +67,21 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
         transcripts[identifier] = clean_transcript(text)
         lines[identifier] = line
     return transcripts
+
+
+def _is_manifest_of_audio(path: Path) -> bool:
+    """Whether a JSON-lines file is a NeMo or Lhotse manifest (its first object names audio, where
+    `las decode --format jsonl` writes an `id` and a `text`), gzipped or not."""
+    if not path.name.lower().endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
+        return False
+    if path.name.lower().endswith(".gz"):
+        return True  # decoding output is never gzipped
+    first = next((line for line in read_text(path).splitlines() if line.strip()), "")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        return False  # _jsonl_rows says what is wrong with it
+    return isinstance(record, dict) and ("audio_filepath" in record or lhotse_kind(record) is not None)
 
 
 Rows = Iterator[tuple[int, str, str]]  # (line number, id, text)
