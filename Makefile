@@ -8,7 +8,7 @@ UV_VERSION := 0.13.9
 EXTRAS := --extra dev --extra export --extra reference
 RUN := runs/an4
 
-.PHONY: install lock demo test lint benchmark clean
+.PHONY: install lock demo mini-librispeech test lint benchmark clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,17 @@ demo: install
 	$(BIN)/las eval $(RUN)/dev.csv data/an4/dev.tsv
 	$(BIN)/las decode $(RUN)/best.pt data/an4/dev.tsv --strategy beam --beam-size 8 --out $(RUN)/dev_beam.csv
 	$(BIN)/las eval $(RUN)/dev_beam.csv data/an4/dev.tsv
+
+# Mini LibriSpeech from its download (or SOURCE=a LibriSpeech folder you have) to a WER report on
+# the reporting speakers: data/mini-librispeech/README.md. SEED=2, 3 for the other seeds.
+ML := data/mini-librispeech
+ML_RUN := runs/mini-librispeech/seed-$(or $(SEED),1)
+mini-librispeech: install
+	@[ -f $(ML)/corpus/train.tsv ] || $(BIN)/python $(ML)/prepare.py $(if $(SOURCE),--source $(SOURCE))
+	@if [ -f $(ML_RUN)/last.pt ]; then $(BIN)/las train --config $(ML)/recipe.toml --out $(ML_RUN) --resume; \
+		else $(BIN)/las train --config $(ML)/recipe.toml --out $(ML_RUN) --seed $(or $(SEED),1); fi
+	$(BIN)/las decode $(ML_RUN)/averaged.pt $(ML)/corpus/report.tsv --format kaldi --out $(ML_RUN)/report.txt
+	$(BIN)/las eval $(ML_RUN)/report.txt $(ML)/corpus/report.tsv
 
 test: install
 	$(BIN)/python -m pytest

@@ -1,4 +1,4 @@
-"""Benchmarks behind docs/BENCHMARKS.md. Each prints a Markdown table; variants run side by side.
+"""Benchmarks behind docs/archive/experiments.md. Each prints a Markdown table; variants run side by side.
 
     python scripts/benchmark.py blstm             # packed vs padded BLSTM, forward+backward, CPU
     python scripts/benchmark.py throughput        # training steps: bucketed vs unbucketed vs packed

@@ -1,4 +1,4 @@
-"""ONNX Runtime against PyTorch on the same checkpoints (docs/BENCHMARKS.md, "Export").
+"""ONNX Runtime against PyTorch on the same checkpoints (docs/archive/experiments.md, "Export").
 
     python scripts/export_benchmark.py runs/an4/averaged.pt runs/an4-2/averaged.pt runs/an4-3/averaged.pt
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks and figures for docs/BENCHMARKS.md, for a session that is lent a GPU machine
+# The GPU checks and figures for docs/archive/experiments.md, for a session that is lent a GPU machine
 # (the `device` tool). A session has 15 minutes of device time, the machine's start included, so
 # the first call is `essentials`, prepared here beforehand:
 #
@@ -316,7 +316,7 @@ curve)
 warmstart)
     # The 100-hour recipe's model warm-started on short utterances (on the CPU, a model begun on
     # AN4 read 13 s utterances at once, where one begun from scratch had not aligned in 1,035
-    # steps; docs/BENCHMARKS.md): its widths trained on AN4 first (`an4-gpu.toml`, graphs, 40
+    # steps; docs/archive/experiments.md): its widths trained on AN4 first (`an4-gpu.toml`, graphs, 40
     # epochs, about 2.5 minutes), then `curve` from those weights (`--init`), about 5 minutes.
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 4 > /dev/null &

@@ -5,7 +5,7 @@ suite's fast part, one epoch of the default recipe on AN4, a decoding of dev, it
 every release compared with the first's.
 
     python scripts/torch_matrix.py run 2.11.0 2.13.0 2.14.1    # runs/matrix/torch-VERSION/
-    python scripts/torch_matrix.py table 2.11.0 2.13.0 2.14.1  # the table of docs/BENCHMARKS.md
+    python scripts/torch_matrix.py table 2.11.0 2.13.0 2.14.1  # the table of docs/archive/experiments.md
 
 Not in the per-commit CI: each environment installs a torch of several GB. Each step's outcome
 is kept in runs/matrix/torch-VERSION/result.json, so `table` reads them without running again.

@@ -161,7 +161,7 @@ def test_recordings_quieter_than_any_training_audio_are_analysed_at_its_level() 
     """Log power's floor would swallow speech 40-60 dB down (no text at all at -60 dB); below
     `features.quiet_peak_dbfs` the level no longer matters, above it nothing changes. That peak is a
     level training has heard: raised only to -30 dBFS, under AN4's quietest (-23), dev 30 dB down read
-    1.25x worse, even in floating point (docs/BENCHMARKS.md, "A quiet microphone")."""
+    1.25x worse, even in floating point (docs/archive/experiments.md, "A quiet microphone")."""
     rows = [line.split("\t") for line in (AN4 / "train.tsv").read_text().splitlines()[1:]]
     quietest = min(float(np.abs(soundfile.read(AN4 / row[1], dtype="float32")[0]).max()) for row in rows)
     quiet_peak = 10 ** (FeatureConfig().quiet_peak_dbfs / 20)

@@ -1,5 +1,7 @@
-"""The README and docs/ link to what exists: every relative link names a file of the repository,
-and every #anchor into a Markdown page one of its headings (as GitHub makes anchors of them)."""
+"""The pages a user reads (the README, docs/, each corpus's README and results page) link to what
+exists: every relative link names a file of the repository, and every #anchor into a Markdown
+page one of its headings (as GitHub makes anchors of them). They stay short enough to read, and
+none leads into the archive of experiments."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "data").glob("*/*.md"))]
+ARCHIVE = ROOT / "docs" / "archive"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -23,7 +26,11 @@ def anchors(page: Path) -> set[str]:
     return {anchor(line.lstrip("#")) for line in text.splitlines() if line.startswith("#")}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", [*PAGES, *sorted(ARCHIVE.glob("*.md"))], ids=page_id)
 def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
     broken = []
     for target in LINK.findall(page.read_text()):
@@ -36,3 +43,15 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
         elif fragment and linked.suffix == ".md" and fragment not in anchors(linked):
             broken.append(target)
     assert not broken, f"{page.name}: {broken}"
+
+
+def test_the_pages_a_user_reads_are_short_and_never_lead_into_the_archive() -> None:
+    lines = sum(len(page.read_text().splitlines()) for page in PAGES)
+    assert lines < 2000, f"the pages a user reads hold {lines} lines: move what is an experiment to docs/archive/"
+    into_archive = [
+        page_id(page)
+        for page in PAGES
+        for target in LINK.findall(page.read_text())
+        if ARCHIVE in (page.parent / target.partition("#")[0]).resolve().parents
+    ]
+    assert not into_archive, f"linked to the archive from {into_archive}"

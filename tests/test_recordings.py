@@ -364,7 +364,7 @@ def test_a_recording_shorter_than_a_segment_is_cut_at_pauses_of_a_second_inside_
     trained_run: dict[str, Path],
 ) -> None:
     """Two AN4 utterances with 1 or 3 s of digital silence between them read 1.9x and 4x worse
-    whole than one by one (docs/BENCHMARKS.md): a pause of a second or more inside a recording
+    whole than one by one (docs/archive/experiments.md): a pause of a second or more inside a recording
     is cut at, whatever its length."""
     rows = an4_rows("train", 3, longest_seconds=1.6)
     waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in rows]

@@ -101,7 +101,7 @@ def test_a_characters_input_starts_at_the_size_of_what_the_layers_add(dim: int) 
     """At initialisation each character's input (embedding and position) is of unit size, as the
     positions and what each layer adds are: an input sqrt(dim) times larger (PyTorch's N(0, 1)
     embedding, scaled by sqrt(dim)) drowned the cross-attention, and the speller learnt the
-    transcripts' language before the audio (docs/BENCHMARKS.md, "Self-attention")."""
+    transcripts' language before the audio (docs/archive/experiments.md, "Self-attention")."""
     model = make_model("pblstm", "transformer", "conv", f"model.transformer_dim={dim}")
     tokens = torch.arange(len(VOCABULARY))[None]
     assert 0.7 < model.speller.embed(tokens).std().item() < 1.5

@@ -263,7 +263,7 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
     few frames, and a padded recording ends in the whole decoding margin of background where the
     recording alone ended sooner; this weak model's guesses there come and go (a trailing
     "EIGHT"), so of what it decodes right alone, three quarters must come out the same padded
-    (the trained models of docs/BENCHMARKS.md: within 2% of the unpadded CER). Played slower
+    (the trained models of docs/archive/experiments.md: within 2% of the unpadded CER). Played slower
     (`decode.speed=0.9`), 1.37 s of padding lasts 152.2 frames, not a whole number of
     them: the speech's frames fall elsewhere on the grid, and one word edge of this weak model's
     moved by 0.09 s (the same texts)."""

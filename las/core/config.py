@@ -145,7 +145,7 @@ class FeatureConfig(Section):
     utterance_mean: bool = True
     # ... counting the training frames' average as this many seconds of the utterance's own: a
     # word alone keeps the spectrum that tells it apart (single words cut from AN4 dev: 30% -> 45%
-    # right, 3 seeds), a sentence's mean stays mostly its own (docs/BENCHMARKS.md, "A word alone").
+    # right, 3 seeds), a sentence's mean stays mostly its own (docs/archive/experiments.md, "A word alone").
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
     # A recording that peaks under this level is raised to it before analysis (las/data/loudness.py):
     # log power's floor swallows the soft sounds of speech 30-60 dB down. AN4's quietest training
@@ -154,14 +154,14 @@ class FeatureConfig(Section):
     # Silence or background before and after the speech is cut to at most this much in training
     # (at decoding, to decode.surroundings_seconds; las/data/surroundings.py): AN4's utterances
     # open with about 0.33 s of lead-in, while padded exports and phone apps bring seconds of it,
-    # which moved the per-utterance mean and misled the attention (docs/BENCHMARKS.md, "Surroundings").
+    # which moved the per-utterance mean and misled the attention (docs/archive/experiments.md, "Surroundings").
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
     # Late reverberation removed from the waveform before analysis by single-channel weighted
     # prediction error, where that takes 0.3 dB or more of its energy away (las/data/dereverberation.py):
     # at decoding (the default; training's draws stay as they are, and as fast), in training too
     # ("always"), or not at all ("off"). A room of RT60 0.6 s decoded at 2.6x the clean CER, and at
-    # 2.0x with it, every other condition as before (3 seeds; docs/BENCHMARKS.md, "Reverberation").
+    # 2.0x with it, every other condition as before (3 seeds; docs/archive/experiments.md, "Reverberation").
     dereverberation: Dereverberation = "decoding"
     # A front end that reads each frame's past only, as audio arriving can be read (streaming
     # models, las/recognition/streaming.py): frames padded with zeros rather than mirrored at the
@@ -360,7 +360,7 @@ class AugmentConfig(Section):
     probability, drawn from a generator seeded by (seed, epoch, utterance) so a resumed run draws
     the same. Augmented utterances are read and featurised on the fly by the DataLoader workers.
     The defaults (with speed perturbation, per-utterance normalisation and 100 epochs) keep clean
-    AN4 dev CER and hold it through a telephone line and noise (docs/BENCHMARKS.md, 3 seeds); on
+    AN4 dev CER and hold it through a telephone line and noise (docs/archive/experiments.md, 3 seeds); on
     precomputed features they are off."""
 
     name: ClassVar[str] = "train.augment"
@@ -396,12 +396,12 @@ class AugmentConfig(Section):
     # end (the same word times and margins): a clip cut at its words by an editor or an aligner
     # starts on the first sound of its first word, where the front end's crops above never start.
     # Dev utterances cut so decoded 1.21x -> 1.03x their CER whole, which stayed the same (3 seeds,
-    # 40 epochs; docs/BENCHMARKS.md, "Clips cut at their words").
+    # 40 epochs; docs/archive/experiments.md, "Clips cut at their words").
     tight: Fraction = 0.15
     # Of the draws, this share becomes a sound that is not speech (music, typing, knocks, a
     # ringtone, a crowd: las/data/sounds.py) with an empty transcript, so that the model learns
     # to say nothing about them: 3 seeds, the same dev CER, 21 -> 1.7 characters from such sounds
-    # and 8.2 -> 5.8 from families it never heard (docs/BENCHMARKS.md, "Non-speech").
+    # and 8.2 -> 5.8 from families it never heard (docs/archive/experiments.md, "Non-speech").
     nonspeech: Fraction = 0.05
     # Of the batches, this share is heard as pairs: each utterance followed by its neighbour in the
     # batch as one recording (each with what the front end keeps around its speech, so a short
@@ -478,7 +478,7 @@ class TrainConfig(Section):
     # not start from trained weights (train.init). Off by default: it makes a tiny model's
     # attention find its place on long synthetic utterances where it does not alone, but on AN4
     # utterances joined to 11 s it did not align AN4's model within 1,500 steps either
-    # (docs/BENCHMARKS.md, "Long utterances from scratch").
+    # (docs/archive/experiments.md, "Long utterances from scratch").
     attention_guide: Literal["auto", "on", "off"] = "off"
     attention_guide_steps: Count = 2000
     attention_guide_width: Annotated[float, Range(0, 1, open_minimum=True)] = 0.02
@@ -494,7 +494,7 @@ class TrainConfig(Section):
     # auto (the default): on where the guide's auto would be (long utterances from scratch), for
     # any speller with a CTC head and transcripts with spaces. AN4's model on 400 recordings of
     # 13 s read dev at 17% (16.4-17.7%, 3 seeds; speller alone, the CTC head first, the learning
-    # rate below) after 2,000 steps in pieces where whole ones stayed at 70% (docs/BENCHMARKS.md,
+    # rate below) after 2,000 steps in pieces where whole ones stayed at 70% (docs/archive/experiments.md,
     # "Long utterances in pieces", "A listener that starts faster"); AN4's own 2.7 s utterances are not cut.
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
@@ -503,7 +503,7 @@ class TrainConfig(Section):
     # middle of their pause on the alignment (0: left there): a head that places its characters
     # early (one seed in three, by 140 ms) cuts into the words, so that a piece's transcript and
     # its sound disagree at its edges. Off: at 0.2 that seed's speller alone still read dev at
-    # 34% after 2,000 steps (docs/BENCHMARKS.md, "Cuts at the quietest frame").
+    # 34% after 2,000 steps (docs/archive/experiments.md, "Cuts at the quietest frame").
     attention_pieces_quiet_seconds: Annotated[float, Range(0, 1)] = 0.0
     # With the pieces: until the first cut (for at most attention_pieces_ctc_first_steps steps:
     # a head that has not learnt by then may never), the CTC loss alone trains the listener and
@@ -511,7 +511,7 @@ class TrainConfig(Section):
     # reading them).
     # On 13 s recordings, 3 seeds, 2,000 steps: the speller alone reads dev at 21.4% on the mean
     # (16-30%; pieces alone: 30.7%), and decoded by default 12.95% (pieces alone: 13.01%)
-    # (docs/BENCHMARKS.md, "Long utterances in pieces").
+    # (docs/archive/experiments.md, "Long utterances in pieces").
     attention_pieces_ctc_first: bool = True
     attention_pieces_ctc_first_steps: Count = 500
     # With the pieces: the CTC loss's weight in the steps while they are under way, where more
@@ -519,14 +519,14 @@ class TrainConfig(Section):
     # while the speller's attention, not yet aligned, would pull it about; the speller's own
     # updates hardly change (Adam scales each weight's by its gradient's size). At 0.8 (13 s
     # recordings, 3 seeds, 2,000 steps) the default decoding read dev at 12.40% against 12.95, but
-    # the speller alone at 24.3% against 21.4 (docs/BENCHMARKS.md, "A listener led by its CTC head").
+    # the speller alone at 24.3% against 21.4 (docs/archive/experiments.md, "A listener led by its CTC head").
     attention_pieces_ctc_weight: Fraction = 0.0
     # With the pieces: the run's learning rate is learning_rate times this, for the whole run (its
     # warm-up and decay as they are). Its CTC head, training the listener alone until the first cut,
     # learns sooner, so the pieces and the speller begin sooner: on 13 s recordings, 3 seeds, at 1.5
     # (3e-3) the speller alone read dev at 17.1% after 2,000 steps (16.4-17.7, 0.91 along a diagonal)
     # against 21.4 (16-30) at 1, decoded by default 10.71% against 12.95, the long-form holdout 8.69%
-    # against the warm start's 8.74 (docs/BENCHMARKS.md, "A listener that starts faster"). AN4's
+    # against the warm start's 8.74 (docs/archive/experiments.md, "A listener that starts faster"). AN4's
     # short utterances, never cut, train at learning_rate.
     attention_pieces_learning_rate_scale: Positive = 1.5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
@@ -592,7 +592,7 @@ class DecodeConfig(Section):
     strategy takes its settings from the fields of the same names (las.search.build_strategy)."""
 
     name: ClassVar[str] = "decode"
-    # Beam search joined with the CTC head's prefix score is the most accurate (docs/BENCHMARKS.md);
+    # Beam search joined with the CTC head's prefix score is the most accurate (docs/archive/experiments.md);
     # greedy is the fast choice; ctc: CTC greedy, needs a CTC head.
     strategy: Annotated[StrategyName, Flag("--strategy", "Search strategy.")] = "beam"
     batch_size: Annotated[Count, Flag("--batch-size", "Utterances per batch.")] = 32
@@ -613,7 +613,7 @@ class DecodeConfig(Section):
     # Per character, word and recording, from the speller's and the CTC head's distributions
     # (las/recognition/confidence.py); words below min_confidence are left out, with a count on stderr. The
     # probability flagged AN4 dev's wrong words better than the entropy (AUC 0.805 against 0.774,
-    # 3 seeds; docs/BENCHMARKS.md, "Confidence"), and its scale reads as a probability.
+    # 3 seeds; docs/archive/experiments.md, "Confidence"), and its scale reads as a probability.
     confidence: ConfidenceMeasure = "probability"
     confidence_from: ConfidenceSource = "both"
     # Subtitles: each cue's text followed by its confidence, e.g. "GO TO THE DOOR [0.83]".
@@ -629,7 +629,7 @@ class DecodeConfig(Section):
     eos_threshold: Annotated[float, Range(0)] = 0.0
     # Every strategy but ctc scores (1 - ctc_weight) * speller + ctc_weight * CTC prefix score;
     # 0 for models without a CTC head unless set explicitly. 0.5 beat 0.3 and 0.7 on all four
-    # AN4 checkpoints measured (docs/BENCHMARKS.md).
+    # AN4 checkpoints measured (docs/archive/experiments.md).
     ctc_weight: Annotated[Fraction, Flag("--ctc-weight", "Weight of the CTC prefix score.")] = 0.5
     # The CTC prefix score of a next character sums only over frames where the prefix so far is
     # within this many nats of the likeliest extension (las/search/ctc_prefix.py): a step costs a
@@ -646,12 +646,12 @@ class DecodeConfig(Section):
     # passes), within features.surroundings_seconds: training utterances often end sooner after
     # their words than the training margin (AN4: 0.2 s at the median), and a padded recording
     # heard with the whole margin ended in more background than the model knew (3 seeds: its own
-    # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/BENCHMARKS.md,
+    # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/archive/experiments.md,
     # "What surrounds the speech at decoding").
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
     # ... and of a recording's background (more of it than the margin) no more than this share of
     # the speech's own length: around a word alone a sentence's margin is more background than
-    # word (docs/BENCHMARKS.md, "A word's margin in proportion to the word").
+    # word (docs/archive/experiments.md, "A word's margin in proportion to the word").
     surroundings_share: Annotated[float, Range(0)] = 0.25
     # Inside a recording shorter than a segment, only a pause this long is cut at (0: none): at
     # 0.5 s the gaps between babbling talkers at 10 dB read as pauses too, and cut there, AN4 dev
@@ -662,11 +662,11 @@ class DecodeConfig(Section):
     # before them, as soon as the beam agrees on them).
     # At 0.5 s, AN4's spelt letters end segments between them; with the second pass, 0.5 / 0.75 /
     # 1 / 1.5 s read the choosing speakers at 14.03 / 13.07 / 12.97 / 12.99% (3 streaming seeds,
-    # docs/BENCHMARKS.md "A second pass at each pause").
+    # docs/archive/experiments.md "A second pass at each pause").
     stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 1.0
     # ... and a hypothesis this many nats under the best leaves a stream's beam: the sooner rivals
     # go, the sooner the beam agrees on a word, which is then final (las.search.triggered). Chosen
-    # on the tuning speakers (one streaming model, docs/BENCHMARKS.md "Streaming"): at 10, 5, 3,
+    # on the tuning speakers (one streaming model, docs/archive/experiments.md "Streaming"): at 10, 5, 3,
     # 2, 1 the joint search read 17.5, 16.4, 16.0, 17.8, 24.0% CER; the CTC head alone 13.5, 12.0,
     # 12.0, 12.0, 12.0%, with its median word final 0.72, 0.72, 0.57, 0.37, 0.24 s after its end.
     stream_beam_nats: Positive = 3.0
@@ -675,7 +675,7 @@ class DecodeConfig(Section):
     # searched this much later, and each word ended that much later. auto (`stream_lookahead`):
     # 0.16 s where the search's words are final (stream_second_pass=false), 0 where the second
     # pass gives them. The search's words final, chosen on the tuning speakers (3 streaming seeds,
-    # docs/BENCHMARKS.md "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s
+    # docs/archive/experiments.md "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s
     # it read 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16. The second pass's,
     # live on the choosing speakers (3 seeds): at 1 s pauses 13.31% at 0 and at 0.16 s, words
     # final 1.84 / 3.62 s after their end (median / 90th percentile) against 2.03 / 3.83; word by
@@ -699,7 +699,7 @@ class DecodeConfig(Section):
     # speakers at 18.2% against 19.5 without (0.3 s: 15.6 against 15.2; the default 1 s pauses
     # 13.3), words final 0.49 / 1.09 s after their end (median / 90th percentile), live: a pause
     # that short ends segments inside words, and words wait for the next pause however short
-    # (docs/BENCHMARKS.md, "Shorter pauses with the segments before in view"). Not with
+    # (docs/archive/experiments.md, "Shorter pauses with the segments before in view"). Not with
     # stream_second_pass_words: it reads the choosing speakers' long recordings at 14.72% with 3 s
     # against 10.39 with none (3 seeds; "The recipe as written").
     stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
@@ -710,7 +710,7 @@ class DecodeConfig(Section):
     # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.52% with words final
     # 0.34 / 0.73 s after their end (median / 90th percentile, each word waiting for the decoding
     # that gives it), where the default reads 7.55% with words final at the pause, 2.00 / 3.57 s
-    # after their end (docs/BENCHMARKS.md, "A wider streaming listener"), and reads the choosing
+    # after their end (docs/archive/experiments.md, "A wider streaming listener"), and reads the choosing
     # speakers 0.5 points better (9.15 against 9.65%): the setting for a stream that must keep up
     # with the speech.
     stream_second_pass_words: bool = False
@@ -719,7 +719,7 @@ class DecodeConfig(Section):
     # words the model is unsure of, one word's delay for those alone. 0: none waits. Chosen live
     # on the choosing speakers with 0.5 s pauses (3 streaming seeds): 0 / 0.5 read them at 14.15 /
     # 13.86% with words final 0.37 / 0.40 s after their end at the median, 0.66 / 0.73 s at the
-    # 90th percentile (docs/BENCHMARKS.md, "Words given where the words before were given").
+    # 90th percentile (docs/archive/experiments.md, "Words given where the words before were given").
     stream_second_pass_words_hold: Fraction = 0.5
     # ... word by word, the early decodings (each word's, not the segment's last at its pause)
     # search with this beam (0: beam_size) and play at other_speed too where this is true: each
@@ -727,7 +727,7 @@ class DecodeConfig(Section):
     # live on the choosing speakers (one streaming seed, 0.5 s pauses), as the segment's (beam 8,
     # two speeds) 12.42% with words final 0.53 / 0.92 s after their end (median / 90th pct); beam
     # 4: 12.37% at 0.50 / 0.89; one speed 12.95% at 0.48 / 0.90; both 13.34% at 0.47 / 0.88
-    # (those with the trigger 0.16 s late; on time, as now: 12.76% at 0.35 / 0.70; docs/BENCHMARKS.md,
+    # (those with the trigger 0.16 s late; on time, as now: 12.76% at 0.35 / 0.70; docs/archive/experiments.md,
     # "What a word waits for"). As the segment's by default: one seed's difference.
     stream_second_pass_words_beam_size: NonNegative = 0
     stream_second_pass_words_other_speed: bool = True
@@ -739,7 +739,7 @@ class DecodeConfig(Section):
     # 2026-12-03), the choosing speakers read 11.38% against 11.57 over clean, telephone, white
     # noise and long recordings (3 of the 4 better), and dev's speakers within 1.2x of the
     # offline default on every set (dev 6.72% against 8.15, white noise 10.27 against 12.20,
-    # long recordings 7.67 against 8.65), at 1.14x the CPU time (docs/BENCHMARKS.md, "A second
+    # long recordings 7.67 against 8.65), at 1.14x the CPU time (docs/archive/experiments.md, "A second
     # pass that reads both ways"). Not word by word: a pBLSTM misreads a segment cut inside the
     # next word (the choosing speakers 11.70% against 10.84 with the stream's own).
     stream_second_pass_model: str = ""
@@ -749,7 +749,7 @@ class DecodeConfig(Section):
     # 3 seeds): 0.95 read them best (15.97% over clean, telephone, noise, babble and a room) but
     # lets 3 s of mains hum pass the no-speech rule; 0.9 and 1 tie (16.59, 16.63), 1 better for 6 of
     # the 8. Slower lowers pitch and formants too: women's voices (AN4 trains on 53 men, 13 women)
-    # gain most (docs/BENCHMARKS.md, "Choosing on held-out speakers"). Precomputed features are
+    # gain most (docs/archive/experiments.md, "Choosing on held-out speakers"). Precomputed features are
     # decoded as they are; training's dev passes and `las align` read at 1.
     speed: Annotated[float, Range(0.5, 2), Flag("--speed", "Play audio this many times faster before decoding.")] = 1.0
     # Each recording (each piece of a long one) is also decoded played at this speed, and the
@@ -757,7 +757,7 @@ class DecodeConfig(Section):
     # pitch and formants, and which voices gain by it is the voice's own (women's in AN4, trained on
     # 53 men and 13 women), so no one speed suits all. Chosen on 8 held-out training speakers,
     # reported on dev (3 seeds): 15.8% against 16.6 at 1 alone or 0.9 alone over clean, telephone,
-    # noise, babble and a room; dev 13.1 against 15.1 at 1 (docs/BENCHMARKS.md, "A speed for each
+    # noise, babble and a room; dev 13.1 against 15.1 at 1 (docs/archive/experiments.md, "A speed for each
     # recording"). Twice the decoding time; 0 (or the speed itself): one pass.
     other_speed: Annotated[
         float, Range(0, 2), Flag("--other-speed", "Also decode played at this speed and keep the better (0: off).")

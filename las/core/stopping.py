@@ -7,7 +7,7 @@ once (KeyboardInterrupt at the next boundary between Python statements), without
 
 While a run trains, the signals are also blocked on the main thread. A signal handled on a thread
 that is inside oneDNN's CPU LSTM corrupts the heap (PyTorch 2.11: "corrupted size vs. prev_size",
-in about one of three runs interrupted mid-batch; docs/BENCHMARKS.md#faults). Blocked there, they
+in about one of three runs interrupted mid-batch; docs/archive/experiments.md#faults). Blocked there, they
 are taken by another thread (Python then runs the handler on the main thread between statements)
 or wait, pending, until `requested` collects them at the next batch boundary.
 """

@@ -6,7 +6,7 @@ rounded. The flat tops spread energy over every band, and AN4 dev so recorded re
 CER 10 dB over full scale and 3.48x 20 dB over. Nothing a model could learn from AN4 has them.
 Each run is filled in from the waveform around it: a cubic fitted to the samples on both its
 sides, which continues their slopes past the rail, as the peak went on. With the loudness
-ceiling (`las.data.loudness`): 1.49x and 2.48x (3 seeds; docs/BENCHMARKS.md, "A microphone set
+ceiling (`las.data.loudness`): 1.49x and 2.48x (3 seeds; docs/archive/experiments.md, "A microphone set
 too hot, heard as if it had not been").
 """
 

@@ -278,7 +278,7 @@ class Normalizer:
     With `prior_frames`, an utterance's mean counts the corpus's average frame (`prior`, as
     recorded) as that many frames of its own: a sentence's mean is mostly its own, while a word
     alone keeps the spectrum that tells it apart (the mean of 0.3 s of "E" is "E", and taking it
-    away leaves a generic short word: docs/BENCHMARKS.md, "A word alone keeps its spectrum")."""
+    away leaves a generic short word: docs/archive/experiments.md, "A word alone keeps its spectrum")."""
 
     mean: torch.Tensor  # (mel_bins,)
     std: torch.Tensor  # (mel_bins,)
@@ -390,7 +390,7 @@ def own_sums(features: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.
     A causal mean leaves out frames of digital silence (exact zeros, at the log floor: a muted
     microphone, a padded file), which say nothing of the channel: a stream cannot trim them as
     decoding whole does, and a second of them before the speech pulled the running mean so far
-    down that AN4 dev streamed at 34% CER against 10% (3 seeds; docs/BENCHMARKS.md, "Digital
+    down that AN4 dev streamed at 34% CER against 10% (3 seeds; docs/archive/experiments.md, "Digital
     silence before the speech")."""
     if not causal:
         return features.sum(dim=0, keepdim=True), features.new_full((1, 1), len(features))

@@ -25,7 +25,7 @@ SEARCH_WINDOW_FRAMES = 20  # a piece too long is cut at the quietest stretch thi
 # percentile) in AN4, still 1.5 in white noise at 0 dB SNR; silence and white noise a few tenths.
 # But noise whose power sits in the low bands (pink, brown, a car, a fan) swells and fades as much
 # as speech in noise does (up to 6 nats) while its band activity spans under 0.25 (a tone 0.45),
-# against at least 0.75 for speech in any of those noises at 0 dB (docs/BENCHMARKS.md, the margin
+# against at least 0.75 for speech in any of those noises at 0 dB (docs/archive/experiments.md, the margin
 # of the no-speech rule).
 SPEECH_CONTRAST = 1.0  # nats of frame energy
 BAND_CONTRAST = 0.5  # nats of band activity
@@ -222,7 +222,7 @@ class Levels(NamedTuple):
         energy: that is the lowest bands' in the noise of cars, fans and rooms, which swells and
         fades as speech does (in a recording of sparse speech, a car's noise at 10 dB SNR was all
         taken for speech, and decoded), while in white noise at 0 dB speech's quiet words fall
-        below it (a tenth of the loud speech frames left out) (docs/BENCHMARKS.md, "Long
+        below it (a tenth of the loud speech frames left out) (docs/archive/experiments.md, "Long
         recordings"). Nor is what is not heard (digital silence, a sound inserted) ever speech."""
         return (self.activity < self.pause_level) | ~self.heard
 

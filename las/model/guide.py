@@ -4,7 +4,7 @@ scratch on long utterances.
 From scratch, attention over hundreds of encoder frames starts uniform; its context is then an
 average of the whole recording and tells the speller nothing, so the speller learns the
 transcripts' characters alone and the attention never finds its place, while the CTC head on the
-same listener learns where the characters are (docs/BENCHMARKS.md, "Long utterances from
+same listener learns where the characters are (docs/archive/experiments.md, "Long utterances from
 scratch"). So once a batch's CTC loss has fallen under `trigger` nats a character (before that
 its alignment is noise), the attention of each character is also trained towards a Gaussian
 around the frame where the head's forced alignment of the transcript puts that character,

@@ -31,7 +31,7 @@ class BidirectionalLSTM(nn.Module):
 
     Both directions then read valid frames before padding, so a padded batch gives exactly the
     outputs of a packed one at valid positions, and the padded path is the faster on both devices
-    (docs/BENCHMARKS.md): on the CPU several times in the backward pass, because PyTorch's packed
+    (docs/archive/experiments.md): on the CPU several times in the backward pass, because PyTorch's packed
     CPU kernel runs one small matrix product per time step and batch size; on an H100 1.19x per
     training step, because packing and unpacking add a third more kernel launches to a step that
     launches, not computes, and length-bucketed batches leave little padding to skip.

@@ -113,7 +113,7 @@ class TransformerSpeller(nn.Module):
         self.embedding = nn.Embedding(vocabulary_size, dim)
         # Scaled by sqrt(dim) in `embed`, so of unit size, as the positions and what each layer adds
         # are: PyTorch's N(0, 1) would make it sqrt(dim) times larger, and a sum that the character
-        # read dominates is a language model that does not listen (docs/BENCHMARKS.md, "Self-attention").
+        # read dominates is a language model that does not listen (docs/archive/experiments.md, "Self-attention").
         nn.init.normal_(self.embedding.weight, std=dim**-0.5)
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(

@@ -37,7 +37,7 @@ def confidences(
     # (e^-S - e^-Smax) / (1 - e^-Smax), with Smax that of the uniform distribution. Of the
     # entropies and normalisations Laptev & Ginsburg compare, this one (NeMo's default) spreads
     # the confidences of peaked distributions the most; Gibbs entropy normalised linearly
-    # flagged AN4's wrong words worse than the probability (docs/BENCHMARKS.md, "Confidence").
+    # flagged AN4's wrong words worse than the probability (docs/archive/experiments.md, "Confidence").
     alpha, size = ENTROPY_ORDER, log_probs.shape[-1]
     entropy = ((log_probs * alpha).exp().sum(-1) - 1) / (1 - alpha)
     floor = math.exp(-(size ** (1 - alpha) - 1) / (1 - alpha))

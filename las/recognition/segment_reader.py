@@ -72,7 +72,7 @@ class SegmentModel:
         segment's audio through its own front end, its speech with the margin around it that
         model decodes (`Surroundings`), as `las decode` hears a recording (a pBLSTM trained on
         utterances trimmed so misread them with a second of background); the stream's model read
-        worse so trimmed (docs/BENCHMARKS.md, "A segment heard from a context before its speech")."""
+        worse so trimmed (docs/archive/experiments.md, "A segment heard from a context before its speech")."""
         if len(samples) < self.extractor.window:
             if self.own_front_end or speed != 1.0:
                 return torch.zeros(0, len(self.normalizer.mean)), 0

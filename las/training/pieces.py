@@ -1,7 +1,7 @@
 """Long utterances cut into short pieces at the CTC head's alignment, for the attention's first
 steps from scratch.
 
-From scratch, the attention over a 13 s recording does not find its place (docs/BENCHMARKS.md,
+From scratch, the attention over a 13 s recording does not find its place (docs/archive/experiments.md,
 "Long utterances from scratch"), where over AN4's 2.7 s utterances the same model's finds it in
 300-400 steps; and a model that aligned on short utterances reads long ones after a few epochs
 on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, per character),
@@ -78,7 +78,7 @@ def quietest(cuts: list[int], loudness: torch.Tensor, reach: int) -> list[int]:
     neighbour, so that they stay in order.
     A CTC head may settle on placing its characters early: one seed of three put them 140 ms
     before the others' from its first cut to the end of training, and four of its cuts in five
-    fell on frames louder than the recording's median, into the words (docs/BENCHMARKS.md, "Cuts
+    fell on frames louder than the recording's median, into the words (docs/archive/experiments.md, "Cuts
     at the quietest frame")."""
     smooth = smoothed(loudness)
     moved = cuts[:1]
