@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from las.core import config as config_module
 from las.core.config import Config, load_config, named_setting
 from las.core.errors import LasError, message_of
+from las.core.settings import Flag, Section, field_hints
 from las.core.threads import use_threads, wait_passively
 
 
@@ -126,14 +127,14 @@ def main_options(
         use_threads(threads)
 
 
-def config_options(section: type[config_module.Section]) -> Callable[[Function], Function]:
+def config_options(section: type[Section]) -> Callable[[Function], Function]:
     """Give the command an option for every field of `section` that declares a `Flag`, with
     the field's default, choices and help: the command receives the ones given as `shorthands`,
     `{"decode.beam_size": 4}`, to apply as `--set` assignments. One declaration per setting."""
     defaults = section()
-    hints = config_module.field_hints(section)
+    hints = field_hints(section)
 
-    def option(name: str, flag: config_module.Flag) -> inspect.Parameter:
+    def option(name: str, flag: Flag) -> inspect.Parameter:
         kind = typing.get_args(hints[name])[0]  # the field's type without its rules
         while typing.get_origin(kind) is Annotated:
             kind = typing.get_args(kind)[0]
@@ -144,10 +145,9 @@ def config_options(section: type[config_module.Section]) -> Callable[[Function],
         return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
     flags = {
-        name: next(rule for rule in hint.__metadata__ if isinstance(rule, config_module.Flag))
+        name: next(rule for rule in hint.__metadata__ if isinstance(rule, Flag))
         for name, hint in hints.items()
-        if typing.get_origin(hint) is Annotated
-        and any(isinstance(rule, config_module.Flag) for rule in hint.__metadata__)
+        if typing.get_origin(hint) is Annotated and any(isinstance(rule, Flag) for rule in hint.__metadata__)
     }
     options = [option(name, flag) for name, flag in flags.items()]
 

@@ -9,7 +9,7 @@ streams the CPU holds in real time.
 Each recording is pushed 10 ms at a time, as fast as the stream takes it, on one thread. A word
 is emitted when a final result gives it (it will not change after: by default once every
 hypothesis of the beam shares it, las.search.triggered; spelling greedily, once its space is
-spelt, las.search.streaming). Its **delay** is the audio heard by then minus the word's end in
+spelt, las.search.monotonic_stream). Its **delay** is the audio heard by then minus the word's end in
 the reference's forced alignment (CTC, from a model that decodes whole), plus how long the
 stream took to compute the piece that made it final once that piece had arrived and the pieces
 before it were done (the process's CPU time, so a busy machine does not count): what a listener
@@ -47,7 +47,7 @@ from las.data.ctm import WordTime, read_ctm
 from las.data.manifest import read_utterances
 from las.recognition.decode import decode
 from las.recognition.recognizer import Recognizer
-from las.recognition.streaming import StreamResult
+from las.recognition.stream import StreamResult
 from las.recognition.transcripts import read_transcripts
 
 app = typer.Typer(add_completion=False)

@@ -6,7 +6,7 @@ import torch
 from las.core.config import AttentionName, load_config
 from las.core.errors import LasError
 from las.model.attention import MultiHeadAttention
-from las.model.attentions import ATTENTIONS, build_attention
+from las.model.attention_registry import ATTENTIONS, build_attention
 
 
 def inputs(batch: int = 3, frames: int = 6, dim: int = 8) -> dict[str, torch.Tensor]:

@@ -258,7 +258,8 @@ def test_info_describes_a_checkpoint(trained: dict[str, Path]) -> None:
 def test_decode_options_are_the_config_fields_that_declare_them(trained: dict[str, Path], tmp_path: Path) -> None:
     """Every `Flag` of DecodeConfig is an option of las decode, with the field's default, and an
     option sets what `--set decode.FIELD=...` sets."""
-    from las.core.config import DecodeConfig, Flag, field_hints
+    from las.core.config import DecodeConfig
+    from las.core.settings import Flag, field_hints
 
     code, stdout, _ = run("decode", "--help")
     flags = [rule for hint in field_hints(DecodeConfig).values() for rule in getattr(hint, "__metadata__", ())]

@@ -75,10 +75,11 @@ def test_missing_and_invalid_toml(tmp_path: Path) -> None:
         load_config(bad)
 
 
-RECIPES = sorted((Path(__file__).parent.parent / "data" / "recipes").glob("*.toml"))
+DATA = Path(__file__).parent.parent / "data"
+RECIPES = sorted([*(DATA / "recipes").glob("*.toml"), *DATA.glob("*/recipe.toml")])
 
 
-@pytest.mark.parametrize("recipe", RECIPES, ids=[path.stem for path in RECIPES])
+@pytest.mark.parametrize("recipe", RECIPES, ids=[f"{path.parent.name}/{path.stem}" for path in RECIPES])
 def test_every_shipped_recipe_loads_and_changes_the_defaults(recipe: Path) -> None:
     config = load_config(recipe)
     assert config != Config()
@@ -87,4 +88,38 @@ def test_every_shipped_recipe_loads_and_changes_the_defaults(recipe: Path) -> No
 
 def test_the_gpu_recipe_is_refused_on_the_cpu_in_one_line() -> None:
     with pytest.raises(LasError, match="needs a CUDA device"):
-        load_config(RECIPES[0].parent / "an4-gpu.toml", ["train.device=cpu"])
+        load_config(DATA / "recipes" / "an4-gpu.toml", ["train.device=cpu"])
+
+
+def test_a_retired_setting_at_its_old_default_is_ignored_with_a_note_and_refused_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Settings files and runs of earlier releases name settings measured as no help and taken
+    out: at the value they had by default they change nothing, and load; at another they ask for
+    what is gone."""
+    config = load_config(None, ["train.attention_guide=off", "decode.stream_second_pass_words_beam_size=0"])
+    assert config == Config()
+    assert "'train.attention_guide' is no longer a setting of las (at its default: ignored)" in capsys.readouterr().err
+    for assignment in ("train.attention_guide=on", "train.attention_pieces_ctc_weight=0.8"):
+        with pytest.raises(LasError, match=f"{assignment.split('=')[0]}' is no longer a setting.*got '"):
+            load_config(None, [assignment])
+    # Renamed: read under the new name.
+    assert load_config(None, ["train.attention_guide_trigger=2"]).train.attention_pieces_trigger == 2.0
+
+
+def test_a_checkpoint_of_an_earlier_release_with_retired_settings_loads_at_their_defaults(tmp_path: Path) -> None:
+    import torch
+
+    from las.model.checkpoint import load_checkpoint as load_model
+
+    payload = torch.load(Path(__file__).parent / "data" / "search" / "model.pt", weights_only=False)
+    retired = {"attention_guide": "off", "attention_guide_steps": 2000, "attention_pieces_quiet_seconds": 0.0}
+    payload["config"]["train"] |= retired | {"attention_guide_trigger": 1.5}
+    payload["config"]["decode"]["stream_second_pass_words_other_speed"] = True
+    torch.save(payload, tmp_path / "old.pt")
+    assert load_model(tmp_path / "old.pt").config.train.attention_pieces_trigger == 1.5
+    payload["config"]["train"]["attention_guide"] = "on"
+    torch.save(payload, tmp_path / "guided.pt")
+    with pytest.raises(LasError, match=r"guided.pt: config key 'train.attention_guide' is no longer") as error:
+        load_model(tmp_path / "guided.pt")
+    assert "damaged" not in str(error.value)

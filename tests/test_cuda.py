@@ -129,7 +129,7 @@ def test_training_in_pieces_on_cuda(tiny_config: Config, graphs: bool) -> None:
     """Utterances cut at the CTC head's alignment on the GPU (las.training.pieces), those it does
     not yet align heard whole, in bf16, and with the passes as CUDA graphs: the pieces' shapes are
     new buckets, each captured as it comes."""
-    settings = dict(attention_pieces="on", attention_pieces_seconds=0.5, attention_guide_trigger=7.0)
+    settings = dict(attention_pieces="on", attention_pieces_seconds=0.5, attention_pieces_trigger=7.0)
     settings = replace(tiny_config.train, device="cuda", epochs=3, precision="bf16", cuda_graphs=graphs, **settings)
     run = train(replace(tiny_config, train=settings))
     records = [json.loads(line) for line in (run / "metrics.jsonl").open()]

@@ -104,7 +104,7 @@ def test_two_processes_train_in_pieces_with_utterances_heard_whole_by_the_ctc_he
     # Each rank cuts its own utterances, and hears whole those its CTC head does not yet align (a
     # second forward pass before the one backward), whether or not the other rank does: the ranks
     # must stay in step through DistributedDataParallel's reduction all the same.
-    pieces = ("train.attention_pieces=on", "train.attention_pieces_seconds=0.5", "train.attention_guide_trigger=7")
+    pieces = ("train.attention_pieces=on", "train.attention_pieces_seconds=0.5", "train.attention_pieces_trigger=7")
     records = metrics(run_training(tmp_path, 2, pieces))
     assert [record["epoch"] for record in records] == [1, 2, 3]
     assert all(record["train_cut"] > 0 for record in records)

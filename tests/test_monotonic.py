@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from las.model.attentions import build_attention
+from las.model.attention_registry import build_attention
 from las.model.monotonic import MonotonicAttention, expected_alignment
 from las.search import BeamSearch, GreedySearch, Rules, Symbols
 

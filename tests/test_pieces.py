@@ -14,7 +14,7 @@ from las.model.losses import joint_loss
 from las.training.attention_start import AttentionStart
 from las.training.distributed import Distributed
 from las.training.optimisation import Optimisation
-from las.training.pieces import Cutting, Piece, cut, pieces_of, quietest, word_spans
+from las.training.pieces import Cutting, Piece, cut, pieces_of, word_spans
 
 from .conftest import TINY
 
@@ -41,24 +41,6 @@ def test_pieces_are_whole_words_cut_at_the_middle_of_the_pauses_between_them() -
     assert pieces_of([], 25, 100, [10]) == [Piece((0, 100), (0, 0))]
 
 
-def test_cuts_move_to_the_quietest_frame_within_their_reach_and_stay_in_order() -> None:
-    loudness = torch.ones(100)
-    loudness[40:45] = -5.0  # a pause centred 6 frames after the cut at 36
-    loudness[55:62] = -5.0  # one centred 8 frames before the cut at 66
-    start, first, second, end = quietest([0, 36, 66, 100], loudness, 10)
-    assert (start, end) == (0, 100) and 40 <= first < 45 and 55 <= second < 62  # each in its pause
-    # Within a reach of 2 (and 2 frames of smoothing) the first pause is only partly, the second not
-    # at all: the first cut moves to the window's quietest frame, the second stays where nothing is
-    # quieter than its own.
-    assert quietest([0, 36, 66, 100], loudness, 2) == [0, 38, 66, 100]
-    # Never half-way to a neighbour: two cuts 4 frames apart over one pause stay apart, in order.
-    moved = quietest([0, 40, 44, 100], loudness, 10)
-    assert moved[1] <= 42 < moved[2]
-    words = [((0, 2), (2, 6)), ((3, 4), (12, 13)), ((5, 7), (20, 22))]
-    assert pieces_of(words, 25, 100, [70], loudness, 10) == [Piece((0, second), (0, 4)), Piece((second, 100), (5, 7))]
-    assert pieces_of(words, 25, 100, [70], loudness, 0) == pieces_of(words, 25, 100, [70])
-
-
 def batch_of(texts: list[str], frames: list[int]) -> Batch:
     tokens = [torch.tensor(VOCABULARY.encode(text)) for text in texts]
     targets_in, targets_out, target_lengths = speller_targets(tokens, VOCABULARY)
@@ -69,15 +51,14 @@ def batch_of(texts: list[str], frames: list[int]) -> Batch:
     return Batch(ids, features, torch.tensor(frames), targets_in, targets_out, target_lengths, list(texts))
 
 
-@pytest.mark.parametrize("reach", [0, 20])  # cuts at the alignment's pauses, or moved to quiet frames
-def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance(reach: int) -> None:
+def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
     torch.manual_seed(0)
     model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
     batch = batch_of(["AB CD ABC D CA", "AB", "DC BA"], [400, 400, 60])
     generator = torch.Generator().manual_seed(1)
     # An untrained head is trusted only with a trigger above any loss.
     assert cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator) is None
-    step = cut(model, batch, Cutting(longest=100, trigger=1e6, reach=reach), VOCABULARY, generator)
+    step = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
     assert step is not None and step.heard is None  # every utterance aligned
     pieces = step.pieces
     # The first utterance in pieces; the second, one word, whole; the third shorter than a piece.
@@ -194,7 +175,7 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     assert starts(long).cutting(None) == Cutting(300, 1.5)  # 3 s at first
     assert starts(long).cutting(1200) == Cutting(1200, 1.5)
     assert starts(long).cutting(2400) is None  # 24 s: longer than any
-    assert starts(long).active(0, None, 1200) and not starts(long).active(0, None, 2400)
+    assert starts(long).active(1200) and not starts(long).active(2400)
     # Most of the last steps' pieces along a diagonal, or 500 steps at one length: twice as long.
     assert starts(long).lengthened(0.5, 10) and not starts(long).lengthened(0.4, 499)
     assert starts(long).lengthened(0.0, 500)
@@ -206,6 +187,7 @@ def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cu
     assert AttentionStart(load_config(None, []), long).cutting(None) == Cutting(300, 1.5)
     assert AttentionStart(load_config(None, []), short).cutting(None) is None
     assert starts(short, "train.attention_pieces=on").cutting(None) is None  # none longer than 3 s
+    assert starts(long, "train.attention_pieces_auto_seconds=15").cutting(None) is None  # 12 s: not long
     on = starts(short, "train.attention_pieces=on", "train.attention_pieces_seconds=2")
     assert on.cutting(None) == Cutting(200, 1.5)
     # Transcripts with no space (Chinese, Japanese) have no words to cut at: auto is off, on refused.

@@ -21,19 +21,19 @@ from typer.testing import CliRunner
 from las.cli import app
 from las.core.config import FeatureConfig, load_config
 from las.core.errors import LasError
+from las.data.feature_stream import FeatureStream
 from las.data.features import FilterbankExtractor, Normalizer, analysis_sizes
 from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels
 from las.data.signal import POWER_FLOOR, resample
-from las.data.streaming import FeatureStream
 from las.model.streaming_listener import ForwardListener
 from las.recognition import live
 from las.recognition.recognizer import Recognizer
 from las.recognition.second_pass import SegmentDecoder
-from las.recognition.segment_reader import SegmentModel, SegmentReader
-from las.recognition.streaming import Stream, StreamResult
+from las.recognition.segment_reader import SegmentModel
+from las.recognition.stream import Stream, StreamResult
 from las.search.common import Rules, Strategy, Symbols
+from las.search.monotonic_stream import Spelt
 from las.search.paths import GreedySearch
-from las.search.streaming import Spelt
 from las.search.triggered import TriggeredSearch
 
 from .conftest import AN4, TINY, an4_rows, write_manifest
@@ -186,16 +186,16 @@ def streamed(stream: Stream, samples: np.ndarray, piece: int) -> list[StreamResu
 
 
 @pytest.mark.parametrize(
-    ("strategy", "ctc_weight", "lookahead", "second_pass", "reach", "words"),
+    ("strategy", "ctc_weight", "lookahead", "second_pass", "pause", "words"),
     [
-        ("beam", 0.5, 0.0, False, 0.0, False),
-        ("beam", 1.0, 0.0, False, 0.0, False),
-        ("greedy", 0.5, 0.0, True, 0.0, False),  # the speller alone ends its own segments: no second pass
-        ("beam", 0.5, 0.12, False, 0.0, False),
-        ("beam", 0.5, 0.12, True, 0.0, False),
-        ("beam", 0.5, 0.12, True, 5.0, False),  # segments at short pauses, each decoded with those before it
+        ("beam", 0.5, 0.0, False, 1.0, False),
+        ("beam", 1.0, 0.0, False, 1.0, False),
+        ("greedy", 0.5, 0.0, True, 1.0, False),  # the speller alone ends its own segments: no second pass
+        ("beam", 0.5, 0.12, False, 1.0, False),
+        ("beam", 0.5, 0.12, True, 1.0, False),
+        ("beam", 0.5, 0.12, True, 0.2, False),  # segments at short pauses
         # each word decoded with the segment so far once the next begins (those unsure of, one word later)
-        ("beam", 0.5, 0.12, True, 0.0, True),
+        ("beam", 0.5, 0.12, True, 1.0, True),
     ],
 )
 def test_any_cutting_of_the_audio_gives_the_same_final_text(
@@ -204,12 +204,12 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
     ctc_weight: float,
     lookahead: float,
     second_pass: bool,
-    reach: float,
+    pause: float,
     words: bool,
 ) -> None:
     """By the default joint search (las.search.triggered), with its speller reading past the
-    trigger, with each segment decoded again whole once it ends (alone, or with the segments
-    before it) or word by word, its CTC head alone, and the speller alone (las.search.streaming)."""
+    trigger, with each segment decoded again whole once it ends (at long or short pauses) or word
+    by word, its CTC head alone, and the speller alone (las.search.monotonic_stream)."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
@@ -217,9 +217,8 @@ def test_any_cutting_of_the_audio_gives_the_same_final_text(
         ctc_weight=ctc_weight,
         stream_trigger_lookahead_seconds=lookahead,
         stream_second_pass=second_pass,
-        stream_second_pass_reach_seconds=reach,
         stream_second_pass_words=words,
-        stream_pause_seconds=0.2 if reach else 1.0,
+        stream_pause_seconds=pause,
     )
     for index, row in enumerate(an4_rows("dev", 2, longest_seconds=1.5)):
         samples = soundfile.read(row[1], dtype="int16")[0]
@@ -432,64 +431,22 @@ def test_a_word_heard_past_half_a_pause_waits_for_the_next_segment_which_says_if
     assert decoder.finish() == [*spelt("I", 190), Spelt(space, 190)] and decoder.finish() == []
 
 
-def test_word_by_word_early_decodings_search_as_their_own_settings_say(
-    streaming_model: dict[str, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each early decoding (a word's) searches with decode.stream_second_pass_words_beam_size and
-    at one speed where stream_second_pass_words_other_speed is off; a segment's decoding at its
-    pause as `las decode` does, at both speeds with the beam."""
-    calls: list[tuple[int, int]] = []  # (speeds decoded, beam) per decoding
-    decoded = SegmentReader.decoded
-
-    def spied(self: SegmentReader, heard: list[torch.Tensor], strategy: Strategy) -> list:
-        calls.append((len(heard), strategy.beam_size))  # type: ignore[attr-defined]
-        return decoded(self, heard, strategy)
-
-    monkeypatch.setattr(SegmentReader, "decoded", spied)
-    settings = dict(stream_second_pass_words=True, other_speed=0.9, beam_size=4)
-    samples = torch.from_numpy(soundfile.read(an4_rows("dev", 1)[0][1], dtype="float32")[0])
-    for early, expected in (
-        ({}, (2, 4)),
-        (dict(stream_second_pass_words_beam_size=2, stream_second_pass_words_other_speed=False), (1, 2)),
-    ):
-        recognizer = Recognizer.load(streaming_model["checkpoint"], "cpu", **settings, **early)
-        config = recognizer.config
-        reading = SegmentModel.of(recognizer.model, config, recognizer.checkpoint.normalizer, recognizer.vocabulary)
-        second_pass = SegmentDecoder(reading, config, recognizer.vocabulary)
-        features = recognizer.checkpoint.normalizer(FilterbankExtractor(config.features.at_decoding())(samples))
-        group = 2**config.model.pyramid_layers
-        second_pass.listen(samples)
-        for first in range(0, len(features) // group * group, group):
-            second_pass.hear(features[first : first + group])
-        frames = len(features) // group
-        calls.clear()
-        second_pass.early(0, frames // 2, 0, frames // 2)  # a word's
-        second_pass(0, frames, 1)  # the segment's, at its pause
-        assert calls == [expected, (2, 4)]
-
-
 @pytest.mark.parametrize(
-    ("strategy", "frames", "second_pass", "reach"),
-    [
-        ("greedy", 8, False, 0.0),
-        ("beam", 2 * 1000 // 40 + 1, False, 0.0),
-        ("beam", 2 * 1000 // 40 + 1, True, 0.0),
-        ("beam", 2 * 1000 // 40 + 1, True, 1.0),
-    ],
+    ("strategy", "frames", "second_pass"),
+    [("greedy", 8, False), ("beam", 2 * 1000 // 40 + 1, False), ("beam", 2 * 1000 // 40 + 1, True)],
 )
 def test_a_stream_keeps_bounded_state_over_long_audio(
-    streaming_model: dict[str, Path], strategy: str, frames: int, second_pass: bool, reach: float
+    streaming_model: dict[str, Path], strategy: str, frames: int, second_pass: bool
 ) -> None:
     """Spelling greedily, the frames from the one selected last and MoChA's chunk behind it; the
     joint search (and its second pass), a segment's frames (ended at decode.segment_seconds, 2 s
-    of 40 ms here, if no pause ends it first), and the second pass's reach back before it."""
+    of 40 ms here, if no pause ends it first) and the context before it."""
     recognizer = Recognizer.load(
         streaming_model["checkpoint"],
         "cpu",
         strategy=strategy,
         segment_seconds=2,
         stream_second_pass=second_pass,
-        stream_second_pass_reach_seconds=reach,
     )
     stream = recognizer.stream()
     generator = np.random.default_rng(0)
@@ -502,7 +459,7 @@ def test_a_stream_keeps_bounded_state_over_long_audio(
     assert max(keys for keys, _, _ in kept) <= frames
     # + the look-ahead's and the context before the segment
     held = stream.second_pass
-    assert held is None or len(held.groups) <= frames + 4 + held.context + held.reach
+    assert held is None or len(held.groups) <= frames + 4 + held.context
     assert all(samples < 4 * 160 + 400 and waiting <= 2 for _, samples, waiting in kept)
     assert stream.finish() is not None
 
@@ -529,20 +486,6 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
     stream.finish()
     with pytest.raises(LasError, match="has finished"):
         stream.push(np.zeros(160, dtype=np.int16))
-
-
-def test_a_second_pass_reaches_back_to_the_first_segment_begun_within_its_reach(
-    streaming_model: dict[str, Path],
-) -> None:
-    decoder = (
-        Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_reach_seconds=1).stream().second_pass
-    )
-    assert decoder is not None and decoder.reach == 25 and decoder.context == 12  # encoder frames of 40 ms
-    decoder.starts = [10, 30, 50]  # segments decoded before
-    assert decoder.window(60) == 50 - 12  # those begun 25 frames before it or later, and the context before
-    assert decoder.window(52) == 30 - 12
-    assert decoder.window(100) == 100 - 12  # none within reach: its own context, as with no reach
-    assert decoder.window(15) == 0  # never before what the stream has heard
 
 
 def test_a_second_pass_keeps_the_words_centred_in_its_segment_not_those_of_its_context() -> None:

@@ -38,7 +38,10 @@ def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
     records = metrics(run)
     assert [record["epoch"] for record in records] == list(range(1, 151))
     assert records[-1]["train_loss"] < 0.3 * records[0]["train_loss"]
-    assert records[-1]["dev_cer"] <= 5.0  # greedy decoding, no teacher forcing
+    assert records[-1]["dev_speller_cer"] <= 5.0  # the speller alone, greedy, no teacher forcing
+    # The kept models are chosen on the heads joined as decoding joins them (greedy, CTC at decode.ctc_weight).
+    assert all(record["dev_cer"] == record["dev_joint_cer"] for record in records)
+    assert records[-1]["dev_cer"] <= 5.0 and records[-1]["dev_reading"] == "speller + CTC, greedy"
     # Four memorised utterances need no alignment, so only the measurement itself is checked here.
     names = ("alignment_monotonic", "alignment_coverage", "diagonal_share")
     assert all(0 <= record[f"dev_{name}"] <= 1 for record in records for name in names)
@@ -71,25 +74,11 @@ def test_attention_that_has_not_aligned_where_ctc_has_learnt_is_said_once(
     assert "attention has not aligned" not in capsys.readouterr().err
 
 
-def test_a_guided_run_teaches_its_attention_the_ctc_alignment_and_says_so(
-    tiny_config: Config, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # AN4's short utterances are not guided by default; on, and with every alignment trusted.
-    config = with_training(
-        tiny_config, epochs=6, attention_guide="on", attention_guide_trigger=1000.0, attention_guide_steps=4
-    )
-    records = metrics(train(config))  # one step an epoch
-    assert records[0]["train_guide_loss"] > 0 and "train_guide_loss" not in records[-1]  # over after 4 steps
-    assert records[0]["train_guided"] == 1.0
-    said = capsys.readouterr()
-    assert "attention guided by the CTC head's alignment for 4 steps once the head has learnt" in said.out + said.err
-
-
 def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_says_so(
     tiny_config: Config, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # AN4's short utterances are not cut by default; on, in pieces of at most a second, every alignment trusted.
-    settings = dict(attention_pieces="on", attention_pieces_seconds=1.0, attention_guide_trigger=1e6)
+    settings = dict(attention_pieces="on", attention_pieces_seconds=1.0, attention_pieces_trigger=1e6)
     run = train(with_training(tiny_config, epochs=2, **settings))
     records = metrics(run)  # one step an epoch
     assert [record["train_cut"] for record in records] == [1.0, 1.0]
@@ -113,7 +102,7 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
 
 
 # Pieces under way on the tiny corpus, none ever cut: the trigger is out of reach of any CTC loss.
-UNCUT_PIECES = dict(attention_pieces="on", attention_pieces_seconds=0.2, attention_guide_trigger=1e-6)
+UNCUT_PIECES = dict(attention_pieces="on", attention_pieces_seconds=0.2, attention_pieces_trigger=1e-6)
 
 
 def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
@@ -135,39 +124,6 @@ def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
     third = train(with_training(tiny_config, epochs=3, out=str(tmp_path / "three"), **settings))
     weights = "speller.cells.0.weight_hh"
     assert not torch.equal(after[weights], load_model(third / "last.pt").model_state[weights])  # from step 2 on
-
-
-def test_while_the_pieces_are_under_way_the_ctc_loss_weighs_its_own_weight(
-    tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # The pieces under way, the speller trained beside the head: each step's loss is
-    # λ·CTC + (1 - λ)·attention at the pieces' λ, where more than the model's; at the model's where less.
-    settings = UNCUT_PIECES | dict(attention_pieces_ctc_first=False)
-    for weight, expected in ((0.9, 0.9), (0.1, tiny_config.model.ctc_weight)):
-        out = tmp_path / str(weight)
-        run = train(with_training(tiny_config, epochs=1, out=str(out), attention_pieces_ctc_weight=weight, **settings))
-        record = metrics(run)[-1]
-        joint = expected * record["train_ctc_loss"] + (1 - expected) * record["train_attention_loss"]
-        assert record["train_loss"] == pytest.approx(joint, rel=1e-4)
-    assert "while the pieces are under way, the CTC loss weighs 0.9" in capsys.readouterr().out
-
-
-def test_the_guide_waits_for_the_ctc_head_and_its_schedule_counts_from_then(tiny_config: Config) -> None:
-    """A CTC head that has not learnt has no alignment to teach: the guide waits for it, whole,
-    however long that takes, and its steps are counted from the first it teaches (a schedule
-    counted from step 0 had faded by the time AN4's model's head learnt on long utterances)."""
-    from las.training.attention_start import AttentionStart
-
-    config = with_training(
-        tiny_config, epochs=3, attention_guide="on", attention_guide_trigger=1e-6, attention_guide_steps=2
-    )
-    records = metrics(train(config))  # one step an epoch, never under the trigger
-    assert [record["train_guided"] for record in records] == [0.0, 0.0, 0.0]
-    assert all(record["train_guide_loss"] == 0.0 for record in records)  # still waiting at the end
-    start = AttentionStart(config, [100])
-    assert start.at(700, None).weight == 1.0  # waiting
-    assert [start.at(step, 500) for step in (500, 501)] == [start.at(0, 0), start.at(1, 0)]
-    assert start.at(501, 500).weight == 1.0 and start.at(502, 500) is None
 
 
 def without_timings(records: list[dict]) -> list[dict]:

@@ -1,69 +1,42 @@
-"""The single source of truth for every setting: frozen dataclasses, TOML files, `--set` overrides.
+"""The single source of truth for every setting: each default, what it accepts, one line of what
+it does. Why each default is what it is lives on the results pages (data/an4/RESULTS.md).
 
 A `Config` is built from the defaults below, then a TOML file (`--config`), then `KEY=VALUE`
 overrides (`--set model.attention=location`), each layer replacing only the fields it names.
-It is saved inside every checkpoint, so decoding needs nothing but the checkpoint.
-
-Every field declares what it accepts next to its default: a `Literal` of choices, or a `Range`
-in its `Annotated` type. Sections check themselves when they are made, so an invalid config
-cannot exist — whether it comes from the defaults, a TOML file, `--set` or a checkpoint — and
-every command fails on a bad value before any work, naming the field.
+It is saved inside every checkpoint, so decoding needs nothing but the checkpoint. Every field
+declares what it accepts beside its default (las.core.settings), and sections check themselves
+when made, so an invalid config cannot exist and every command fails on a bad value before any
+work, naming the field.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import tomllib
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from las.core.errors import LasError
+from las.core.progress import say
+from las.core.settings import (
+    Count,
+    Flag,
+    Fraction,
+    NonNegative,
+    PathText,
+    Positive,
+    Range,
+    Retired,
+    RetiredSetting,
+    Section,
+    assignment_table,
+    coerce,
+    read_table,
+)
 
-
-@dataclass(frozen=True)
-class Range:
-    """The numbers a field accepts: from `minimum` (excluded when `open_minimum`) to `maximum`."""
-
-    minimum: float | None = None
-    maximum: float | None = None
-    open_minimum: bool = False
-
-    def check(self, value: float, key: str) -> None:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise LasError(f"config key {key!r}: expected a finite number, got {value}")
-        low = self.minimum is None or value > self.minimum or (value == self.minimum and not self.open_minimum)
-        high = self.maximum is None or value <= self.maximum
-        if not (low and high):
-            raise LasError(f"config key {key!r}: expected {self}, got {value}")
-
-    def __str__(self) -> str:
-        parts = []
-        if self.minimum is not None:
-            parts.append(f"{'>' if self.open_minimum else '>='} {self.minimum:g}")
-        if self.maximum is not None:
-            parts.append(f"<= {self.maximum:g}")
-        return "a number " + " and ".join(parts)
-
-
-@dataclass(frozen=True)
-class NonEmpty:
-    """A text field that must name something (an empty path would mean the current directory)."""
-
-    def check(self, value: str, key: str) -> None:
-        if not value.strip():
-            raise LasError(f"config key {key!r}: must not be empty")
-
-
-Count = Annotated[int, Range(1)]  # sizes and counts of at least one
-NonNegative = Annotated[int, Range(0)]
-Positive = Annotated[float, Range(0, open_minimum=True)]
-Fraction = Annotated[float, Range(0, 1)]  # weights and rates in [0, 1]
-PathText = Annotated[str, NonEmpty()]
 Device = Literal["auto", "cpu", "cuda"]
+
 # How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "lhotse", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
 ListenerKind = Literal["pblstm", "plstm", "transformer", "conformer"]
@@ -79,58 +52,6 @@ ConfidenceMeasure = Literal["entropy", "probability"]  # las/recognition/confide
 ConfidenceSource = Literal["both", "speller", "ctc"]  # whose distributions (ctc: needs a CTC head)
 
 
-class Section:
-    """A config section: its fields are checked against their declared choices and ranges on creation."""
-
-    name: ClassVar[str]
-
-    def __post_init__(self) -> None:
-        for item in dataclasses.fields(self):  # type: ignore[arg-type]
-            check_value(getattr(self, item.name), field_hints(type(self))[item.name], f"{self.name}.{item.name}")
-
-
-def field_hints(kind: type) -> dict[str, Any]:
-    return typing.get_type_hints(kind, include_extras=True)
-
-
-def is_union(kind: Any) -> bool:
-    return typing.get_origin(kind) in (typing.Union, types.UnionType)
-
-
-def named_values(kind: Any) -> tuple[Any, ...]:
-    """The values a field names: a Literal's, or the Literal's of a union such as
-    `float | Literal["auto"]` (a number, or a value worked out from the other settings)."""
-    if typing.get_origin(kind) is Literal:
-        return typing.get_args(kind)
-    members = typing.get_args(kind) if is_union(kind) else ()
-    return tuple(
-        value for member in members if typing.get_origin(member) is Literal for value in typing.get_args(member)
-    )
-
-
-def check_value(value: Any, hint: Any, key: str) -> None:
-    """Refuse a value outside the field's choices or range (types are settled by `_coerce`)."""
-    rules = hint.__metadata__ if typing.get_origin(hint) is Annotated else ()
-    kind = typing.get_args(hint)[0] if rules else hint
-    named = named_values(kind)
-    if isinstance(value, str) and value in named:
-        return  # a number's "auto" is resolved where it is read
-    if typing.get_origin(kind) is Literal or named and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        choices = ", ".join(map(str, named)) + (", or a number" if is_union(kind) else "")
-        raise LasError(f"config key {key!r}: {value!r} is not one of {choices}")
-    for rule in rules:
-        if isinstance(rule, (Range, NonEmpty)):
-            rule.check(value, key)
-
-
-@dataclass(frozen=True)
-class Flag:
-    """A field that `las decode` also takes as a command-line option (`--set` takes them all)."""
-
-    option: str  # e.g. "--beam-size"
-    help: str
-
-
 @dataclass(frozen=True)
 class FeatureConfig(Section):
     """Log-mel filterbank front end (computed once, cached on disk)."""
@@ -140,33 +61,18 @@ class FeatureConfig(Section):
     mel_bins: Count = 80
     window_ms: Positive = 25.0
     hop_ms: Positive = 10.0
-    # Subtract each utterance's per-bin mean before the global normalisation: cancels a fixed
-    # channel response (microphone, telephone line), which adds a constant to each log-mel bin.
+    # Each utterance's per-bin mean subtracted first: cancels a fixed channel (microphone, telephone line).
     utterance_mean: bool = True
-    # ... counting the training frames' average as this many seconds of the utterance's own: a
-    # word alone keeps the spectrum that tells it apart (single words cut from AN4 dev: 30% -> 45%
-    # right, 3 seeds), a sentence's mean stays mostly its own (docs/archive/experiments.md, "A word alone").
+    # ... counting the training frames' average as this many seconds of its own (a word alone keeps its spectrum).
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
-    # A recording that peaks under this level is raised to it before analysis (las/data/loudness.py):
-    # log power's floor swallows the soft sounds of speech 30-60 dB down. AN4's quietest training
-    # recording peaks at -23 dBFS; raised only to -30, dev 30 dB down read 1.25x worse.
+    # A recording that peaks under this level is raised to it before analysis (las/data/loudness.py).
     quiet_peak_dbfs: Annotated[float, Range(-60, 0)] = -20.0
-    # Silence or background before and after the speech is cut to at most this much in training
-    # (at decoding, to decode.surroundings_seconds; las/data/surroundings.py): AN4's utterances
-    # open with about 0.33 s of lead-in, while padded exports and phone apps bring seconds of it,
-    # which moved the per-utterance mean and misled the attention (docs/archive/experiments.md, "Surroundings").
+    # Silence or background around the speech cut to at most this much in training (las/data/surroundings.py).
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
-    # Late reverberation removed from the waveform before analysis by single-channel weighted
-    # prediction error, where that takes 0.3 dB or more of its energy away (las/data/dereverberation.py):
-    # at decoding (the default; training's draws stay as they are, and as fast), in training too
-    # ("always"), or not at all ("off"). A room of RT60 0.6 s decoded at 2.6x the clean CER, and at
-    # 2.0x with it, every other condition as before (3 seeds; docs/archive/experiments.md, "Reverberation").
+    # Late reverberation removed (las/data/dereverberation.py): at decoding, always, or off.
     dereverberation: Dereverberation = "decoding"
-    # A front end that reads each frame's past only, as audio arriving can be read (streaming
-    # models, las/recognition/streaming.py): frames padded with zeros rather than mirrored at the
-    # ends, each utterance's mean a running one (with its prior), and nothing that reads the whole
-    # recording first (declipping, its offset, its level, dereverberation at decoding).
+    # Each frame from its past only (streaming models): zero padding, a running mean, nothing that reads ahead.
     causal: bool = False
 
     def __post_init__(self) -> None:
@@ -205,44 +111,25 @@ class DataConfig(Section):
     name: ClassVar[str] = "data"
     train: PathText = "data/an4/train.tsv"
     dev: PathText = "data/an4/dev.tsv"
-    # Word times of the training utterances (CTM, from `las align`) for train.augment.words;
-    # auto: the training manifest's name with .ctm (a data folder's words.ctm) where there is one;
-    # "" for none.
+    # Word times (CTM) of the training utterances, for train.augment.words; auto: MANIFEST.ctm; "": none.
     train_alignment: str = "auto"
     input_format: InputFormat = "auto"
-    # Feature cache shared by all runs, keyed by audio content and feature settings; auto:
-    # $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
+    # The feature cache shared by runs; auto: $XDG_CACHE_HOME/las/features, else ~/.cache/las/features.
     cache_dir: PathText = "auto"
     batch_size: Count = 16
     # Largest padded batch in input frames: long utterances come in smaller batches.
     max_batch_frames: Count = 8000
-    # Batches by frames (> 0): utterances of similar length, as many as fit this many padded
-    # input frames, so every batch costs about the same whatever the corpus's lengths (batch_size
-    # and max_batch_frames then set nothing). 0: batches of batch_size utterances.
+    # > 0: batches of similar lengths, as many utterances as fit this many padded frames (batch_size unused).
     batch_frames: NonNegative = 0
-    # Batches by frames sized from the GPU (> 0): a new run on CUDA sets data.batch_frames to the
-    # most padded frames whose training step peaks within this share of the GPU's memory, probed
-    # on the corpus's longest utterances (las/training/batch_memory.py), and no more than a data.batch_frames
-    # already set (a recipe's: its learning rate and schedule were found for it). The run's config
-    # keeps the result, so a resumed run batches as it began. Leave room for what the probe does
-    # not see: the allocator's slack, train.cuda_graphs' memory per bucket. On a CPU: no change.
+    # > 0, on CUDA: data.batch_frames sized to this share of the GPU's memory (las/training/batch_memory.py).
     batch_memory: Annotated[float, Range(0, 0.95)] = 0.0
-    # A curriculum (SortaGrad, Amodei et al. 2016; ESPnet's sortagrad): the first this many epochs
-    # take their batches shortest first rather than shuffled, so that attention meets short
-    # utterances, which it aligns sooner, before long ones. 0: every epoch shuffled.
+    # A curriculum (SortaGrad): the first this many epochs take their batches shortest first.
     shortest_first_epochs: NonNegative = 0
     # Processes that extract features and load training batches (0: all in the main process).
     workers: NonNegative = 2
-    # A training corpus of up to this many utterances (counted at each speed of
-    # train.speed_perturbation) has its features computed before training starts, so that a file
-    # that cannot be decoded stops the run before it begins. A larger one starts at once: each
-    # file's header is read for its length, and its features are computed (and cached) by the
-    # workers as the batches first need them; a file whose audio then cannot be decoded stops
-    # training when it is reached (data.bad_utterances=skip checks every file first).
+    # Corpora of up to this many utterances have their features computed before the first step.
     extract_ahead: NonNegative = 20_000
-    # An utterance that cannot be used — missing, unreadable, empty or non-finite audio or features,
-    # audio shorter than one window, a segment outside its recording, an empty transcript,
-    # characters outside the vocabulary: error stops naming it; skip leaves it out with a warning.
+    # An unusable utterance: error stops naming it; skip leaves it out with a warning.
     bad_utterances: Literal["error", "skip"] = "error"
 
 
@@ -250,8 +137,7 @@ class DataConfig(Section):
 class ModelConfig(Section):
     name: ClassVar[str] = "model"
     listener_hidden: Count = 160  # per direction
-    # Each halves the time axis: 2**layers shorter. Two (40 ms frames): at 8x, 7% of AN4 training
-    # utterances have fewer frames than CTC needs for their characters.
+    # Each halves the time axis: 2**layers shorter (two: 40 ms encoder frames).
     pyramid_layers: NonNegative = 2
     key_dim: Count = 128
     value_dim: Count = 128
@@ -261,8 +147,7 @@ class ModelConfig(Section):
     location_channels: Count = 10
     location_kernel: Count = 15
     cumulative_attention: bool = True  # location attention convolves the sum of all previous weights
-    # gmm (Graves 2013): this many Gaussians moved forward every step; softplus: Battenberg et
-    # al.'s V2 (softplus offsets and widths, softmax mixture weights), else Graves's exponentials.
+    # gmm (Graves 2013): Gaussians moved forward each step; softplus: Battenberg et al.'s V2.
     gmm_mixtures: Count = 5
     gmm_softplus: bool = True
     chunk_size: Count = 4  # monotonic_chunk (MoChA): frames of the soft chunk ending at the selected one
@@ -273,17 +158,9 @@ class ModelConfig(Section):
     locked_dropout: bool = False  # listener: one dropout mask per utterance, shared by all frames
     tie_embedding: bool = False
     ctc_weight: Fraction = 0.5  # λ of the joint CTC-attention loss; 0 removes the CTC head
-    # Self-attention (the seed lecture's last case study; las/model/attention_listener.py,
-    # las/model/transformer_speller.py). A transformer or conformer listener shortens time by
-    # 2**pyramid_layers (time_reduction: frames concatenated, or strided convolutions), then runs
-    # listener_layers layers; a transformer speller has speller_layers layers. Both are
-    # transformer_dim wide with transformer_heads heads unless speller_dim and speller_feedforward
-    # give the speller sizes of its own (0: the listener's); model.dropout applies.
+    # Self-attention listeners shorten time by 2**pyramid_layers, then run listener_layers layers.
     listener: ListenerKind = "pblstm"
-    # plstm: the pyramid's LSTMs read forwards only, and the top layer hears this many encoder
-    # frames ahead (2**pyramid_layers input frames each): a listener for streaming
-    # (las/model/streaming_listener.py), whose look-ahead is this, in seconds: lookahead x
-    # 2**pyramid_layers x features.hop_ms.
+    # plstm: a forward pyramid whose top layer hears this many encoder frames ahead (las/model/streaming_listener.py).
     lookahead: NonNegative = 0
     speller: SpellerKind = "lstm"
     time_reduction: TimeReduction = "conv"
@@ -305,13 +182,6 @@ class ModelConfig(Section):
                 f"config key 'model.attention_heads': {self.attention_heads} must divide "
                 f"model.key_dim={self.key_dim} and model.value_dim={self.value_dim}"
             )
-
-    @property
-    def guidable(self) -> bool:
-        """Whether training can teach the attention the CTC head's alignment (las.model.guide): an
-        LSTM speller, whose attention of any kind gives a distribution over the frames in training
-        (a monotonic one's is its expected alignment), and a CTC head."""
-        return self.speller == "lstm" and self.ctc_weight > 0
 
     @property
     def transformer_speller_dim(self) -> int:
@@ -358,10 +228,7 @@ class ModelConfig(Section):
 class AugmentConfig(Section):
     """Waveform augmentation (las/data/channels.py): per utterance and epoch, each effect with its
     probability, drawn from a generator seeded by (seed, epoch, utterance) so a resumed run draws
-    the same. Augmented utterances are read and featurised on the fly by the DataLoader workers.
-    The defaults (with speed perturbation, per-utterance normalisation and 100 epochs) keep clean
-    AN4 dev CER and hold it through a telephone line and noise (docs/archive/experiments.md, 3 seeds); on
-    precomputed features they are off."""
+    the same; featurised on the fly by the loader's workers. Off on precomputed features."""
 
     name: ClassVar[str] = "train.augment"
     reverberation: Fraction = 0.15  # a synthetic room, RT60 drawn from 0.2-0.8 s
@@ -370,44 +237,23 @@ class AugmentConfig(Section):
     snr_high: Annotated[float, Range(-10, 60)] = 30.0
     telephone: Fraction = 0.3  # a narrowband line: band edges drawn near 300 and 3400 Hz, 8 kHz, mu-law
     gain_db: Annotated[float, Range(0, 40)] = 6.0  # a gain drawn from +-gain_db
-    # A quiet microphone: the recording 20-40 dB quieter, in 16 bits, which the front end raises
-    # back with the quantiser's noise and steps in its soft sounds (AN4 dev 40 dB down: 1.12x).
+    # A quiet microphone: the recording 20-40 dB quieter, in 16 bits.
     quiet: Fraction = 0.0
-    # A microphone set too hot: the peak driven 3-20 dB over full scale and cut flat there, in 16
-    # bits, then filled in by the front end as decoding fills it (las/data/declipping.py; AN4 dev
-    # so, +10 dB: 4% of samples cut, 1.49x the CER; +20 dB: 22%, 2.48x; 3 seeds, no training).
+    # A microphone set too hot: driven 3-20 dB over full scale and cut flat, in 16 bits (las/data/declipping.py).
     clipping: Fraction = 0.0
-    # A compressor, as a phone's automatic gain or a broadcast chain leaves speech: each frame
-    # (5-30 ms) louder than a threshold 10-30 dB under the loudest one turned down 2-10 to 1, the
-    # whole raised to a -1 dBFS peak, in 16 bits (AN4 dev through 4:1 at -40 dBFS: 1.32x the CER,
-    # 3 seeds, no training).
+    # A compressor, as a phone's automatic gain leaves speech: loud frames turned down 2-10 to 1.
     compression: Fraction = 0.0
-    # A tight crop: the lead-in and the trail each cut to a random share of themselves, down to
-    # none, as isolated words and clips cut at the speech arrive (with features.trim_surroundings).
+    # A tight crop: the lead-in and the trail each cut to a random share of themselves.
     crop: Fraction = 0.25
-    # Or, with this probability, up to a second more of the recording's own background before and
-    # after it (features.trim_surroundings): what the front end keeps around the words of a
-    # recording made with seconds of it.
+    # Or up to a second more of the recording's own background before and after it.
     surroundings: Fraction = 0.0
-    # Of the draws, this share becomes one word of its utterance cut at its word times
-    # (data.train_alignment), as isolated words arrive; the rest keep the whole utterance.
+    # Of the draws, this share becomes one word of its utterance, cut at its word times (data.train_alignment).
     words: Fraction = 0.1
-    # Or, with this probability, all of its words cut at the first one's start and the last one's
-    # end (the same word times and margins): a clip cut at its words by an editor or an aligner
-    # starts on the first sound of its first word, where the front end's crops above never start.
-    # Dev utterances cut so decoded 1.21x -> 1.03x their CER whole, which stayed the same (3 seeds,
-    # 40 epochs; docs/archive/experiments.md, "Clips cut at their words").
+    # Or all of its words cut at the first one's start and the last one's end, as an editor or aligner cuts a clip.
     tight: Fraction = 0.15
-    # Of the draws, this share becomes a sound that is not speech (music, typing, knocks, a
-    # ringtone, a crowd: las/data/sounds.py) with an empty transcript, so that the model learns
-    # to say nothing about them: 3 seeds, the same dev CER, 21 -> 1.7 characters from such sounds
-    # and 8.2 -> 5.8 from families it never heard (docs/archive/experiments.md, "Non-speech").
+    # Of the draws, this share becomes a sound that is not speech (las/data/sounds.py) with an empty transcript.
     nonspeech: Fraction = 0.05
-    # Of the batches, this share is heard as pairs: each utterance followed by its neighbour in the
-    # batch as one recording (each with what the front end keeps around its speech, so a short
-    # pause between them; both at one speed, in one room, noise and line), as recordings of a few
-    # sentences arrive; the same frames in half the rows. AN4 dev's utterances joined in pairs
-    # read 1.56x their CER one by one (3 seeds).
+    # Of the batches, this share is heard as pairs of neighbouring utterances joined into one recording.
     joined: Fraction = 0.0
     # From this epoch (counted from 0) on: the attention learns to align on clean speech first.
     start_epoch: NonNegative = 8
@@ -417,8 +263,7 @@ class AugmentConfig(Section):
         if self.snr_low > self.snr_high:
             raise LasError(f"config key 'train.augment.snr_low': {self.snr_low} is above snr_high={self.snr_high}")
 
-    # The effects made on the waveform, which need audio; words, tight and joined draws cut and
-    # join features, precomputed ones too.
+    # The effects made on the waveform (they need audio); words, tight and joined cut features.
     WAVEFORM_EFFECTS: ClassVar[tuple[str, ...]] = (
         "reverberation",
         "noise",
@@ -460,103 +305,46 @@ class TrainConfig(Section):
     time_masks: NonNegative = 2
     time_mask_width: NonNegative = 30
     specaugment_start_epoch: NonNegative = 5
-    # Speed perturbation (Ko et al. 2015): each utterance is heard at speed 1-x, 1 or 1+x, drawn
-    # anew every epoch (features of all three cached). 0 turns it off; needs audio, not features.
+    # Each utterance heard at speed 1-x, 1 or 1+x, drawn each epoch (Ko et al. 2015); 0: off.
     speed_perturbation: Annotated[float, Range(0, 0.5)] = 0.1
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     # Average the weights of this many epochs with the lowest dev CER into averaged.pt (< 2: off).
     average_best: NonNegative = 5
-    # From this many steps on, a dev pass whose attention has not aligned while the CTC head has
-    # learnt (las.training.dev_evaluation) says so once, with what to do (0: never).
+    # From this step on, a dev pass whose attention has not aligned says so once, with what to do (0: never).
     alignment_warning_steps: NonNegative = 1000
-    # From scratch on long utterances (las/model/guide.py): once a batch's CTC loss is under
-    # attention_guide_trigger nats a character, each character's attention is also trained
-    # towards where the CTC head's forced alignment puts it (a Gaussian of attention_guide_width
-    # of the recording) for attention_guide_steps steps counted from that first batch, the loss's
-    # weight whole for half of them and then falling linearly to nothing. auto: on when the training utterances last
-    # attention_guide_seconds or more at the median, the model has a CTC head and the run does
-    # not start from trained weights (train.init). Off by default: it makes a tiny model's
-    # attention find its place on long synthetic utterances where it does not alone, but on AN4
-    # utterances joined to 11 s it did not align AN4's model within 1,500 steps either
-    # (docs/archive/experiments.md, "Long utterances from scratch").
-    attention_guide: Literal["auto", "on", "off"] = "off"
-    attention_guide_steps: Count = 2000
-    attention_guide_width: Annotated[float, Range(0, 1, open_minimum=True)] = 0.02
-    # The CTC loss per character under which a batch's alignment is trusted (the guide, the pieces).
-    attention_guide_trigger: Positive = 1.5
-    # The median utterance length from which `auto` turns the guide and the pieces on.
-    attention_guide_seconds: Positive = 5.0
-    # From scratch on long utterances (las/training/pieces.py): once a batch's CTC loss is under
-    # attention_guide_trigger, its utterances are cut into pieces of whole words at most
-    # attention_pieces_seconds long at the CTC head's alignment, and the step trains on those;
-    # the pieces grow twice as long once most of the steps' pieces are attended along a
-    # diagonal (or after attention_pieces_most_steps steps at one length), until none is cut.
-    # auto (the default): on where the guide's auto would be (long utterances from scratch), for
-    # any speller with a CTC head and transcripts with spaces. AN4's model on 400 recordings of
-    # 13 s read dev at 17% (16.4-17.7%, 3 seeds; speller alone, the CTC head first, the learning
-    # rate below) after 2,000 steps in pieces where whole ones stayed at 70% (docs/archive/experiments.md,
-    # "Long utterances in pieces", "A listener that starts faster"); AN4's own 2.7 s utterances are not cut.
+    # The CTC loss per character under which a batch's alignment is trusted to cut it into pieces.
+    attention_pieces_trigger: Positive = 1.5
+    # The median utterance length from which `attention_pieces=auto` turns the pieces on.
+    attention_pieces_auto_seconds: Positive = 5.0
+    # Long utterances from scratch cut into pieces at the CTC head's alignment (las/training/pieces.py).
     attention_pieces: Literal["auto", "on", "off"] = "auto"
     attention_pieces_seconds: Positive = 3.0
     attention_pieces_most_steps: Count = 500
-    # Each cut between two words moved to the quietest frame within this many seconds of the
-    # middle of their pause on the alignment (0: left there): a head that places its characters
-    # early (one seed in three, by 140 ms) cuts into the words, so that a piece's transcript and
-    # its sound disagree at its edges. Off: at 0.2 that seed's speller alone still read dev at
-    # 34% after 2,000 steps (docs/archive/experiments.md, "Cuts at the quietest frame").
-    attention_pieces_quiet_seconds: Annotated[float, Range(0, 1)] = 0.0
-    # With the pieces: until the first cut (for at most attention_pieces_ctc_first_steps steps:
-    # a head that has not learnt by then may never), the CTC loss alone trains the listener and
-    # the speller keeps its first weights (on whole long recordings it learns to spell without
-    # reading them).
-    # On 13 s recordings, 3 seeds, 2,000 steps: the speller alone reads dev at 21.4% on the mean
-    # (16-30%; pieces alone: 30.7%), and decoded by default 12.95% (pieces alone: 13.01%)
-    # (docs/archive/experiments.md, "Long utterances in pieces").
+    # With the pieces: the CTC head alone trains until the first cut, the speller waiting.
     attention_pieces_ctc_first: bool = True
     attention_pieces_ctc_first_steps: Count = 500
-    # With the pieces: the CTC loss's weight in the steps while they are under way, where more
-    # than model.ctc_weight (theirs after). The listener then learns mostly from its CTC head
-    # while the speller's attention, not yet aligned, would pull it about; the speller's own
-    # updates hardly change (Adam scales each weight's by its gradient's size). At 0.8 (13 s
-    # recordings, 3 seeds, 2,000 steps) the default decoding read dev at 12.40% against 12.95, but
-    # the speller alone at 24.3% against 21.4 (docs/archive/experiments.md, "A listener led by its CTC head").
-    attention_pieces_ctc_weight: Fraction = 0.0
-    # With the pieces: the run's learning rate is learning_rate times this, for the whole run (its
-    # warm-up and decay as they are). Its CTC head, training the listener alone until the first cut,
-    # learns sooner, so the pieces and the speller begin sooner: on 13 s recordings, 3 seeds, at 1.5
-    # (3e-3) the speller alone read dev at 17.1% after 2,000 steps (16.4-17.7, 0.91 along a diagonal)
-    # against 21.4 (16-30) at 1, decoded by default 10.71% against 12.95, the long-form holdout 8.69%
-    # against the warm start's 8.74 (docs/archive/experiments.md, "A listener that starts faster"). AN4's
-    # short utterances, never cut, train at learning_rate.
+    # With the pieces: the run's learning rate is learning_rate times this.
     attention_pieces_learning_rate_scale: Positive = 1.5
     speller_init: str = ""  # a speller pre-trained by `las pretrain` to start from ("" for none)
-    # Fine-tuning (las/training/initialisation.py): start from the weights of this trained checkpoint, for
-    # every part that fits; its normalisation is kept, its characters too (new ones are added).
+    # Fine-tuning (las/training/initialisation.py): start from this checkpoint's weights, for every part that fits.
     init: str = ""
-    # Parts whose weights stay as they are for the first `freeze_epochs` epochs (0: the whole run):
-    # any of listener, speller, ctc_head, comma-separated.
+    # Parts (listener, speller, ctc_head) kept as they are for the first freeze_epochs epochs (0: all run).
     freeze: str = ""
     freeze_epochs: NonNegative = 0
     max_bad_batches: NonNegative = 20  # non-finite losses tolerated (skipped) before training stops
     seed: int = 1
     device: Device = "auto"
-    # bf16/fp16: autocast, LSTMs and matmuls in half precision, losses in float32; fp16 with a
-    # gradient scaler (saved in checkpoints) for GPUs without bfloat16 (T4, P100).
+    # bf16/fp16: autocast and half-precision LSTMs, losses in float32; fp16 with a gradient scaler.
     precision: Precision = "fp32"
     compile: bool = False  # torch.compile the speller step, which runs once per output character
-    # On CUDA, the LSTM speller's and the pyramid listener's forward and backward as CUDA graphs,
-    # one per bucket of batch shapes (las/model/graphs.py): the speller's per-character kernels and
-    # cuDNN's per-frame backward kernels launched at once; the dev pass's greedy steps too
-    # (las/search/graphs.py). One process, not with train.compile.
+    # On CUDA, the speller's and the listener's passes as CUDA graphs, one per batch shape (las/model/graphs.py).
     cuda_graphs: bool = False
-    # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only), so that a
-    # preempted job loses minutes, not an epoch.
+    # Also save last.pt mid-epoch every this many minutes (0: at epoch ends only).
     checkpoint_minutes: Annotated[float, Range(0)] = 10.0
     # TensorBoard event files in RUN/tensorboard (`tensorboard --logdir runs` compares runs).
     tensorboard: bool = True
     wandb_project: str = ""  # also log to this Weights & Biases project (needs `pip install wandb`)
-    # Losses, learning rate, gradient norm, frames/s every this many steps (and, when stderr is not
-    # a terminal, a progress line: logs of batch jobs show signs of life between epochs).
+    # Losses, learning rate and frames/s logged every this many steps.
     log_every: Count = 50
     out: PathText = "runs/an4"
 
@@ -592,28 +380,20 @@ class DecodeConfig(Section):
     strategy takes its settings from the fields of the same names (las.search.build_strategy)."""
 
     name: ClassVar[str] = "decode"
-    # Beam search joined with the CTC head's prefix score is the most accurate (docs/archive/experiments.md);
-    # greedy is the fast choice; ctc: CTC greedy, needs a CTC head.
+    # beam (with the CTC prefix score), greedy, sample (random search), or ctc (the CTC head greedily).
     strategy: Annotated[StrategyName, Flag("--strategy", "Search strategy.")] = "beam"
     batch_size: Annotated[Count, Flag("--batch-size", "Utterances per batch.")] = 32
-    # Recordings longer than this are cut at their pauses into pieces no longer (las/data/segmentation.py):
-    # attention trained on utterances of seconds loses its place on minutes.
+    # Recordings longer than this are cut at their pauses into pieces no longer (las/data/segmentation.py).
     segment_seconds: Annotated[float, Range(1)] = 10.0
-    # Word times from CTC forced alignment of the decoded text (attention peaks for a model without
-    # a CTC head), or from the attention peak of each character (las/recognition/timing.py).
+    # Word times from the CTC head's forced alignment, or from each character's attention peak.
     word_times: WordTimes = "ctc"
-    # Hypotheses end by this many characters per encoder frame (plus 5), and not before `min_`;
-    # with a CTC head, also by ctc_length_ratio times its greedy transcript's length (plus 5: 0 off),
-    # so that attention which loops or wanders on noise cannot run on (las.search.common.Rules).
+    # Hypotheses end by this many characters per encoder frame, and by ctc_length_ratio x CTC's length.
     max_length_ratio: Positive = 1.5
     ctc_length_ratio: Annotated[float, Range(0)] = 1.5
     min_length_ratio: Annotated[float, Range(0)] = 0.0
     # Attention only from 2 frames behind its last peak to this many ahead, in every strategy (0: off).
     attention_window: NonNegative = 0
-    # Per character, word and recording, from the speller's and the CTC head's distributions
-    # (las/recognition/confidence.py); words below min_confidence are left out, with a count on stderr. The
-    # probability flagged AN4 dev's wrong words better than the entropy (AUC 0.805 against 0.774,
-    # 3 seeds; docs/archive/experiments.md, "Confidence"), and its scale reads as a probability.
+    # Per character, word and recording (las/recognition/confidence.py); words under min_confidence are left out.
     confidence: ConfidenceMeasure = "probability"
     confidence_from: ConfidenceSource = "both"
     # Subtitles: each cue's text followed by its confidence, e.g. "GO TO THE DOOR [0.83]".
@@ -621,149 +401,47 @@ class DecodeConfig(Section):
     min_confidence: Annotated[Fraction, Flag("--min-confidence", "Leave out words less confident than this.")] = 0.0
     beam_size: Annotated[Count, Flag("--beam-size", "Beam width.")] = 8
     nbest: Annotated[Count, Flag("--nbest", "Hypotheses kept per utterance (JSONL).")] = 1
-    # Ranking: score / (characters + 1) when normalising (without it, short hypotheses win), plus
-    # length_penalty per character. Scores themselves stay log-likelihoods.
+    # Rank by score / (characters + 1), plus length_penalty per character; scores stay log-likelihoods.
     length_normalize: bool = True
     length_penalty: Annotated[float, Flag("--length-penalty", "Score bonus per character.")] = 0.0
     # <eos> only where log p(eos) > eos_threshold * max log p(other); 0 turns the rule off.
     eos_threshold: Annotated[float, Range(0)] = 0.0
-    # Every strategy but ctc scores (1 - ctc_weight) * speller + ctc_weight * CTC prefix score;
-    # 0 for models without a CTC head unless set explicitly. 0.5 beat 0.3 and 0.7 on all four
-    # AN4 checkpoints measured (docs/archive/experiments.md).
+    # Every strategy but ctc scores (1 - ctc_weight) * speller + ctc_weight * CTC prefix score (0 without a CTC head).
     ctc_weight: Annotated[Fraction, Flag("--ctc-weight", "Weight of the CTC prefix score.")] = 0.5
-    # The CTC prefix score of a next character sums only over frames where the prefix so far is
-    # within this many nats of the likeliest extension (las/search/ctc_prefix.py): a step costs a
-    # window, not the recording. Same n-best on AN4 dev and on 10-60 s recordings as 0 (every frame).
+    # The CTC prefix score sums over frames within this many nats of the best (las/search/ctc_prefix.py).
     ctc_window_nats: Annotated[float, Range(0)] = 30.0
-    # Shallow fusion: + lm_weight * log p_LM(next character), with the character LM written by
-    # `las pretrain` (same vocabulary).
+    # Shallow fusion with a character LM from `las pretrain`: + lm_weight * log p_LM(next character).
     lm: Annotated[str, Flag("--lm", "Character LM (from las pretrain) for shallow fusion.")] = ""
     lm_weight: Annotated[float, Range(0), Flag("--lm-weight", "LM fusion weight.")] = 0.0
-    # A closed vocabulary: every word spelled is one of this list's (one per line, or a Kaldi
-    # lexicon's first column), for commands, digits or a domain's terms (las.search.lexicon).
+    # A closed vocabulary: every word spelled is one of this list's (las.search.lexicon).
     lexicon: Annotated[str, Flag("--lexicon", "Only spell the words of this list (one per line).")] = ""
-    # Of what surrounds the speech, at most this much is heard at decoding (and in training's dev
-    # passes), within features.surroundings_seconds: training utterances often end sooner after
-    # their words than the training margin (AN4: 0.2 s at the median), and a padded recording
-    # heard with the whole margin ended in more background than the model knew (3 seeds: its own
-    # background around the words 1.02-1.11x -> 0.99-1.03x the unpadded CER; docs/archive/experiments.md,
-    # "What surrounds the speech at decoding").
+    # Of what surrounds the speech, at most this much is heard at decoding and in the dev passes.
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.2
-    # ... and of a recording's background (more of it than the margin) no more than this share of
-    # the speech's own length: around a word alone a sentence's margin is more background than
-    # word (docs/archive/experiments.md, "A word's margin in proportion to the word").
+    # ... and of a recording's background no more than this share of the speech's length.
     surroundings_share: Annotated[float, Range(0)] = 0.25
-    # Inside a recording shorter than a segment, only a pause this long is cut at (0: none): at
-    # 0.5 s the gaps between babbling talkers at 10 dB read as pauses too, and cut there, AN4 dev
-    # lost 1.0 point of CER (3 seeds); at 1 s every channel set reads as it did uncut.
+    # Inside a recording shorter than a segment, only a pause this long is cut at (0: none).
     inner_pause_seconds: Annotated[float, Range(0)] = 1.0
-    # A stream's segment ends once its best hypothesis has had no character for this long (with
-    # the second pass, and its audio has paused since): its last words are final then (the words
-    # before them, as soon as the beam agrees on them).
-    # At 0.5 s, AN4's spelt letters end segments between them; with the second pass, 0.5 / 0.75 /
-    # 1 / 1.5 s read the choosing speakers at 14.03 / 13.07 / 12.97 / 12.99% (3 streaming seeds,
-    # docs/archive/experiments.md "A second pass at each pause").
+    # A stream's segment ends once its best hypothesis has spelt nothing for this long and its audio has paused.
     stream_pause_seconds: Annotated[float, Range(0.05, 10)] = 1.0
-    # ... and a hypothesis this many nats under the best leaves a stream's beam: the sooner rivals
-    # go, the sooner the beam agrees on a word, which is then final (las.search.triggered). Chosen
-    # on the tuning speakers (one streaming model, docs/archive/experiments.md "Streaming"): at 10, 5, 3,
-    # 2, 1 the joint search read 17.5, 16.4, 16.0, 17.8, 24.0% CER; the CTC head alone 13.5, 12.0,
-    # 12.0, 12.0, 12.0%, with its median word final 0.72, 0.72, 0.57, 0.37, 0.24 s after its end.
+    # A hypothesis this many nats under the best leaves a stream's beam (las.search.triggered).
     stream_beam_nats: Positive = 3.0
-    # ... and the speller scores a character over the frames heard this long after the CTC head
-    # first emitted it (the head's spike comes before the character's sound): each frame is
-    # searched this much later, and each word ended that much later. auto (`stream_lookahead`):
-    # 0.16 s where the search's words are final (stream_second_pass=false), 0 where the second
-    # pass gives them. The search's words final, chosen on the tuning speakers (3 streaming seeds,
-    # docs/archive/experiments.md "Three seeds with location-aware attention"): at 0, 0.08, 0.16, 0.32 s
-    # it read 18.5, 16.2, 15.9, 16.5% CER; on dev 16.4% at 0 and 14.9% at 0.16. The second pass's,
-    # live on the choosing speakers (3 seeds): at 1 s pauses 13.31% at 0 and at 0.16 s, words
-    # final 1.84 / 3.62 s after their end (median / 90th percentile) against 2.03 / 3.83; word by
-    # word at 0.5 s pauses 13.95 / 13.94 / 13.86% at 0 / 0.08 / 0.16 s, words final 0.33 / 0.41 /
-    # 0.48 s after their end at the median, 0.68 / 0.77 / 0.84 s at the 90th percentile (docs/
-    # BENCHMARKS.md, "The trigger on time where the second pass gives the words").
+    # The speller reads this long past the CTC head's spike; auto: 0 with the second pass, else 0.16.
     stream_trigger_lookahead_seconds: Annotated[float | Literal["auto"], Range(0, 2)] = "auto"
-    # A stream's segment is decoded whole once it has ended, as `las decode` decodes a piece of a
-    # recording: its words are final then, not one by one as the beam agrees on them, and the
-    # search's words are partial (las.recognition.second_pass; the CTC head's search only). Chosen
-    # on the choosing speakers (3 streaming seeds): 12.97% against 15.87 without; on dev 10.34
-    # against 14.87, its words final 1.04 s after their end at the median against 0.57 (docs/
-    # BENCHMARKS.md "A second pass at each pause"). Off, with the CTC head alone, for latency.
+    # Each stream segment decoded again whole once it ends, for its final words (las.recognition.second_pass).
     stream_second_pass: bool = True
-    # ... reading again the segments that began within this many seconds before the one that
-    # ended (their words, given already, are not given again): segments ended at short pauses
-    # then have each word final at the first pause after it, spelt with the words before it in
-    # view as a segment ended at a long pause spells them. 0: the segment alone (and 0.5 s before
-    # it, las.data.segmentation.CONTEXT_SECONDS). A segment's decoding then costs up to this much
-    # more audio; state stays bounded by it. Off: with 0.2 s pauses a 3 s reach read the choosing
-    # speakers at 18.2% against 19.5 without (0.3 s: 15.6 against 15.2; the default 1 s pauses
-    # 13.3), words final 0.49 / 1.09 s after their end (median / 90th percentile), live: a pause
-    # that short ends segments inside words, and words wait for the next pause however short
-    # (docs/archive/experiments.md, "Shorter pauses with the segments before in view"). Not with
-    # stream_second_pass_words: it reads the choosing speakers' long recordings at 14.72% with 3 s
-    # against 10.39 with none (3 seeds; "The recipe as written").
-    stream_second_pass_reach_seconds: Annotated[float, Range(0, 30)] = 0.0
-    # ... and each word final as soon as the first pass has begun the next (spelt the space
-    # after it): the segment so far is decoded whole then and its words centred before that
-    # space given, without waiting for a pause; the segment's last words at its end, as before.
-    # Each segment is then decoded once per word. Off: with 0.5 s pauses (chosen live on the
-    # choosing speakers, 3 seeds of the streaming recipe) it streams dev at 7.52% with words final
-    # 0.34 / 0.73 s after their end (median / 90th percentile, each word waiting for the decoding
-    # that gives it), where the default reads 7.55% with words final at the pause, 2.00 / 3.57 s
-    # after their end (docs/archive/experiments.md, "A wider streaming listener"), and reads the choosing
-    # speakers 0.5 points better (9.15 against 9.65%): the setting for a stream that must keep up
-    # with the speech.
+    # Each word final once the first pass has begun the next: the segment so far decoded whole then.
     stream_second_pass_words: bool = False
-    # ... word by word, a word whose confidence (its least confident character's) is under this
-    # waits for the next word to be begun, decoded again with it heard: right context for the
-    # words the model is unsure of, one word's delay for those alone. 0: none waits. Chosen live
-    # on the choosing speakers with 0.5 s pauses (3 streaming seeds): 0 / 0.5 read them at 14.15 /
-    # 13.86% with words final 0.37 / 0.40 s after their end at the median, 0.66 / 0.73 s at the
-    # 90th percentile (docs/archive/experiments.md, "Words given where the words before were given").
+    # Word by word, a word less confident than this waits to be decoded with the next one heard.
     stream_second_pass_words_hold: Fraction = 0.5
-    # ... word by word, the early decodings (each word's, not the segment's last at its pause)
-    # search with this beam (0: beam_size) and play at other_speed too where this is true: each
-    # is a burst of computing that the words it gives wait for. Not what they wait for most:
-    # live on the choosing speakers (one streaming seed, 0.5 s pauses), as the segment's (beam 8,
-    # two speeds) 12.42% with words final 0.53 / 0.92 s after their end (median / 90th pct); beam
-    # 4: 12.37% at 0.50 / 0.89; one speed 12.95% at 0.48 / 0.90; both 13.34% at 0.47 / 0.88
-    # (those with the trigger 0.16 s late; on time, as now: 12.76% at 0.35 / 0.70; docs/archive/experiments.md,
-    # "What a word waits for"). As the segment's by default: one seed's difference.
-    stream_second_pass_words_beam_size: NonNegative = 0
-    stream_second_pass_words_other_speed: bool = True
-    # ... each segment decoded by this checkpoint's model instead of the stream's, from the
-    # segment's audio through that model's own front end (its speech and margin, as `las decode`
-    # hears a recording): a pBLSTM (the offline default) reads an ended segment both ways, where
-    # the stream's model reads forwards only. It must spell the same characters on encoder
-    # frames as long. With words at 1 s pauses (3 seeds of each, paired; the stream as of
-    # 2026-12-03), the choosing speakers read 11.38% against 11.57 over clean, telephone, white
-    # noise and long recordings (3 of the 4 better), and dev's speakers within 1.2x of the
-    # offline default on every set (dev 6.72% against 8.15, white noise 10.27 against 12.20,
-    # long recordings 7.67 against 8.65), at 1.14x the CPU time (docs/archive/experiments.md, "A second
-    # pass that reads both ways"). Not word by word: a pBLSTM misreads a segment cut inside the
-    # next word (the choosing speakers 11.70% against 10.84 with the stream's own).
+    # Segments decoded by this checkpoint's model (an offline pBLSTM reads both ways) instead of the stream's.
     stream_second_pass_model: str = ""
-    # Audio is played at this speed before its features (tempo and pitch, as training's speed
-    # perturbation plays it), and times are read back on the recording's own clock. As said by
-    # default. Chosen on 8 training speakers held out of training, reported on dev (scripts/tuning.py,
-    # 3 seeds): 0.95 read them best (15.97% over clean, telephone, noise, babble and a room) but
-    # lets 3 s of mains hum pass the no-speech rule; 0.9 and 1 tie (16.59, 16.63), 1 better for 6 of
-    # the 8. Slower lowers pitch and formants too: women's voices (AN4 trains on 53 men, 13 women)
-    # gain most (docs/archive/experiments.md, "Choosing on held-out speakers"). Precomputed features are
-    # decoded as they are; training's dev passes and `las align` read at 1.
+    # Audio played at this speed before its features; times stay on the recording's clock.
     speed: Annotated[float, Range(0.5, 2), Flag("--speed", "Play audio this many times faster before decoding.")] = 1.0
-    # Each recording (each piece of a long one) is also decoded played at this speed, and the
-    # transcript the search ranks higher (`length_normalize`, `length_penalty`) kept: slower lowers
-    # pitch and formants, and which voices gain by it is the voice's own (women's in AN4, trained on
-    # 53 men and 13 women), so no one speed suits all. Chosen on 8 held-out training speakers,
-    # reported on dev (3 seeds): 15.8% against 16.6 at 1 alone or 0.9 alone over clean, telephone,
-    # noise, babble and a room; dev 13.1 against 15.1 at 1 (docs/archive/experiments.md, "A speed for each
-    # recording"). Twice the decoding time; 0 (or the speed itself): one pass.
+    # Each recording also decoded at this speed, the transcript the search ranks higher kept (0: one pass).
     other_speed: Annotated[
         float, Range(0, 2), Flag("--other-speed", "Also decode played at this speed and keep the better (0: off).")
     ] = 0.9
-    # Beam, greedy and random search on a GPU with each step one CUDA graph (las.search.graphs): one
-    # launch per step, not one per kernel. CUDA and the LSTM speller only.
+    # On CUDA, each search step one CUDA graph (las.search.graphs); the LSTM speller only.
     cuda_graphs: bool = False
     samples: Annotated[Count, Flag("--samples", "Random search: paths per utterance.")] = 32
     temperature: Annotated[Positive, Flag("--temperature", "Random search: softmax temperature.")] = 1.0
@@ -795,18 +473,11 @@ class Config:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def __post_init__(self) -> None:
-        # Training graphs the LSTM speller's loop and the pBLSTM listener's pass, whichever the
-        # model has; decoding graphs the LSTM speller's steps.
+        # Training graphs the LSTM speller and the pBLSTM listener; decoding, the LSTM speller.
         if self.train.cuda_graphs and self.model.speller != "lstm" and self.model.listener != "pblstm":
             raise LasError(
                 f"config key 'train.cuda_graphs': graphs the LSTM speller's loop and the pBLSTM listener's "
                 f"pass; a {self.model.listener} listener with a {self.model.speller} speller has neither"
-            )
-        if self.train.attention_guide == "on" and not self.model.guidable:
-            raise LasError(
-                "config key 'train.attention_guide': teaches the LSTM speller's attention where the CTC "
-                f"head aligns each character; a {self.model.speller} speller with "
-                f"model.ctc_weight={self.model.ctc_weight} has none"
             )
         if self.decode.cuda_graphs and self.model.speller != "lstm":
             raise LasError(
@@ -824,36 +495,6 @@ class Config:
     def replace(self, assignments: list[str]) -> Config:
         """Apply `section.field=value` strings, each value parsed to the field's type."""
         return override(self, assignment_table(assignments))
-
-
-def assignment_table(assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """`section.field=value` strings as the nested table a TOML file gives, values unparsed."""
-    values: dict[str, Any] = {}
-    for assignment in assignments:
-        key, separator, text = assignment.partition("=")
-        if not separator:
-            raise LasError(f"--set {assignment!r}: expected KEY=VALUE, e.g. model.attention=dot")
-        *sections, name = key.strip().split(".")
-        target = values
-        for section in sections:  # train.augment.noise -> {"train": {"augment": {"noise": ...}}}
-            target = target.setdefault(section, {})
-            if not isinstance(target, dict):
-                raise LasError(f"--set {assignment!r}: {key.strip()} is set twice, as a field and a section")
-        target[name] = text.strip()
-    return values
-
-
-def read_table(path: str | Path) -> dict[str, Any]:
-    """A TOML settings file as its nested table, or one clear error."""
-    try:
-        with open(path, "rb") as file:
-            return tomllib.load(file)
-    except FileNotFoundError:
-        raise LasError(f"config file not found: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise LasError(f"{path}: invalid TOML: {error}") from None
-    except OSError as error:
-        raise LasError(f"cannot read config file {path}: {error.strerror or error}") from None
 
 
 def load_config(
@@ -880,13 +521,52 @@ def named_setting(path: str | Path | None, assignments: list[str] | tuple[str, .
     return value
 
 
+NO_HELP = "measured as no help (data/an4/RESULTS.md, 'Why these defaults')"
+# Settings taken out: named at their old default they are ignored with a note, at another refused.
+RETIRED = {
+    "train.attention_guide": Retired("off", "the attention taught the CTC head's alignment; " + NO_HELP),
+    "train.attention_guide_steps": Retired(2000, "a setting of train.attention_guide, " + NO_HELP),
+    "train.attention_guide_width": Retired(0.02, "a setting of train.attention_guide, " + NO_HELP),
+    "train.attention_pieces_ctc_weight": Retired(0.0, "a CTC weight of its own for pieces; " + NO_HELP),
+    "train.attention_pieces_quiet_seconds": Retired(0.0, "cuts moved to the quietest frame; " + NO_HELP),
+    "decode.stream_second_pass_reach_seconds": Retired(0.0, "segments decoded with those before; " + NO_HELP),
+    "decode.stream_second_pass_words_beam_size": Retired(0, "a beam of its own for early words; " + NO_HELP),
+    "decode.stream_second_pass_words_other_speed": Retired(True, "early words at one speed; " + NO_HELP),
+}
+RENAMED = {  # old key -> new key, in the same section
+    "train.attention_guide_trigger": "train.attention_pieces_trigger",
+    "train.attention_guide_seconds": "train.attention_pieces_auto_seconds",
+}
+_noted: set[str] = set()  # retired keys already noted by this process
+
+
+def retire(key: str, value: Any) -> None:
+    """Ignore retired `key` at its old default, with a note (once a process); refuse it otherwise."""
+    retired = RETIRED[key]
+    if not retired.holds(value):
+        raise RetiredSetting(
+            f"config key {key!r} is no longer a setting of las ({retired.why}); only its default "
+            f"{retired.default!r} is accepted, got {value!r}"
+        )
+    if key not in _noted:
+        _noted.add(key)
+        say(f"note: config key {key!r} is no longer a setting of las (at its default: ignored)")
+
+
 def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
-    """A copy of a (nested) frozen dataclass with `values` replacing the named fields."""
+    """A copy of a (nested) frozen dataclass with `values` replacing the named fields; a retired
+    key at its old default is ignored, a renamed one read under its new name."""
     fields = {item.name: item for item in dataclasses.fields(instance)}
     hints = typing.get_type_hints(type(instance))
     changes = {}
     for name, value in values.items():
         key = f"{prefix}{name}"
+        if key in RENAMED:
+            key = RENAMED[key]
+            name = key.removeprefix(prefix)
+        if name not in fields and key in RETIRED:
+            retire(key, value)
+            continue
         if name not in fields:
             known = ", ".join(sorted(f"{prefix}{field}" for field in fields))
             raise LasError(f"unknown config key {key!r} (known: {known})")
@@ -896,48 +576,5 @@ def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
                 raise LasError(f"config key {key!r} is a section; set its fields, e.g. {key}.<field>=...")
             changes[name] = override(current, value, f"{key}.")
         else:
-            changes[name] = _coerce(value, hints[name], key)
+            changes[name] = coerce(value, hints[name], key)
     return dataclasses.replace(instance, **changes)
-
-
-def _coerce(value: Any, kind: Any, key: str) -> Any:
-    """Parse a `--set` string (or check a TOML value) against the field's declared type."""
-    if typing.get_origin(kind) is Literal:  # a choice, checked by its section
-        return str(value)
-    if is_union(kind):  # a number or a named value: float | Literal["auto"]
-        if str(value) in named_values(kind):
-            return str(value)
-        number = next(member for member in typing.get_args(kind) if typing.get_origin(member) is not Literal)
-        if not isinstance(value, bool) and isinstance(value, (str, int, float)):
-            try:
-                return number(value)
-            except ValueError:
-                pass
-        names = " or ".join(map(repr, named_values(kind)))
-        raise LasError(f"config key {key!r}: expected a number or {names}, got {value!r}")
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("true", "1", "yes"):
-                return True
-            if str(value).lower() in ("false", "0", "no"):
-                return False
-            raise ValueError
-        if kind in (int, float) and isinstance(value, bool) or kind is int and isinstance(value, float):
-            raise ValueError
-        return kind(value)
-    except (TypeError, ValueError):
-        raise LasError(f"config key {key!r}: expected {kind.__name__}, got {value!r}") from None
-
-
-def flat_settings(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"train": {"augment": {"noise": 0.4}}}` -> `{"train.augment.noise": 0.4}`: a config as
-    `--set` keys name its settings."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(flat_settings(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

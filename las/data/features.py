@@ -119,7 +119,7 @@ class FilterbankExtractor:
     def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
         """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time. Half a window beyond
         each end is the recording mirrored, or zeros for a causal front end, which cannot mirror
-        what has not arrived (`las.data.streaming`)."""
+        what has not arrived (`las.data.feature_stream`)."""
         mode = "constant" if self.config.causal else "reflect"
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode=mode)[0]
         frames = frame_count(len(waveform), self.window, self.hop)

@@ -13,6 +13,7 @@ import torch
 from las.core.config import Config, DecodeConfig
 from las.core.errors import LasError
 from las.core.files import save_atomically
+from las.core.settings import RetiredSetting
 from las.core.text import Vocabulary
 from las.data.features import FeatureSet, Normalizer, feature_dimension
 from las.model.las import LAS
@@ -161,5 +162,7 @@ def payload_checkpoint(
         raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
     except (TypeError, ValueError, AttributeError) as error:
         raise LasError(f"{path}: damaged checkpoint: {error}") from None
+    except RetiredSetting as error:  # not damaged: made by a las with a setting this one lacks
+        raise LasError(f"{path}: {error}") from None
     except LasError as error:
         raise LasError(f"{path}: damaged checkpoint: {error}") from None

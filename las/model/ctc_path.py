@@ -1,6 +1,6 @@
 """The CTC head's forced alignment: the most probable path that spells a known transcript, and
-the frames each character holds on it. Word times (las.recognition.timing) and the attention's
-guide in training (las.model.guide) read it."""
+the frames each character holds on it. Word times (las.recognition.timing) and the
+pieces that long utterances are cut into in training (las.training.pieces) read it."""
 
 from __future__ import annotations
 

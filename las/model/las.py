@@ -10,7 +10,7 @@ from torch import nn
 
 from las.core.config import ModelConfig
 from las.model.attention_listener import AttentionListener
-from las.model.attentions import build_attention
+from las.model.attention_registry import build_attention
 from las.model.listener import Listener, ListenerOutput
 from las.model.speller import Speller
 from las.model.streaming_listener import ForwardListener

@@ -59,7 +59,7 @@ def ctc_confidences(
 
 @dataclass(frozen=True)
 class CharacterConfidence:
-    """One character's confidence as a stream spells it (las.search.streaming.Judge): by `measure`
+    """One character's confidence as a stream spells it (las.search.monotonic_stream.Judge): by `measure`
     from the distributions of `source` that spelt it, the speller's at its step and the CTC
     head's at its frame, averaged; None where none of them was used."""
 

@@ -22,7 +22,7 @@ from las.data.audio import AUDIO_SUFFIXES, load_audio
 from las.data.pcm import pcm_pieces
 from las.export.runtime import load_model
 from las.recognition.recognizer import Recognizer
-from las.recognition.streaming import StreamResult
+from las.recognition.stream import StreamResult
 from las.recognition.timing import Word
 
 PIECE_SECONDS = 0.1  # what is read (or played) at a time

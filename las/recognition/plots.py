@@ -15,10 +15,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from las.core.config import flat_settings, load_config  # noqa: E402
+from las.core.config import load_config  # noqa: E402
 from las.core.errors import LasError  # noqa: E402
 from las.core.files import json_records, write_atomically  # noqa: E402
 from las.core.progress import warn  # noqa: E402
+from las.core.settings import flat_settings  # noqa: E402
 from las.core.text import EOS, Vocabulary  # noqa: E402
 from las.search.common import Hypothesis  # noqa: E402
 
@@ -97,7 +98,7 @@ def runs_figure(runs: Sequence[Path]) -> Figure:
             axes[1][1].plot(ctc_minutes, values, color=colour, linestyle="--", linewidth=1)
     for column, unit in enumerate(("epoch", "training minutes (dev passes included)")):
         axes[0][column].set_ylabel("training loss")
-        axes[1][column].set_ylabel("dev CER % (greedy; dashed: CTC head alone)")
+        axes[1][column].set_ylabel("dev CER % (greedy, as models are kept; dashed: CTC head alone)")
         axes[1][column].set_xlabel(unit)
         for row in range(2):
             axes[row][column].grid(alpha=0.3)

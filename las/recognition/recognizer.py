@@ -35,7 +35,7 @@ from las.model.checkpoint import Checkpoint
 from las.recognition.confidence import overall_confidence
 from las.recognition.inference import transcribe
 from las.recognition.segment_reader import SegmentModel
-from las.recognition.streaming import Stream
+from las.recognition.stream import Stream
 from las.recognition.timing import Word, WordTimer
 from las.search import Hypothesis, build_strategy
 from las.search.common import Rules
@@ -143,7 +143,7 @@ class Recognizer:
         return results[0] if one else results
 
     def stream(self) -> Stream:
-        """Recognition of one recording as it arrives (las.recognition.streaming): push samples,
+        """Recognition of one recording as it arrives (las.recognition.stream): push samples,
         read partial and final results; a model trained for it (data/recipes/an4-streaming.toml)."""
         normalizer = self.checkpoint.normalizer
         if self.segment_model is None and self.config.decode.stream_second_pass:

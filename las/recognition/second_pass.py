@@ -14,10 +14,7 @@ The words centred in the segment are its final ones (those in the context were t
 before's), up to half a pause after the first pass's last character: a word after that was heard
 before the first pass began one there (the search says where: `TriggeredSearch.owned_until`), and
 waits for the next segment, which drops it where it was the onset of its own first word and gives
-it otherwise. With
-`decode.stream_second_pass_reach_seconds`, the context is the segments that began within that long
-before this one, whole: with short pauses ending segments, each word is final at the first pause
-after it but spelt with the sentence before it in view. The stream gives up word-by-word finality
+it otherwise. The stream gives up word-by-word finality
 for the accuracy of decoding whole, as two-pass recognisers rescore a streaming pass at each
 endpoint (Sainath et al., 2019). With `decode.stream_second_pass_words`, the search also calls
 `early` each time its best hypothesis begins a word: the segment so far is decoded whole, and its
@@ -41,7 +38,7 @@ from las.data.features import analysis_sizes
 from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels, pause_runs
 from las.recognition.confidence import word_confidence
 from las.recognition.segment_reader import SegmentModel, SegmentReader
-from las.search.streaming import Spelt
+from las.search.monotonic_stream import Spelt
 
 
 class SegmentDecoder:
@@ -61,9 +58,7 @@ class SegmentDecoder:
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate
         self.context = round(CONTEXT_SECONDS / encoder_frame_seconds)  # encoder frames
-        self.reach = round(settings.stream_second_pass_reach_seconds / encoder_frame_seconds)
         self.pending: list[Spelt] = []  # those words of the segment that ended last, and of no other yet
-        self.starts: list[int] = []  # the first frames of the segments decoded within `reach` of the latest
         self.said: list[tuple[int, ...]] = []  # the current segment's words given early (stream_second_pass_words)
         self.space = vocabulary.index.get(" ", -1)
         self.groups: list[torch.Tensor] = []  # (group, mel_bins) per encoder frame heard, from `origin`
@@ -87,10 +82,7 @@ class SegmentDecoder:
         pass spelt nothing); those after it wait (`pending`). What was heard before the next
         segment's context is then dropped."""
         heard_from, features, samples = self.heard(start, end)
-        spoke = until is not None
-        # A later segment starts at `end` or after: it reaches back to segments that began since `end - reach`.
-        self.starts = [frame for frame in [*self.starts, *([start] if spoke else [])] if frame >= end - self.reach]
-        self.drop(max(self.origin, min([*self.starts, end]) - self.context))
+        self.drop(max(self.origin, end - self.context))  # a later segment starts at `end` or after
         said, self.said = self.said, []  # the next segment's words start afresh
         if until is None or not features:
             return self.finish()  # the first pass heard no word begin: none of those pending is an onset
@@ -135,7 +127,7 @@ class SegmentDecoder:
         heard_from, features, samples = self.heard(start, end)
         if not features:
             return [], until
-        spelt = self.reader.spelt(heard_from, features, samples, early=True)
+        spelt = self.reader.spelt(heard_from, features, samples)
         before = self.carried(spelt, start)
         owned = self.owned(spelt, start, max(start, given), until, self.said)
         kept, through = self.held(owned, max(start, given), until)
@@ -167,11 +159,9 @@ class SegmentDecoder:
         return heard_from, features, samples
 
     def window(self, start: int) -> int:
-        """The first encoder frame a segment starting at frame `start` is decoded from: the first
-        of the segments decoded before it that began within `reach` frames of it (or its own),
-        with the context before that."""
-        first = min((frame for frame in self.starts if frame >= start - self.reach), default=start)
-        return max(self.origin, min(first, start) - self.context)
+        """The first encoder frame a segment starting at frame `start` is decoded from: the
+        context before it."""
+        return max(self.origin, start - self.context)
 
     def drop(self, frame: int) -> None:
         """Forget what was heard before encoder frame `frame`."""

@@ -10,7 +10,6 @@ segment that has ended as decoding whole hears it, where the stream's must read 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +25,7 @@ from las.model.checkpoint import Checkpoint
 from las.model.las import LAS
 from las.recognition.inference import aligned
 from las.search import Hypothesis, Rules, Strategy, build_strategy
-from las.search.streaming import Spelt
+from las.search.monotonic_stream import Spelt
 
 
 @dataclass(frozen=True)
@@ -101,32 +100,17 @@ class SegmentReader:
         settings = config.decode
         self.reading = reading
         self.strategy = build_strategy(settings, vocabulary, reading.model)
-        early_beam = settings.stream_second_pass_words_beam_size or settings.beam_size
-        # Another only where it differs: a strategy loads its language model and lexicon when built.
-        self.early_strategy = (
-            self.strategy
-            if early_beam == settings.beam_size
-            else build_strategy(dataclasses.replace(settings, beam_size=early_beam), vocabulary, reading.model)
-        )
-        self.early_speeds = settings.stream_second_pass_words_other_speed
         self.rank = Rules.of(settings).rank
         self.confidence = (settings.confidence, settings.confidence_from)
         other = settings.other_speed
         self.other_speed = other if other > 0 and other != 1 else None
 
-    def spelt(
-        self, heard_from: int, groups: list[torch.Tensor], samples: torch.Tensor, early: bool = False
-    ) -> list[Spelt]:
+    def spelt(self, heard_from: int, groups: list[torch.Tensor], samples: torch.Tensor) -> list[Spelt]:
         """The characters decoded from the stream's `groups` (one per encoder frame from
         `heard_from`) and their `samples`, each at the first frame of its aligned span on the
-        recording's clock; `early`: for an early call, as `decode.stream_second_pass_words_*`
-        decode those."""
+        recording's clock."""
         speeds = [1.0]
-        if (
-            self.other_speed is not None
-            and (self.early_speeds or not early)
-            and len(samples) >= self.reading.extractor.window
-        ):
+        if self.other_speed is not None and len(samples) >= self.reading.extractor.window:
             speeds.append(self.other_speed)
         heard = [self.reading.features(groups, samples, speed) for speed in speeds]
         kept = [
@@ -136,7 +120,7 @@ class SegmentReader:
         ]
         if not kept:
             return []
-        found = self.decoded([features for features, _, _ in kept], self.early_strategy if early else self.strategy)
+        found = self.decoded([features for features, _, _ in kept], self.strategy)
         best, (_, skipped, speed) = max(zip(found, kept, strict=True), key=lambda pair: self.rank(pair[0]))
         spans = best.spans or []
         trust = best.confidences or [None] * len(best.tokens)

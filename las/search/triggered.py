@@ -38,7 +38,7 @@ from las.model.listener import ListenerOutput
 from las.model.monotonic import GMMAttention
 from las.model.speller import Speller, SpellerState
 from las.search.common import Symbols
-from las.search.streaming import Judge, Spelt, pad_frames
+from las.search.monotonic_stream import Judge, Spelt, pad_frames
 
 # A character whose CTC log probability at a frame is this far under the frame's likeliest symbol
 # extends no prefix there: under e^-10 of the frame's mass.

@@ -1,10 +1,9 @@
 """How the attention starts: whether this run cuts its long utterances into pieces at the CTC
-head's alignment (las.training.pieces) and how long they are at each step, and whether it guides
-the attention by that alignment (las.model.guide) and how strongly.
+head's alignment (las.training.pieces), and how long they are at each step.
 
-Both are for training from scratch on long utterances, where attention does not find its place
-by itself; `auto` turns each on by what the training data is (its median utterance length), not
-by a flag a user must know of.
+For training from scratch on long utterances, where attention does not find its place by itself;
+`auto` turns the pieces on by what the training data is (its median utterance length), not by a
+flag a user must know of.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from las.core.config import Config
 from las.core.errors import LasError
 from las.core.text import Vocabulary
 from las.data.dataset import Batch
-from las.model.guide import Guide, guide_weight
 from las.model.las import LAS
 from las.training.pieces import Cutting, InPieces, cut
 from las.training.run_progress import Progress
@@ -30,25 +28,18 @@ ALIGNED_SHARE = 0.5
 
 class AttentionStart:
     """The attention's start in a run: `cutting(longest)` is how a training step cuts its
-    utterances, `at(step, start)` its guide, each None where there is none; `learning_rate` the
-    run's (train.learning_rate, scaled where the pieces are on). The guide's schedule
-    counts from `start`, the first step that had an alignment to use: until the CTC head has
-    learnt there is none, and on long utterances that takes the head 500 steps or more."""
+    utterances (None where it does not); `learning_rate` the run's (train.learning_rate, scaled
+    where the pieces are on)."""
 
     def __init__(self, config: Config, frame_counts: Sequence[int], spaced: bool = True) -> None:
         """For training utterances of `frame_counts` frames whose transcripts are `spaced` (words
         between spaces: where pieces are cut)."""
         settings = config.train
-        self.steps = settings.attention_guide_steps
-        self.width, self.trigger = settings.attention_guide_width, settings.attention_guide_trigger
+        self.trigger = settings.attention_pieces_trigger
         self.frames_per_second = frames_per_second = 1000 / config.features.hop_ms
         self.median_seconds = statistics.median(frame_counts) / frames_per_second if frame_counts else 0.0
         self.longest_frames = max(frame_counts, default=0)
-        long = self.median_seconds >= settings.attention_guide_seconds and not settings.init
-        if settings.attention_guide == "auto":
-            self.on = long and config.model.guidable
-        else:
-            self.on = settings.attention_guide == "on"
+        long = self.median_seconds >= settings.attention_pieces_auto_seconds and not settings.init
         if settings.attention_pieces == "auto":
             self.pieces = long and config.model.ctc_weight > 0 and spaced
         else:
@@ -59,12 +50,9 @@ class AttentionStart:
                 "these transcripts have no space"
             )
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
-        self.quiet_reach = round(settings.attention_pieces_quiet_seconds * frames_per_second)
         self.most_steps = settings.attention_pieces_most_steps
         self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
         self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
-        self.model_ctc_weight = config.model.ctc_weight
-        self.pieces_ctc_weight = max(self.model_ctc_weight, settings.attention_pieces_ctc_weight)
         self.learning_rate_scale = settings.attention_pieces_learning_rate_scale if self.pieces else 1.0
         self.learning_rate = settings.learning_rate * self.learning_rate_scale  # the run's
 
@@ -75,7 +63,7 @@ class AttentionStart:
         if not self.pieces:
             return None
         longest = longest or self.first_piece_frames
-        return Cutting(longest, self.trigger, self.quiet_reach) if longest < self.longest_frames else None
+        return Cutting(longest, self.trigger) if longest < self.longest_frames else None
 
     def lengthened(self, aligned: float, steps: int) -> bool:
         """Whether pieces that have been cut at one length for `steps` steps, with a moving
@@ -115,22 +103,9 @@ class AttentionStart:
         whole long recordings it cannot attend to learns to spell without reading them."""
         return self.ctc_first and start is None and step < self.ctc_first_steps and self.cutting(None) is not None
 
-    def ctc_weight(self, in_pieces: bool) -> float | None:
-        """The CTC loss's weight in a step that is (`in_pieces`) or is not one of pieces; None:
-        `model.ctc_weight`."""
-        return self.pieces_ctc_weight if in_pieces else None
-
-    def at(self, step: int, start: int | None) -> Guide | None:
-        """The guide of training step `step` (from 0), None once it has gone (or was never on);
-        a schedule counted from step 0 was fading by the time the head had learnt."""
-        if not self.on:
-            return None
-        weight = 1.0 if start is None else guide_weight(step - start, self.steps)
-        return Guide(weight, self.width, self.trigger) if weight > 0 else None
-
-    def active(self, step: int, start: int | None, longest: int | None) -> bool:
-        """Whether pieces (now at most `longest` frames) or the guide are still to come or under way at `step`."""
-        return self.cutting(longest) is not None or self.at(step, start) is not None
+    def active(self, longest: int | None) -> bool:
+        """Whether pieces (now at most `longest` frames) are still to come or under way."""
+        return self.cutting(longest) is not None
 
     def describe(self) -> list[str]:
         """Lines for the log: what is on, and why."""
@@ -148,20 +123,10 @@ class AttentionStart:
                 f"until the first cut (or step {self.ctc_first_steps}), the CTC head alone trains; the speller waits "
                 "(train.attention_pieces_ctc_first)"
             )
-        if self.pieces and self.pieces_ctc_weight > self.model_ctc_weight:
-            lines.append(
-                f"while the pieces are under way, the CTC loss weighs {self.pieces_ctc_weight:g} "
-                f"(model.ctc_weight {self.model_ctc_weight:g} after; train.attention_pieces_ctc_weight)"
-            )
         if self.learning_rate_scale != 1:
             lines.append(
                 f"learning rate {self.learning_rate:g}: train.learning_rate x {self.learning_rate_scale:g} "
                 "with the pieces (train.attention_pieces_learning_rate_scale)"
-            )
-        if self.on:
-            lines.append(
-                f"attention guided by the CTC head's alignment for {self.steps} steps once the head has learnt "
-                f"(train.attention_guide): {why}"
             )
         return lines
 
@@ -178,11 +143,6 @@ class AttentionStart:
                 + first
                 + "let them wait longer to grow (train.attention_pieces_most_steps), or train on short "
                 "utterances first and start from that run with --init"
-            )
-        if self.on:
-            return (
-                f"The CTC head's alignment guided it for {self.steps} steps: guide it for longer "
-                "(train.attention_guide_steps), or train on short utterances first and start from that run with --init"
             )
         return (
             "Attention aligns slowly on long utterances from scratch: cut them into pieces at the CTC head's "

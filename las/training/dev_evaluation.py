@@ -1,9 +1,11 @@
-"""Training's dev pass: greedy dev CER, how diagonal its attention maps are, what the CTC head reads
-of the same memory, and whether the attention has failed to align where the CTC head has learnt;
-each rank decoding its shard of dev."""
+"""Training's dev pass: what the model reads of dev, decoded greedily as `las decode` joins its
+heads (the figure the kept models are chosen on), and by the speller and the CTC head alone; how
+diagonal the attention maps are, and whether the attention has failed to align where the CTC head
+has learnt; each rank decoding its shard of dev."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from las.model.listener import ListenerOutput
 from las.recognition.inference import transcribe
 from las.recognition.plots import plot_hypothesis
 from las.search import CTCGreedySearch, GreedySearch, Hypothesis
+from las.search.scorers import Scoring
 from las.training.distributed import Distributed
 
 # Attention that has not aligned after this many steps, while the CTC head reads dev at half its
@@ -28,16 +31,27 @@ CTC_LEARNT_RATIO = 0.5  # the CTC head's dev CER at most this share of the atten
 
 
 @dataclass(frozen=True)
-class BothHeads:
-    """The speller's greedy search and the CTC head's greedy reading of the same listener memory,
-    one listener pass for both: each utterance's hypotheses are the speller's, then the CTC head's."""
+class DevSearches:
+    """The dev pass's readings of one listener pass: the speller alone (greedy), and with a CTC
+    head the head alone and the two joined as decoding joins them (greedy, the CTC prefix score at
+    `decode.ctc_weight`); each utterance's hypotheses in that order."""
 
     speller: GreedySearch
-    ctc: CTCGreedySearch
+    ctc: CTCGreedySearch | None = None
+    joint: GreedySearch | None = None
+
+    @classmethod
+    def of(cls, search: GreedySearch, model: LAS, config: Config) -> DevSearches:
+        if model.ctc_head is None:
+            return cls(search)
+        weight, window = config.decode.ctc_weight, config.decode.ctc_window_nats
+        joint = dataclasses.replace(search, scoring=Scoring(weight, ctc_window_nats=window), cuda_graphs=False)
+        return cls(search, CTCGreedySearch(search.symbols), joint if weight > 0 else None)
 
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        heads = zip(self.speller.search(model, memory), self.ctc.search(model, memory), strict=True)
-        return [[speller[0], ctc[0]] for speller, ctc in heads]
+        searches = [search for search in (self.speller, self.ctc, self.joint) if search is not None]
+        readings = [search.search(model, memory) for search in searches]
+        return [[found[0] for found in utterance] for utterance in zip(*readings, strict=True)]
 
 
 def evaluate_dev(
@@ -49,35 +63,43 @@ def evaluate_dev(
     plot_path: Path,
     distributed: Distributed = Distributed(),
 ) -> DevResult:
-    """Greedy dev CER (no teacher forcing), the share of dev utterances decoded with a diagonal
-    attention map, the map of the first dev utterance, plotted and measured (by rank 0 only), and
-    the CTC head's greedy dev CER where the model has one. Each rank decodes its shard of dev;
-    every rank gets the figures of all of it."""
+    """Dev CER read greedily (no teacher forcing) by the speller alone, and with a CTC head by the
+    head alone and by both joined; the share of dev utterances the speller decoded with a
+    diagonal attention map, the map of the first, plotted and measured (by rank 0 only). Each rank
+    decodes its shard of dev; every rank gets the figures of all of it."""
     indices = distributed.shard(range(len(dataset)))
-    heads = BothHeads(search, CTCGreedySearch(search.symbols)) if model.ctc_head is not None else search
+    searches = DevSearches.of(search, model, config)
     results = transcribe(
-        model, dataset.subset(indices), heads, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
+        model, dataset.subset(indices), searches, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
     )
-    best = [hypotheses[0] for hypotheses in results]
     vocabulary = dataset.vocabulary
-    read_by_ctc = [(index, vocabulary.decode(found[-1].tokens)) for index, found in zip(indices, results, strict=True)]
+    speller = [found[0] for found in results]
     alignment = None
-    if distributed.is_main and best[0].attention is not None:  # rank 0's shard starts with utterance 0
-        plot_hypothesis(dataset.ids[0], best[0], vocabulary, plot_path)
-        alignment = Alignment.of_decoding(best[0].attention)
+    if distributed.is_main and speller[0].attention is not None:  # rank 0's shard starts with utterance 0
+        plot_hypothesis(dataset.ids[0], speller[0], vocabulary, plot_path)
+        alignment = Alignment.of_decoding(speller[0].attention)
+    # (index, each search's text, whether the speller's map is diagonal), gathered over ranks in dev order
     decoded = [
-        (index, vocabulary.decode(hypothesis.tokens), hypothesis.attention is not None and diagonal(hypothesis))
-        for index, hypothesis in zip(indices, best, strict=True)
+        (
+            index,
+            *(vocabulary.decode(hypothesis.tokens) for hypothesis in found),
+            found[0].attention is not None and diagonal(found[0]),
+        )
+        for index, found in zip(indices, results, strict=True)
     ]
-    everything = sorted(item for part in distributed.gather(decoded) for item in part)  # (index, text, diagonal)
-    texts = [text for _, text, _ in everything]
-    diagonal_share = sum(straight for _, _, straight in everything) / len(dataset)
-    cer = character_error_rate(texts, dataset.texts)
-    ctc_cer = None
-    if model.ctc_head is not None:
-        ctc_texts = [text for _, text in sorted(item for part in distributed.gather(read_by_ctc) for item in part)]
-        ctc_cer = character_error_rate(ctc_texts, dataset.texts)
-    return DevResult(cer, word_error_rate(texts, dataset.texts), alignment, diagonal_share, texts, ctc_cer)
+    everything = sorted(item for part in distributed.gather(decoded) for item in part)
+    readings = list(zip(*(item[1:-1] for item in everything), strict=True))  # one tuple of texts per search
+    cers = [character_error_rate(list(texts), dataset.texts) for texts in readings]
+    chosen = list(readings[2] if searches.joint is not None else readings[0])
+    return DevResult(
+        speller_cer=cers[0],
+        wer=word_error_rate(chosen, dataset.texts),
+        alignment=alignment,
+        diagonal_share=sum(item[-1] for item in everything) / len(dataset),
+        texts=chosen,
+        ctc_cer=cers[1] if searches.ctc is not None else None,
+        joint_cer=cers[2] if searches.joint is not None else None,
+    )
 
 
 def diagonal(hypothesis: Hypothesis) -> bool:
@@ -86,21 +108,32 @@ def diagonal(hypothesis: Hypothesis) -> bool:
 
 @dataclass(frozen=True)
 class DevResult:
-    cer: float
-    wer: float
+    speller_cer: float  # the speller alone, greedy
+    wer: float  # of `texts`
     alignment: Alignment | None  # of the first dev utterance; None off rank 0 and for CTC decoding
     diagonal_share: float  # of all dev utterances
-    texts: list[str]  # decoded, in dev order
-    ctc_cer: float | None = None  # the CTC head's greedy dev CER (None without a CTC head)
+    texts: list[str]  # decoded as `cer` reads them, in dev order
+    ctc_cer: float | None = None  # the CTC head alone, greedy (None without a CTC head)
+    joint_cer: float | None = None  # the two joined at decode.ctc_weight, greedy (None without)
+
+    @property
+    def cer(self) -> float:
+        """The figure closest to how the model will be decoded, which the kept models are chosen on."""
+        return self.speller_cer if self.joint_cer is None else self.joint_cer
+
+    @property
+    def reading(self) -> str:
+        """What `cer` is, for the log."""
+        return "speller alone, greedy" if self.joint_cer is None else "speller + CTC, greedy"
 
     def unaligned(self) -> str:
         """Why the attention has not aligned where the CTC head has learnt, in a line; "" where it
         has aligned, or where the CTC head has not learnt either (too early to tell)."""
         if self.ctc_cer is None or self.diagonal_share >= UNALIGNED_DIAGONAL_SHARE:
             return ""
-        if self.ctc_cer > CTC_LEARNT_RATIO * self.cer:
+        if self.ctc_cer > CTC_LEARNT_RATIO * self.speller_cer:
             return ""
         return (
             f"attention has not aligned: {self.diagonal_share:.0%} of dev decoded along a diagonal, the speller "
-            f"alone reads dev at {self.cer:.1f}% where the CTC head reads {self.ctc_cer:.1f}%"
+            f"alone reads dev at {self.speller_cer:.1f}% where the CTC head reads {self.ctc_cer:.1f}%"
         )

@@ -29,13 +29,16 @@ def epoch_record(
         **{f"train_{name}": total / batches for name, total in progress.part_sums.items()},
         # The longest piece at the epoch's end, once utterances have been cut (las.training.pieces).
         **({"train_piece_frames": progress.piece_frames} if progress.piece_frames else {}),
-        "dev_cer": dev.cer,
+        "dev_cer": dev.cer,  # what best.pt and the average are chosen on: dev_reading says what it is
+        "dev_reading": dev.reading,
         "dev_wer": dev.wer,
+        "dev_speller_cer": dev.speller_cer,  # the speller alone, greedy
         # How diagonal the attention of the first dev utterance (the plotted one) is.
         "dev_alignment_monotonic": alignment.monotonic if alignment else None,
         "dev_alignment_coverage": alignment.coverage if alignment else None,
         "dev_diagonal_share": round(dev.diagonal_share, 3),  # of all dev utterances
         "dev_ctc_cer": dev.ctc_cer,  # the CTC head alone, greedy
+        "dev_joint_cer": dev.joint_cer,  # the two joined at decode.ctc_weight, greedy
         "seconds": round(seconds, 2),
         "elapsed_seconds": round(progress.elapsed + seconds, 2),
         "learning_rate": learning_rate,

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from las.core.config import Config, flat_settings
+from las.core.config import Config
 from las.core.errors import LasError
 from las.core.progress import say, warn
+from las.core.settings import flat_settings
 
 EXAMPLES = 4  # dev transcripts shown beside their references each epoch
 
@@ -101,7 +102,7 @@ class Monitor:
         if not self.enabled:
             return
         step = record["step"]
-        names = ("cer", "wer", "diagonal_share", "ctc_cer")  # ctc_cer: None (or absent) without a CTC head
+        names = ("cer", "wer", "diagonal_share", "speller_cer", "ctc_cer")  # ctc_cer: None without a CTC head
         dev = {f"dev/{name}": record[f"dev_{name}"] for name in names if record.get(f"dev_{name}") is not None}
         self.scalars({**dev, "train/epoch_loss": record["train_loss"]}, step)
         lines = "\n".join(

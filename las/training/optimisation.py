@@ -18,7 +18,6 @@ from las.data.dataset import Batch
 from las.model.alignment import diagonal_rows
 from las.model.graphed_listener import GraphedListener
 from las.model.graphed_speller import GraphedSpeller
-from las.model.guide import Guide
 from las.model.las import LAS
 from las.model.listener import Listener
 from las.model.losses import joint_loss
@@ -82,13 +81,11 @@ class Optimisation:
         global_lengths: torch.Tensor,
         forcing: float,
         augment: bool,
-        guide: Guide | None = None,
         alignment: bool = False,
         ctc_weight: float | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """This rank's share of a global batch's loss (whose targets have `global_lengths`
         characters: ranks' losses add up to the global batch's), and its parts for the log;
-        with `guide`, the attention is also taught where the CTC head aligns each character (las.model.guide);
         with `alignment`, a part "diagonal_share": the share of the batch whose attention runs along a diagonal;
         `ctc_weight`: the CTC loss's weight λ in this step, `model.ctc_weight` where None (at 1 the
         CTC loss alone; the attention's is still a part, for the log)."""
@@ -121,14 +118,7 @@ class Optimisation:
             if alignment:  # this rank's share of the mean over ranks
                 rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
                 parts["diagonal_share"] = rows.float().mean() / self.world_size
-            if guide is None:
-                return loss, parts
-            guided = guide.loss(output, targets_in)  # a mean over this rank's characters
-            # "guided": this rank's share of the ranks whose batch it taught (parts add up over ranks).
-            taught = loss.new_tensor(float(guided is not None) / self.world_size)
-            if guided is None:  # nothing to teach yet: the CTC head has not learnt
-                guided = loss.new_zeros(())
-            return loss + guide.weight * guided, parts | {"guide_loss": guided.detach(), "guided": taught}
+            return loss, parts
 
     def backward(self, loss: torch.Tensor, ranks: int, frozen: Sequence[str]) -> torch.Tensor:
         """Back-propagate `loss` over `ranks` processes, without gradients for the `frozen` parts,

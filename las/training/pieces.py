@@ -6,8 +6,8 @@ From scratch, the attention over a 13 s recording does not find its place (docs/
 300-400 steps; and a model that aligned on short utterances reads long ones after a few epochs
 on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, per character),
 each utterance of a batch is cut into pieces of whole words at most `longest` frames long, at
-the middle of the pauses between words on the head's forced alignment of the transcript (or
-the quietest frame near it), and the step trains on the pieces; their longest doubles every so
+the middle of the pauses between words on the head's forced alignment of the transcript, and
+the step trains on the pieces; their longest doubles every so
 many steps, until no training utterance is cut. An utterance the head does not align well enough
 yet is heard whole by the head alone, in a batch of its own, so that the head goes on learning
 from what it reads worst. Only training reads pieces: the dev pass and decoding read whole
@@ -28,7 +28,6 @@ from las.core.text import PAD_INDEX, Vocabulary
 from las.data.dataset import Batch, speller_targets
 from las.model.ctc_path import Span, ctc_frames_needed, runs, viterbi_paths
 from las.model.las import LAS
-from las.recognition.timing import smoothed
 
 
 class Piece(NamedTuple):
@@ -41,12 +40,10 @@ class Piece(NamedTuple):
 class Cutting(NamedTuple):
     """The pieces of one step: each at most `longest` input frames (drawn between half of it and
     all of it, piece by piece, so that cuts fall anywhere), from utterances whose CTC loss is
-    under `trigger` nats a character, each cut moved to the quietest frame within `reach` input
-    frames (0: where the alignment puts it)."""
+    under `trigger` nats a character."""
 
     longest: int
     trigger: float
-    reach: int = 0
 
 
 def word_spans(tokens: Sequence[int], spans: Sequence[Span], space: int) -> list[tuple[Span, Span]]:
@@ -71,42 +68,19 @@ def pause_middles(words: Sequence[tuple[Span, Span]], encoder_frames: int, input
     return [0, *middles, input_frames]
 
 
-def quietest(cuts: list[int], loudness: torch.Tensor, reach: int) -> list[int]:
-    """`cuts` (input frames, in order, the first and last the recording's edges) with each cut
-    between two words moved to the quietest frame of `loudness` `(frames,)` (averaged over
-    DIP_FRAMES) within `reach` frames where one is quieter than the cut's own, never half-way to a
-    neighbour, so that they stay in order.
-    A CTC head may settle on placing its characters early: one seed of three put them 140 ms
-    before the others' from its first cut to the end of training, and four of its cuts in five
-    fell on frames louder than the recording's median, into the words (docs/archive/experiments.md, "Cuts
-    at the quietest frame")."""
-    smooth = smoothed(loudness)
-    moved = cuts[:1]
-    for before, cut_at, after in zip(cuts, cuts[1:], cuts[2:], strict=False):
-        low, high = max(cut_at - reach, (before + cut_at) // 2 + 1), min(cut_at + reach, (cut_at + after) // 2)
-        quiet = low + int(torch.argmin(smooth[low : high + 1])) if high > low else cut_at
-        moved.append(quiet if smooth[quiet] < smooth[cut_at] else cut_at)  # where nothing is quieter, as it was
-    return moved + cuts[-1:]
-
-
 def pieces_of(
     words: Sequence[tuple[Span, Span]],
     encoder_frames: int,
     input_frames: int,
     longests: Sequence[int],
-    loudness: torch.Tensor | None = None,
-    reach: int = 0,
 ) -> list[Piece]:
     """The utterance cut into pieces of whole words, each at most `longests[k]` input frames
     (the k-th piece's; a word longer than that is a piece alone), at the middle of the pause
-    between two words, or with `loudness` `(input_frames,)` at the quietest frame within `reach`
-    of it. `words`: their tokens and encoder frames, in order; the recording's `encoder_frames`
-    are `input_frames` of features."""
+    between two words. `words`: their tokens and encoder frames, in order; the recording's
+    `encoder_frames` are `input_frames` of features."""
     if not words:
         return [Piece((0, input_frames), (0, 0))]
     cuts = pause_middles(words, encoder_frames, input_frames)
-    if loudness is not None and reach > 0:
-        cuts = quietest(cuts, loudness, reach)
     pieces: list[Piece] = []
     first = 0
     while first < len(words):
@@ -186,8 +160,7 @@ def cut(
             draws = torch.rand(math.ceil(2 * frames / cutting.longest) + 1, generator=generator)
             longests = [round(cutting.longest * (0.5 + 0.5 * draw)) for draw in draws.tolist()]
             # The mean over bins of normalised log-mel follows the frame's loudness.
-            loudness = batch.features[row, :frames].float().mean(dim=1) if cutting.reach else None
-            parts = pieces_of(words, encoder_frames, frames, longests, loudness, cutting.reach)
+            parts = pieces_of(words, encoder_frames, frames, longests)
             divided |= len(parts) > 1
             for number, ((start, end), (first, last)) in enumerate(parts):
                 name = batch.ids[row] if len(parts) == 1 else f"{batch.ids[row]}#{number + 1}"

@@ -201,7 +201,7 @@ class Trainer:
                 f"{len(self.corpus.train)} train, {len(self.corpus.dev)} dev utterances"
             )
             progress = self.progress
-            if self.attention_start.active(progress.step, progress.alignment_start, progress.piece_frames):
+            if self.attention_start.active(progress.piece_frames):
                 for line in self.attention_start.describe():
                     tqdm.write(line)
             if missing := missing_word_times(self.config):
@@ -265,7 +265,7 @@ class Trainer:
                 follow_load()
                 step = self.step(next(loader).to(self.device), indices, forcing, augment)
                 if step.updated:
-                    if progress.alignment_start is None and (step.parts.get("guided", 0) or step.parts.get("cut", 0)):
+                    if progress.alignment_start is None and step.parts.get("cut", 0):
                         progress.alignment_start = progress.step
                     if step.parts.get("cut", 0):
                         self.attention_start.follow(progress, step.parts["diagonal_share"])
@@ -308,11 +308,9 @@ class Trainer:
             counted = [part.target_lengths.cpu() for part in (batch, heard) if part is not None]
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             lengths = torch.cat(counted).repeat(distributed.world_size)
-        start = self.progress.alignment_start
-        guide = self.attention_start.at(self.progress.step, start)
-        ctc_alone = self.attention_start.ctc_alone(self.progress.step, start)
-        ctc_weight = 1.0 if ctc_alone else self.attention_start.ctc_weight(cutting)
-        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, guide, cutting, ctc_weight)
+        ctc_alone = self.attention_start.ctc_alone(self.progress.step, self.progress.alignment_start)
+        ctc_weight = 1.0 if ctc_alone else None
+        loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, cutting, ctc_weight)
         frames = batch.feature_lengths.sum()
         if heard is not None:  # their loss per character of the whole step, as if in one batch with the pieces
             heard_loss, heard_parts = self.optimisation.loss(heard, lengths, forcing, augment, ctc_weight=ctc_weight)
@@ -387,9 +385,11 @@ class Trainer:
         examples = list(zip(self.corpus.dev.ids, self.corpus.dev.texts, dev.texts, strict=False))[:EXAMPLES]
         self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
         self.monitor.unaligned(dev.unaligned(), record["step"], self.attention_start.advice())
+        heads = f"  speller alone {dev.speller_cer:.2f}%" if dev.joint_cer is not None else ""
+        heads += f"  CTC head alone {dev.ctc_cer:.2f}%" if dev.ctc_cer is not None else ""
         tqdm.write(
-            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}%  "
-            f"best {self.progress.best_cer:6.2f}%  {seconds:.0f}s"
+            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}% ({dev.reading}; "
+            f"best {self.progress.best_cer:.2f}%){heads}  {seconds:.0f}s"
         )
 
     def write_average(self) -> None:
@@ -403,9 +403,10 @@ class Trainer:
         dev = evaluate_dev(self.model, self.corpus.dev, self.search, self.config, self.device, plot)
         save_checkpoint(self.out / "averaged.pt", self.config, self.vocabulary, self.corpus.normalizer, self.model, {})
         epochs = sorted(states)
-        summary = {"epochs": epochs, "dev_cer": dev.cer, "best_epoch_dev_cer": self.progress.best_cer}
+        best = self.progress.best_cer
+        summary = {"epochs": epochs, "dev_cer": dev.cer, "dev_reading": dev.reading, "best_epoch_dev_cer": best}
         write_text_atomically(self.out / "averaged.json", json.dumps(summary) + "\n")
         tqdm.write(
-            f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% "
+            f"averaged epochs {', '.join(map(str, epochs))}: dev CER {dev.cer:.2f}% ({dev.reading}) "
             f"(best epoch {self.progress.best_cer:.2f}%) -> {self.out / 'averaged.pt'}"
         )

@@ -9,10 +9,10 @@
 
 A model trained for it (data/recipes/an4-streaming.toml: a causal front end, a listener that hears
 a bounded time ahead) is run a fixed group of frames at a time: the features
-(las.data.streaming), the listener (las.model.streaming_listener), then the search: by default
+(las.data.feature_stream), the listener (las.model.streaming_listener), then the search: by default
 the CTC head's, the speller scoring what it emits (las.search.triggered), each segment decoded
 again whole once it ends (las.recognition.second_pass); or the speller alone, with an attention
-that only moves forward (las.search.streaming). Cut into pieces of any size, a recording gives
+that only moves forward (las.search.monotonic_stream). Cut into pieces of any size, a recording gives
 the same final text.
 """
 
@@ -28,8 +28,8 @@ from las.core.errors import LasError
 from las.core.progress import warn
 from las.core.text import Vocabulary
 from las.data.audio import float_samples
+from las.data.feature_stream import FeatureStream
 from las.data.features import FilterbankExtractor, Normalizer
-from las.data.streaming import FeatureStream
 from las.model.las import LAS
 from las.model.streaming_listener import ForwardListener
 from las.recognition.confidence import CharacterConfidence, word_confidence
@@ -37,7 +37,7 @@ from las.recognition.second_pass import SegmentDecoder
 from las.recognition.segment_reader import SegmentModel
 from las.recognition.timing import Word
 from las.search.common import Rules, Symbols
-from las.search.streaming import SpellerStream, Spelt
+from las.search.monotonic_stream import SpellerStream, Spelt
 from las.search.triggered import TriggeredSearch
 
 
