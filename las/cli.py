@@ -268,7 +268,7 @@ def pretrain(
     training from it with `las train --set train.speller_init=FILE`."""
     from las.core.files import check_writable
     from las.core.text import Vocabulary
-    from las.data.manifest import read_utterances
+    from las.data.corpora.manifest import read_utterances
     from las.training.pretrain import pretrain_speller, read_text_corpus
 
     check_writable(out, "--out")
@@ -486,7 +486,7 @@ CacheDirectory = Annotated[
 @reports_errors
 def cache_info(cache_dir: CacheDirectory = "auto") -> None:
     """Per feature-settings folder: size, entries, shards, orphan shards, last use and where its audio came from."""
-    from las.data.cache_usage import cache_directory, human, survey
+    from las.data.cache.usage import cache_directory, human, survey
 
     root = cache_directory(cache_dir)
     folders = survey(root)
@@ -518,7 +518,7 @@ def cache_prune(
 ) -> None:
     """Remove orphan shards and temporaries, and whole folders by age or size; folders in use by a
     running process are left alone."""
-    from las.data.cache_usage import cache_directory, human, parse_size, prune
+    from las.data.cache.usage import cache_directory, human, parse_size, prune
 
     if older_than is not None and older_than < 0:
         raise LasError(f"--older-than {older_than:g}: expected days >= 0")

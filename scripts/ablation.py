@@ -203,8 +203,8 @@ def best_checkpoint_alignment(run: Path) -> float:
     import torch
 
     from las import Recognizer
+    from las.data.corpora.manifest import read_utterances
     from las.data.dataset import SpeechDataset
-    from las.data.manifest import read_utterances
     from las.training.dev_evaluation import evaluate_dev
 
     # as training's dev pass hears it

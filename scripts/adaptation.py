@@ -37,7 +37,7 @@ from harness import header
 from robustness import DEV, RATE, ROOT, summary, transcribe, write_set
 
 from las.core.metrics import character_error_rate
-from las.data.channels import telephone
+from las.data.augmentation.channel_effects import telephone
 from las.recognition.transcripts import read_transcripts
 
 TRAIN = ROOT / "data" / "an4" / "train.tsv"

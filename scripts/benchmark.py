@@ -52,11 +52,11 @@ from harness import header
 
 from las.core.config import Config, load_config
 from las.core.device import resolve_device
-from las.data.cache import FeatureCache
-from las.data.checked_shards import FILE_NAME as CHECKED_SHARDS
+from las.data.cache.checked_shards import FILE_NAME as CHECKED_SHARDS
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
 from las.data.dataset import Batch, BucketBatchSampler, SpeechDataset
-from las.data.features import Normalizer
-from las.data.manifest import read_utterances
+from las.data.front_end.features import Normalizer
 from las.model.checkpoint import Checkpoint, load_checkpoint
 from las.model.las import LAS
 from las.model.listener import Listener
@@ -586,8 +586,8 @@ OPEN_CACHE = """
 import resource, sys, time
 started = time.perf_counter()
 from las.core.config import Config, load_config
-from las.data.cache import FeatureCache
-from las.data.manifest import read_utterances
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
 utterances = read_utterances(sys.argv[2])
 read = time.perf_counter()
 features = FeatureCache(sys.argv[1], Config().features).load(utterances)
@@ -601,7 +601,7 @@ def cache_open(manifest: str = "data/an4/train.tsv", others: str = "0,100000,100
     """A warm run's features from a cache that also holds `others` entries of other corpora (rows
     made up, of shards never read): seconds from the manifest read to the features, and the peak
     memory of that process, each count in its own fresh process, interleaved over `rounds`."""
-    from las.data.cache_index import CacheIndex, write_rows
+    from las.data.cache.index import CacheIndex, write_rows
 
     counts = [int(item) for item in others.split(",")]
     results: dict[int, list[tuple[float, int]]] = {count: [] for count in counts}
@@ -827,7 +827,7 @@ def ctc_window(
     transcripts differ. Then the same on AN4 dev, utterance by utterance (n-best lists)."""
     from longform import dev_rows, joined
 
-    from las.data.audio import load_audio
+    from las.data.front_end.audio import load_audio
 
     settings = {"beam_size": beam_size, "ctc_weight": 0.5, "nbest": 8, "segment_seconds": 100_000}
     variants = {
@@ -1065,9 +1065,8 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
     reading an utterance and its log-mel features, each waveform effect alone, and the
     augmentation as the default recipe draws it (`WaveformAugmentation.features`, every utterance
     given its own seed). Median of `rounds` rounds, the variants interleaved."""
-    from las.data.audio import load_audio
-    from las.data.augment import Source, WaveformAugmentation
-    from las.data.channels import (
+    from las.data.augmentation.augmenter import Source, WaveformAugmentation
+    from las.data.augmentation.channel_effects import (
         add_noise,
         babble,
         pink_noise,
@@ -1076,7 +1075,8 @@ def augmentation(manifest: Path = Path("data/an4/train.tsv"), utterances: int = 
         telephone,
         white_noise,
     )
-    from las.data.features import FilterbankExtractor, change_speed, log_mel_features
+    from las.data.front_end.audio import load_audio
+    from las.data.front_end.features import FilterbankExtractor, change_speed, log_mel_features
 
     torch.set_num_threads(1)
     config = Config()

@@ -27,7 +27,7 @@ import typer
 
 from las import Recognizer
 from las.core.metrics import correct_words
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
 from las.model.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -132,7 +132,7 @@ import torch
 torch.set_num_threads(1)
 from las.core.config import DataConfig
 from las.data.dataset import BucketBatchSampler
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
 utterances = read_utterances(sys.argv[1])
 with open(sys.argv[1]) as file:  # the rows' lengths streamed into one array, as training's planned lengths are
     next(file)

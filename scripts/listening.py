@@ -16,8 +16,8 @@ import torch
 import typer
 from harness import header
 
+from las.data.corpora.manifest import read_utterances
 from las.data.dataset import BucketBatchSampler, SpeechDataset
-from las.data.manifest import read_utterances
 from las.model.checkpoint import load_checkpoint
 from las.model.listener import ListenerOutput
 from las.model.losses import attention_loss

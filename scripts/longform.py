@@ -12,7 +12,7 @@
                      (30-55 s each); the reference is the joined text
     starts.json      per speaker, where each utterance starts in the joined file, where its
                      speech starts (`speech_onset`) and its first frame above the energy threshold
-                     of las.data.segmentation
+                     of las.data.front_end.segmentation
     minutes-5.flac   the whole dev set joined the same way (5.2 minutes), and twice over (10.4)
     minutes-10.flac
 
@@ -52,9 +52,9 @@ from harness import header, read_manifest
 from las import Recognizer
 from las.core.config import FeatureConfig
 from las.core.metrics import character_error_rate
-from las.data.channels import brown_noise, pink_noise, power, telephone, white_noise
-from las.data.features import FilterbankExtractor
-from las.data.segmentation import (
+from las.data.augmentation.channel_effects import brown_noise, pink_noise, power, telephone, white_noise
+from las.data.front_end.features import FilterbankExtractor
+from las.data.front_end.segmentation import (
     SHORTEST_FRAMES,
     SPEECH_CONTRAST,
     cut_to_length,
@@ -66,7 +66,7 @@ from las.data.segmentation import (
     runs,
     split_at_pauses,
 )
-from las.data.signal import lowpass
+from las.data.front_end.signal import lowpass
 from las.model.checkpoint import load_checkpoint
 from las.recognition.recognizer import Result
 
@@ -88,7 +88,7 @@ def dev_rows(manifest: Path = DEV) -> list[tuple[str, Path, str]]:
 
 def speech_onset(waveform: torch.Tensor, extractor: FilterbankExtractor) -> tuple[float, float]:
     """Seconds to the utterance's speech onset, and to its first loud frame (above the quiet
-    threshold of las.data.segmentation). The onset is the start of the first 0.1 s that stays above
+    threshold of las.data.front_end.segmentation). The onset is the start of the first 0.1 s that stays above
     the middle of the utterance's energy range, moved back through the loud frames just before
     it (the weak start of an "s" or "h"). Most AN4 utterances open with the click of the
     push-to-talk button, a burst and a 0.1-0.3 s decay above the quiet threshold; in 31 of dev's

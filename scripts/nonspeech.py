@@ -6,7 +6,7 @@
 `build` writes under `runs/robustness/nonspeech-sounds/` two folders of FLAC recordings, 3 and 8 s,
 three draws each:
 
-    seen       the families training can draw (`train.augment.nonspeech`, las/data/sounds.py:
+    seen       the families training can draw (`train.augment.nonspeech`, las/data/augmentation/nonspeech.py:
                music, typing, knocking, a ringtone), new draws, and a crowd of 20 dev speakers
     held-out   families training never hears, written here: clapping, a door (a creak and a
                slam), birdsong, a dog barking, a siren
@@ -30,8 +30,8 @@ import typer
 from harness import header
 from robustness import DEV, RATE, dev_rows, kept, write_audio
 
-from las.data.channels import pink_noise
-from las.data.sounds import SOUNDS, Sound, add_at, at_peak, crowd, events, quiet_room, ringing, uniform
+from las.data.augmentation.channel_effects import pink_noise
+from las.data.augmentation.nonspeech import SOUNDS, Sound, add_at, at_peak, crowd, events, quiet_room, ringing, uniform
 from las.recognition.decode import decode
 from las.recognition.transcripts import read_transcripts
 

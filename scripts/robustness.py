@@ -68,8 +68,7 @@ from harness import read_manifest
 import las
 from las.core.config import FeatureConfig
 from las.core.files import write_text_atomically
-from las.data.audio import load_audio
-from las.data.channels import (
+from las.data.augmentation.channel_effects import (
     add_noise,
     babble,
     brown_noise,
@@ -85,8 +84,9 @@ from las.data.channels import (
     telephone,
     white_noise,
 )
-from las.data.features import FilterbankExtractor, change_speed, log_mel_features
-from las.data.segmentation import BAND_CONTRAST, SPEECH_BANDS, SPEECH_CONTRAST, Levels
+from las.data.front_end.audio import load_audio
+from las.data.front_end.features import FilterbankExtractor, change_speed, log_mel_features
+from las.data.front_end.segmentation import BAND_CONTRAST, SPEECH_BANDS, SPEECH_CONTRAST, Levels
 from las.recognition.decode import decode
 from las.recognition.forced_alignment import align
 from las.recognition.recognizer import Recognizer
@@ -98,7 +98,7 @@ RATE = 16000
 SETS = ROOT / "runs" / "robustness" / "sets"
 SNRS = (20, 10, 5)
 CONDITIONS = ["clean", "telephone", *[f"{kind}-{snr}" for kind in ("babble", "white") for snr in SNRS]]
-CODEC_LEVELS = {"mp3-24": 0.9, "opus-8": 0.99}  # the compression level of las.data.channels.encoded
+CODEC_LEVELS = {"mp3-24": 0.9, "opus-8": 0.99}  # the compression level of las.data.augmentation.channel_effects.encoded
 CONDITIONS += ["speed-0.9", "speed-1.1", "room-0.6", "clipped-10", "clipped-20", "compressed", *CODEC_LEVELS]
 DECODINGS = {"greedy": ["decode.strategy=greedy"], "beam": ["decode.strategy=beam"]}
 
@@ -528,7 +528,7 @@ def alone(noise: Callable[[int, torch.Generator], torch.Tensor], lengths: list[i
 @app.command()
 def contrast(sets: Path = SETS) -> None:
     """Per condition, how far frame energy and band activity rise from their floor (95th - 5th
-    percentile, in nats), by which `las.data.segmentation.has_speech` tells speech from silence, tones
+    percentile, in nats), by which `las.data.front_end.segmentation.has_speech` tells speech from silence, tones
     and steady noise: recordings under BAND_CONTRAST, or under SPEECH_CONTRAST and SPEECH_BANDS,
     are not decoded at all, so no speech should fall there and nothing else above them."""
     extractor = FilterbankExtractor(FeatureConfig())

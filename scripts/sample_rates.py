@@ -21,8 +21,8 @@ import torch
 import typer
 from harness import header
 
-from las.data.manifest import TSV_HEADER, read_utterances
-from las.data.signal import resample
+from las.data.corpora.manifest import TSV_HEADER, read_utterances
+from las.data.front_end.signal import resample
 
 RATES = (16000, 8000, 6000, 4000)
 ROOT = Path("runs/sample-rates")

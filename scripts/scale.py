@@ -41,10 +41,10 @@ from harness import header
 from tqdm import tqdm
 
 from las.core.config import DataConfig, FeatureConfig, load_config
-from las.data.audio import load_audio
-from las.data.channels import own_background
+from las.data.augmentation.channel_effects import own_background
 from las.data.dataset import BucketBatchSampler
-from las.data.features import FilterbankExtractor, change_speed
+from las.data.front_end.audio import load_audio
+from las.data.front_end.features import FilterbankExtractor, change_speed
 
 ROOT = Path(__file__).resolve().parent.parent
 AN4 = ROOT / "data" / "an4"

@@ -42,9 +42,9 @@ import typer
 from harness import header, row, spread
 
 from las.core.metrics import character_error_rate
-from las.data.audio import load_audio
-from las.data.ctm import WordTime, read_ctm
-from las.data.manifest import read_utterances
+from las.data.corpora.ctm import WordTime, read_ctm
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import load_audio
 from las.recognition.decode import decode
 from las.recognition.recognizer import Recognizer
 from las.recognition.stream import StreamResult

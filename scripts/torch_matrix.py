@@ -55,9 +55,9 @@ import json, sys, torch
 from las.model.checkpoint import load_checkpoint
 from las.recognition.recognizer import Recognizer
 from tests.test_front_end_regression import decode_dev
-from las.data.audio import load_audio
-from las.data.features import FilterbankExtractor, log_mel_features
-from las.data.manifest import read_utterances
+from las.data.front_end.audio import load_audio
+from las.data.front_end.features import FilterbankExtractor, log_mel_features
+from las.data.corpora.manifest import read_utterances
 from las.core.config import Config
 
 checkpoint = load_checkpoint("tests/data/search/model.pt")

@@ -76,7 +76,7 @@ def write_manifest(path: Path, rows: list[list[str]]) -> Path:
 
 def transcript_words(manifest: Path) -> set[str]:
     """The distinct words of a manifest's transcripts (a lexicon for `decode.lexicon`)."""
-    from las.data.manifest import read_utterances
+    from las.data.corpora.manifest import read_utterances
 
     return {word for text in read_utterances(manifest).texts for word in text.split()}
 

@@ -9,8 +9,8 @@ import soundfile
 import torch
 
 from las.core.config import AugmentConfig, FeatureConfig
-from las.data.augment import Source, WaveformAugmentation
-from las.data.channels import (
+from las.data.augmentation.augmenter import Source, WaveformAugmentation
+from las.data.augmentation.channel_effects import (
     add_noise,
     babble,
     compressed,

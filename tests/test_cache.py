@@ -12,16 +12,16 @@ import torch
 
 from las.core.config import FeatureConfig
 from las.core.errors import LasError
-from las.data import cache as cache_module
-from las.data import extraction
-from las.data.audio import load_audio
-from las.data.cache import FeatureCache
-from las.data.cache_index import line_checksum, write_rows
-from las.data.declipping import declipped
-from las.data.dereverberation import Dereverberation
-from las.data.features import FilterbankExtractor, Normalizer
-from las.data.manifest import read_utterances
-from las.data.runs import run_bounds
+from las.data.cache import extraction
+from las.data.cache import store as cache_module
+from las.data.cache.index import line_checksum, write_rows
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import load_audio
+from las.data.front_end.declipping import declipped
+from las.data.front_end.dereverberation import Dereverberation
+from las.data.front_end.features import FilterbankExtractor, Normalizer
+from las.data.front_end.runs import run_bounds
 
 from .conftest import an4_rows, write_manifest
 
@@ -302,7 +302,7 @@ def test_an_index_damaged_at_any_page_in_its_middle_answers_truly_or_is_set_asid
     the index is set aside with one warning and the work goes on with a new one."""
     import shutil
 
-    from las.data.cache_index import CacheIndex, Entry
+    from las.data.cache.index import CacheIndex, Entry
 
     sound = tmp_path / "sound"
     sound.mkdir()
@@ -344,8 +344,8 @@ def test_an_index_damaged_at_any_page_in_its_middle_answers_truly_or_is_set_asid
 FILL_CACHE = """
 import sys, torch
 from las.core.config import FeatureConfig
-from las.data.cache import FeatureCache
-from las.data.manifest import read_utterances
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
 features = FeatureCache(sys.argv[1], FeatureConfig()).load(read_utterances(sys.argv[2]))
 torch.save([item.clone() for item in features], sys.argv[3])
 """
@@ -419,7 +419,7 @@ def test_cache_info_names_what_it_holds_and_prune_removes_orphans_and_old_folder
 
 
 def test_prune_leaves_a_folder_in_use_alone_so_a_reader_never_loses_an_entry(tmp_path: Path, utterances: list) -> None:
-    from las.data.cache_usage import prune
+    from las.data.cache.usage import prune
 
     root = tmp_path / "cache"
     FeatureCache(root, FeatureConfig(), workers=0).load(utterances).frame_counts()

@@ -11,8 +11,8 @@ import torch
 
 from las import Recognizer
 from las.core.config import Config
-from las.data.audio import load_audio
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import load_audio
 from las.export.runtime import load_model
 from las.model.listener import BidirectionalLSTM
 from las.recognition.inference import transcribe
@@ -241,10 +241,10 @@ def test_two_nccl_processes_follow_the_single_process_trajectory(tmp_path: Path)
 
 
 def test_the_front_end_on_cuda_tensors_computes_what_it_computes_on_the_cpu() -> None:
-    """las.data.signal and the CTC Viterbi take CUDA tensors as they are (torchaudio's did, and a
+    """las.data.front_end.signal and the CTC Viterbi take CUDA tensors as they are (torchaudio's did, and a
     caller on a GPU need not move them back first)."""
-    from las.data.channels import telephone
-    from las.data.signal import MelPowerSpectrum, resample
+    from las.data.augmentation.channel_effects import telephone
+    from las.data.front_end.signal import MelPowerSpectrum, resample
     from las.model.ctc_path import viterbi_path
 
     waveform = load_audio(Path(an4_rows("dev", 1)[0][1]), 16000)

@@ -11,13 +11,13 @@ import torch
 from las.core.config import Config, DataConfig, FeatureConfig
 from las.core.errors import LasError
 from las.core.text import Vocabulary
-from las.data import extraction
-from las.data.augment import spec_augment
-from las.data.cache import FeatureCache
+from las.data.augmentation.augmenter import spec_augment
+from las.data.cache import extraction
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
 from las.data.dataset import BatchDraws, BucketBatchSampler, Draw, SpeechDataset
-from las.data.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
-from las.data.loudness import LOUD_LEVEL_DB, mean_level_db
-from las.data.manifest import read_utterances
+from las.data.front_end.features import BLOCK_FRAMES, FilterbankExtractor, Normalizer, analysis_sizes, without_offset
+from las.data.front_end.loudness import LOUD_LEVEL_DB, mean_level_db
 
 from .conftest import AN4, an4_rows, write_manifest
 
@@ -133,7 +133,7 @@ def test_normalizer_gives_zero_mean_unit_variance() -> None:
 
 
 def test_long_recordings_are_analysed_in_blocks_giving_the_same_frames_bit_for_bit() -> None:
-    from las.data.signal import MelPowerSpectrum
+    from las.data.front_end.signal import MelPowerSpectrum
 
     config = FeatureConfig()
     whole = MelPowerSpectrum(16000, 400, 160, config.mel_bins)
@@ -406,8 +406,8 @@ def test_a_joined_second_utterance_is_brought_to_the_first_ones_level() -> None:
     """Log-mel of audio: the second recording 20 dB quieter (a second voice as babble would be)
     joins at the first's level, its digital silence still silence; precomputed features of
     unknown scale are joined as they are."""
-    from las.data.segmentation import frame_energy
-    from las.data.signal import POWER_FLOOR
+    from las.data.front_end.segmentation import frame_energy
+    from las.data.front_end.signal import POWER_FLOOR
 
     generator = torch.Generator().manual_seed(0)
     loud = torch.rand(50, 8, generator=generator) + 0.1

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from las.core.config import FeatureConfig
-from las.data.audio import load_audio
-from las.data.channels import clipped, in_16_bits
-from las.data.declipping import HEADROOM, MIN_RUNS, clipped_runs, clipped_share, declipped
-from las.data.features import FilterbankExtractor, without_offset
+from las.data.augmentation.channel_effects import clipped, in_16_bits
+from las.data.front_end.audio import load_audio
+from las.data.front_end.declipping import HEADROOM, MIN_RUNS, clipped_runs, clipped_share, declipped
+from las.data.front_end.features import FilterbankExtractor, without_offset
 
 from .conftest import AN4
 
@@ -76,7 +76,7 @@ def test_a_clipped_recordings_upper_bands_come_nearer_the_speech_as_recorded() -
 def test_a_clipped_recording_gets_its_peaks_back_before_it_is_played_slower() -> None:
     """Decoding may play audio at `decode.speed` (`--speed 0.9`, say); resampled first, the flat runs that
     tell clipping are smoothed away (clipped-20 read 21.0% against 15.1% so, one seed)."""
-    from las.data.features import change_speed
+    from las.data.front_end.features import change_speed
 
     extractor = FilterbankExtractor(FeatureConfig())
     speech = load_audio(SPEECH, RATE)

@@ -11,12 +11,12 @@ import pytest
 import soundfile
 import torch
 
-import las.data.dereverberation as dereverberation
+import las.data.front_end.dereverberation as dereverberation
 from las import Recognizer
 from las.core.config import FeatureConfig
-from las.data.channels import hum, power, reverberate, room_response
-from las.data.dereverberation import Dereverberation
-from las.data.features import FilterbankExtractor, dereverberated
+from las.data.augmentation.channel_effects import hum, power, reverberate, room_response
+from las.data.front_end.dereverberation import Dereverberation
+from las.data.front_end.features import FilterbankExtractor, dereverberated
 
 from .conftest import AN4
 

@@ -98,7 +98,7 @@ def test_manifest_as_reference(tmp_path: Path) -> None:
 def test_transcripts_and_references_are_read_as_one_spelling(tmp_path: Path) -> None:
     """A reference pasted from a document (a no-break space, a decomposed accent, a zero-width
     space) scores a hypothesis of the same words as right, and trains the same characters."""
-    from las.data.manifest import read_utterances
+    from las.data.corpora.manifest import read_utterances
 
     manifest = tmp_path / "ref.tsv"
     audio = Path(__file__).parent.parent / "data" / "an4" / "audio" / "an1-mblw-b.flac"

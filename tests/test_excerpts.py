@@ -13,11 +13,11 @@ import torch
 from las.core.config import load_config
 from las.core.errors import LasError
 from las.core.text import Vocabulary
-from las.data.ctm import WordTime, read_ctm, read_digests, write_ctm
+from las.data.augmentation.word_excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path, missing_word_times
+from las.data.cache.extraction import content_digest
+from las.data.corpora.ctm import WordTime, read_ctm, read_digests, write_ctm
+from las.data.corpora.manifest import read_utterances
 from las.data.dataset import Draw, SpeechDataset
-from las.data.excerpts import MARGIN_SECONDS, WordExcerpts, alignment_path, missing_word_times
-from las.data.extraction import content_digest
-from las.data.manifest import read_utterances
 
 from .conftest import AN4, TINY, an4_rows, assert_clear_error, run, write_manifest
 

@@ -22,12 +22,12 @@ import torch
 from las.core.config import Config, FeatureConfig
 from las.core.errors import LasError
 from las.core.files import locked_directory, write_atomically
-from las.data import extraction
-from las.data.audio import load_audio
-from las.data.cache import FeatureCache
-from las.data.cache_index import row_checksum
-from las.data.features import FilterbankExtractor, Normalizer
-from las.data.manifest import read_utterances
+from las.data.cache import extraction
+from las.data.cache.index import row_checksum
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import load_audio
+from las.data.front_end.features import FilterbankExtractor, Normalizer
 from las.export.runtime import load_model
 from las.recognition.decode import json_score
 from las.training.train import train

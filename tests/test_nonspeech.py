@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from las.core.config import Config, FeatureConfig, load_config
-from las.data.channels import babble
-from las.data.features import FilterbankExtractor, log_mel_features
-from las.data.segmentation import Levels
-from las.data.sounds import PEAK, SOUNDS, NonSpeech, crowd
+from las.data.augmentation.channel_effects import babble
+from las.data.augmentation.nonspeech import PEAK, SOUNDS, NonSpeech, crowd
+from las.data.front_end.features import FilterbankExtractor, log_mel_features
+from las.data.front_end.segmentation import Levels
 
 from .test_augment import speech
 

@@ -16,12 +16,12 @@ import torch
 
 from las.core.config import Config
 from las.core.errors import LasError
-from las.data import cache as cache_module
-from las.data.audio import Segment
-from las.data.cache import FeatureCache
-from las.data.extraction import Missing, extract_features, planned_frames
-from las.data.features import FilterbankExtractor
-from las.data.manifest import read_utterances
+from las.data.cache import store as cache_module
+from las.data.cache.extraction import Missing, extract_features, planned_frames
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import Segment
+from las.data.front_end.features import FilterbankExtractor
 from las.training import corpus as corpus_module
 
 from .conftest import TINY, an4_rows, assert_clear_error, run, write_manifest

@@ -12,10 +12,10 @@ import soundfile
 import torch
 
 from las.core.errors import LasError
-from las.data.audio import float_samples
-from las.data.channels import clipped
-from las.data.pcm import pcm_pieces
-from las.data.signal import resample
+from las.data.augmentation.channel_effects import clipped
+from las.data.front_end.audio import float_samples
+from las.data.front_end.pcm import pcm_pieces
+from las.data.front_end.signal import resample
 
 from .conftest import an4_rows
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from las.core.errors import LasError
-from las.data.audio import Segment
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
+from las.data.front_end.audio import Segment
 
 from .conftest import AN4, an4_rows, write_manifest
 
@@ -155,7 +155,7 @@ def test_audio_las_cannot_read_is_named_with_what_to_do_never_passed_over(
 ) -> None:
     """A phone's voice memo (.m4a, AAC): alone, one clear error; in a folder beside audio that las
     reads, a warning that names it; in a manifest, the reader's error with the same advice."""
-    from las.data.audio import load_audio
+    from las.data.front_end.audio import load_audio
 
     memo = tmp_path / "memos" / "monday.m4a"
     memo.parent.mkdir()
@@ -181,7 +181,7 @@ def test_stereo_is_mixed_down_and_channels_in_opposite_phase_give_the_louder_one
     -right), the loudest channel is taken instead of what is left of the mean: near silence."""
     import soundfile
 
-    from las.data.audio import load_audio, samples_to_waveform
+    from las.data.front_end.audio import load_audio, samples_to_waveform
 
     speech, rate = soundfile.read(ROWS[0][1], dtype="float32")
     for name, right, expected in (
@@ -204,9 +204,9 @@ def test_a_wav_file_cut_short_is_named_and_a_whole_or_streamed_one_is_not(
     unknown: 0 or 0xFFFFFFFF) and a whole file are not named."""
     import soundfile
 
-    from las.data.audio import cut_short
-    from las.data.manifest import warn_about_audio
-    from las.data.utterances import Utterance
+    from las.data.corpora.manifest import warn_about_audio
+    from las.data.corpora.utterances import Utterance
+    from las.data.front_end.audio import cut_short
 
     speech, rate = soundfile.read(ROWS[0][1], dtype="int16")
     whole = tmp_path / "whole.wav"
@@ -236,10 +236,10 @@ def test_audio_narrower_than_a_telephone_line_is_decoded_with_a_warning(
     decoded, and one warning names it; 8 kHz (a telephone line) and up are not named."""
     import soundfile
 
-    from las.data.audio import samples_to_waveform
-    from las.data.manifest import warn_about_audio
-    from las.data.signal import resample
-    from las.data.utterances import Utterance
+    from las.data.corpora.manifest import warn_about_audio
+    from las.data.corpora.utterances import Utterance
+    from las.data.front_end.audio import samples_to_waveform
+    from las.data.front_end.signal import resample
 
     speech, rate = soundfile.read(ROWS[0][1], dtype="float32")
     utterances = []
@@ -265,7 +265,7 @@ def test_training_on_audio_narrower_than_a_telephone_line_warns_from_a_sample_of
     import soundfile
 
     from las.core.config import load_config
-    from las.data.signal import resample
+    from las.data.front_end.signal import resample
     from las.training import corpus
 
     from .conftest import TINY

@@ -14,7 +14,7 @@ import torch
 
 from las import Recognizer
 from las.core.errors import LasError
-from las.data.segmentation import has_speech, split_at_pauses
+from las.data.front_end.segmentation import has_speech, split_at_pauses
 from las.export.runtime import load_model
 from las.recognition.recognizer import Result, with_context
 from las.recognition.timing import ONSET_FRAMES, sound_start, token_spans, word_edges
@@ -61,8 +61,8 @@ def test_silence_tones_and_steady_noise_of_any_colour_hold_no_speech_but_speech_
     trained_run: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     from las.core.config import FeatureConfig
-    from las.data.channels import add_noise, brown_noise, hum, pink_noise, white_noise
-    from las.data.features import FilterbankExtractor
+    from las.data.augmentation.channel_effects import add_noise, brown_noise, hum, pink_noise, white_noise
+    from las.data.front_end.features import FilterbankExtractor
 
     extractor = FilterbankExtractor(FeatureConfig())
     generator = torch.Generator().manual_seed(0)
@@ -98,8 +98,8 @@ def test_mains_hum_played_slower_holds_no_speech_as_it_was_recorded(
     The rule reads the recording as recorded, at any speed, from samples and from files (whose
     reading is kept in the feature cache with their features)."""
     from las.core.config import FeatureConfig
-    from las.data.channels import hum
-    from las.data.features import FilterbankExtractor
+    from las.data.augmentation.channel_effects import hum
+    from las.data.front_end.features import FilterbankExtractor
 
     mains = hum(3 * RATE, RATE)
     mains = 0.3 * mains / mains.abs().max()
@@ -118,7 +118,7 @@ def test_mains_hum_played_slower_holds_no_speech_as_it_was_recorded(
 
 def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
     from las.core.config import FeatureConfig
-    from las.data.features import FilterbankExtractor
+    from las.data.front_end.features import FilterbankExtractor
 
     extractor = FilterbankExtractor(FeatureConfig())
     speech = torch.from_numpy(soundfile.read(an4_rows("train", 1)[0][1], dtype="float32")[0])
@@ -134,9 +134,9 @@ def test_one_word_in_minutes_of_silence_is_found_and_a_click_is_not() -> None:
 
 def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> None:
     from las.core.config import FeatureConfig
-    from las.data.channels import add_noise, white_noise
-    from las.data.features import FilterbankExtractor
-    from las.data.segmentation import digital_silence, energy_range, frame_energy
+    from las.data.augmentation.channel_effects import add_noise, white_noise
+    from las.data.front_end.features import FilterbankExtractor
+    from las.data.front_end.segmentation import digital_silence, energy_range, frame_energy
 
     extractor = FilterbankExtractor(FeatureConfig())
     waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 8)]
@@ -160,9 +160,9 @@ def test_no_utterance_is_left_out_of_a_recording_in_loud_broadband_noise() -> No
 def test_a_few_words_in_long_noise_are_cut_out_and_the_noise_is_not() -> None:
 
     from las.core.config import FeatureConfig
-    from las.data.channels import brown_noise, pink_noise, power, white_noise
-    from las.data.features import FilterbankExtractor
-    from las.data.signal import lowpass
+    from las.data.augmentation.channel_effects import brown_noise, pink_noise, power, white_noise
+    from las.data.front_end.features import FilterbankExtractor
+    from las.data.front_end.signal import lowpass
 
     extractor = FilterbankExtractor(FeatureConfig())
     waveforms = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in an4_rows("dev", 2)]
@@ -299,7 +299,7 @@ def test_samples_beyond_full_scale_are_decoded_with_a_warning(
 def test_recordings_clipped_at_full_scale_are_decoded_with_a_warning_that_says_how_much(
     trained_run: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from las.data.channels import clipped
+    from las.data.augmentation.channel_effects import clipped
 
     rows = an4_rows("dev", 3)
     speech = [torch.from_numpy(soundfile.read(row[1], dtype="float32")[0]) for row in rows]
@@ -517,7 +517,7 @@ def test_audio_and_precomputed_features_together_keep_their_order_and_their_own_
     trained_run: dict[str, Path],
 ) -> None:
     """Audio is played at `decode.speed`; precomputed features cannot be, and are decoded as they are."""
-    from las.data.utterances import Utterance
+    from las.data.corpora.utterances import Utterance
 
     recognizer = Recognizer.load(trained_run["run"] / "best.pt", device="cpu", speed=0.8)
     path = Path(an4_rows("train", 1)[0][1])

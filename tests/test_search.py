@@ -10,8 +10,8 @@ import torch
 
 from las import Recognizer
 from las.core.config import DecodeConfig, StrategyName, load_config
+from las.data.corpora.manifest import read_utterances
 from las.data.dataset import Batch
-from las.data.manifest import read_utterances
 from las.model.las import LAS
 from las.model.speller import Speller
 from las.search import (

@@ -1,4 +1,4 @@
-"""The torch-only front end (las.data.signal, the CTC Viterbi of las.recognition.timing) against torchaudio,
+"""The torch-only front end (las.data.front_end.signal, the CTC Viterbi of las.recognition.timing) against torchaudio,
 which it replaced: bit for bit where torchaudio's arithmetic was plain torch (resampling, the mel
 spectrum, mu-law), within float32 rounding where it ran a compiled loop (the biquads), and the
 same spans from forced alignment. The comparisons run wherever torchaudio imports (the locked
@@ -12,8 +12,8 @@ import pytest
 import soundfile
 import torch
 
-from las.data import signal as signal_module
-from las.data.signal import (
+from las.data.front_end import signal as signal_module
+from las.data.front_end.signal import (
     MelPowerSpectrum,
     highpass,
     lowpass,
@@ -150,7 +150,7 @@ def test_a_biquad_passes_its_band_and_stops_the_other() -> None:
 def test_the_telephone_line_is_torchaudios_within_float32_rounding(speech: tuple[torch.Tensor, int]) -> None:
     torchaudio = reference()
     functional = torchaudio.functional
-    from las.data.channels import telephone
+    from las.data.augmentation.channel_effects import telephone
 
     waveform, rate = speech
     band = functional.lowpass_biquad(functional.highpass_biquad(waveform, rate, 300.0), rate, 3400.0)

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 from las.cli import app
 from las.core.config import FeatureConfig, load_config
 from las.core.errors import LasError
-from las.data.feature_stream import FeatureStream
-from las.data.features import FilterbankExtractor, Normalizer, analysis_sizes
-from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels
-from las.data.signal import POWER_FLOOR, resample
+from las.data.front_end.feature_stream import FeatureStream
+from las.data.front_end.features import FilterbankExtractor, Normalizer, analysis_sizes
+from las.data.front_end.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels
+from las.data.front_end.signal import POWER_FLOOR, resample
 from las.model.streaming_listener import ForwardListener
 from las.recognition import live
 from las.recognition.recognizer import Recognizer

@@ -8,12 +8,12 @@ import torch
 
 from las.core.config import FeatureConfig, load_config
 from las.core.text import Vocabulary
-from las.data.audio import load_audio
-from las.data.channels import add_noise, hum, in_16_bits, own_background, power, white_noise
+from las.data.augmentation.channel_effects import add_noise, hum, in_16_bits, own_background, power, white_noise
 from las.data.dataset import Draw, SpeechDataset
-from las.data.features import FilterbankExtractor
-from las.data.segmentation import Levels, sound_regions
-from las.data.surroundings import EXTEND_FRAMES, Surroundings, background_frames
+from las.data.front_end.audio import load_audio
+from las.data.front_end.features import FilterbankExtractor
+from las.data.front_end.segmentation import Levels, sound_regions
+from las.data.front_end.speech_margins import EXTEND_FRAMES, Surroundings, background_frames
 
 from .conftest import AN4
 
@@ -93,8 +93,8 @@ def test_an_exports_dither_is_digital_silence_and_a_quiet_recordings_background_
     any room (1.20x the CER of AN4 dev, zeros 1.00x). It is cut as zeros are. But a recording 40
     dB quieter, in 16 bits, has a background at the quantiser's steps too: at its ends, and
     inside its soft sounds, it is the recording's (taken for silence, it read 1.1-2.4x worse)."""
-    from las.data.features import recorded
-    from las.data.runs import long_runs
+    from las.data.front_end.features import recorded
+    from las.data.front_end.runs import long_runs
 
     speech = load_audio(SPEECH, RATE)
     zeros = torch.zeros(RATE)
@@ -171,7 +171,7 @@ def test_a_click_a_pause_away_from_the_speech_is_not_kept(side: str) -> None:
 
 
 def test_the_loud_runs_kept_leave_out_a_click_a_pause_away_but_not_a_release_after_its_closure() -> None:
-    from las.data.segmentation import without_clicks
+    from las.data.front_end.segmentation import without_clicks
 
     assert without_clicks([(10, 80), (110, 115)]) == (10, 80)  # 0.3 s away, 50 ms long: a click
     assert without_clicks([(3, 8), (40, 100), (120, 124)]) == (40, 124)  # a release 0.2 s on stays
@@ -182,7 +182,7 @@ def test_the_loud_runs_kept_leave_out_a_click_a_pause_away_but_not_a_release_aft
 def test_no_frame_of_speech_is_taken_for_a_tone() -> None:
     """Speech never holds its spectrum still for 0.1 s: in all of AN4, for 2 frames at most; the
     longest hold, a "V" of an212, for 11 frames under 0.05 nats a frame, and it is no tone."""
-    from las.data.segmentation import tones
+    from las.data.front_end.segmentation import tones
 
     for name in ("an212-ftmj-b", "an10-fjmd-b", "an121-fjdn-b", "cen8-flmm2-b"):
         features = features_of(load_audio(AN4 / "audio" / f"{name}.flac", RATE))
@@ -305,7 +305,7 @@ def test_the_same_utterance_decodes_to_the_same_text_with_and_without_seconds_ar
 
 
 def test_digital_silence_stays_silent_under_a_recording_with_a_dc_offset() -> None:
-    from las.data.features import without_offset
+    from las.data.front_end.features import without_offset
 
     speech = load_audio(SPEECH, RATE) + 0.05  # a biased sound card
     padded = torch.cat([torch.zeros(RATE), speech, torch.zeros(RATE)])

@@ -1,4 +1,4 @@
-"""The corpus as columns (las.data.utterances): the same rows as a list of `Utterance`, read back."""
+"""The corpus as columns (las.data.corpora.utterances): the same rows as a list of `Utterance`, read back."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from las.data.audio import Segment
-from las.data.utterances import TextColumn, Utterance, Utterances
+from las.data.corpora.utterances import TextColumn, Utterance, Utterances
+from las.data.front_end.audio import Segment
 
 
 def test_a_text_column_gives_back_what_went_in() -> None:

@@ -20,7 +20,7 @@ import soundfile
 import typer
 from pocketsphinx import Decoder
 
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
 
 app = typer.Typer(add_completion=False)
 

@@ -37,11 +37,11 @@ from las.core.settings import (
 
 Device = Literal["auto", "cpu", "cuda"]
 
-# How to read an input: auto (by what the path is) or a reader of las.data.manifest.READERS.
+# How to read an input: auto (by what the path is) or a reader of las.data.corpora.manifest.READERS.
 InputFormat = Literal["auto", "tsv", "jsonl", "lhotse", "kaldi", "librispeech", "hw4", "hw4-folder", "audio"]
 ListenerKind = Literal["pblstm", "plstm", "transformer", "conformer"]
 SpellerKind = Literal["lstm", "transformer"]
-Dereverberation = Literal["off", "decoding", "always"]  # las.data.dereverberation
+Dereverberation = Literal["off", "decoding", "always"]  # las.data.front_end.dereverberation
 TimeReduction = Literal["concat", "conv"]  # las.model.attention_listener
 AttentionName = Literal["dot", "scaled_dot", "general", "additive", "location", "gmm", "monotonic", "monotonic_chunk"]
 StrategyName = Literal["greedy", "sample", "beam", "ctc"]
@@ -65,12 +65,12 @@ class FeatureConfig(Section):
     utterance_mean: bool = True
     # ... counting the training frames' average as this many seconds of its own (a word alone keeps its spectrum).
     mean_prior_seconds: Annotated[float, Range(0, 60)] = 0.3
-    # A recording that peaks under this level is raised to it before analysis (las/data/loudness.py).
+    # A recording that peaks under this level is raised to it before analysis (las/data/front_end/loudness.py).
     quiet_peak_dbfs: Annotated[float, Range(-60, 0)] = -20.0
-    # Silence or background around the speech cut to at most this much in training (las/data/surroundings.py).
+    # Silence or background around the speech cut to at most this much in training (front_end/speech_margins.py).
     trim_surroundings: bool = True
     surroundings_seconds: Annotated[float, Range(0, 5)] = 0.3
-    # Late reverberation removed (las/data/dereverberation.py): at decoding, always, or off.
+    # Late reverberation removed (las/data/front_end/dereverberation.py): at decoding, always, or off.
     dereverberation: Dereverberation = "decoding"
     # Each frame from its past only (streaming models): zero padding, a running mean, nothing that reads ahead.
     causal: bool = False
@@ -226,7 +226,7 @@ class ModelConfig(Section):
 
 @dataclass(frozen=True)
 class AugmentConfig(Section):
-    """Waveform augmentation (las/data/channels.py): per utterance and epoch, each effect with its
+    """Waveform augmentation (las/data/augmentation/channel_effects.py): per utterance and epoch, each effect with its
     probability, drawn from a generator seeded by (seed, epoch, utterance) so a resumed run draws
     the same; featurised on the fly by the loader's workers. Off on precomputed features."""
 
@@ -239,7 +239,7 @@ class AugmentConfig(Section):
     gain_db: Annotated[float, Range(0, 40)] = 6.0  # a gain drawn from +-gain_db
     # A quiet microphone: the recording 20-40 dB quieter, in 16 bits.
     quiet: Fraction = 0.0
-    # A microphone set too hot: driven 3-20 dB over full scale and cut flat, in 16 bits (las/data/declipping.py).
+    # A microphone set too hot: driven 3-20 dB over full scale and cut flat, in 16 bits (front_end/declipping.py).
     clipping: Fraction = 0.0
     # A compressor, as a phone's automatic gain leaves speech: loud frames turned down 2-10 to 1.
     compression: Fraction = 0.0
@@ -251,7 +251,7 @@ class AugmentConfig(Section):
     words: Fraction = 0.1
     # Or all of its words cut at the first one's start and the last one's end, as an editor or aligner cuts a clip.
     tight: Fraction = 0.15
-    # Of the draws, this share becomes a sound that is not speech (las/data/sounds.py) with an empty transcript.
+    # Of the draws, this share becomes a sound that is not speech (augmentation/nonspeech.py), transcribed as nothing.
     nonspeech: Fraction = 0.05
     # Of the batches, this share is heard as pairs of neighbouring utterances joined into one recording.
     joined: Fraction = 0.0
@@ -383,7 +383,7 @@ class DecodeConfig(Section):
     # beam (with the CTC prefix score), greedy, sample (random search), or ctc (the CTC head greedily).
     strategy: Annotated[StrategyName, Flag("--strategy", "Search strategy.")] = "beam"
     batch_size: Annotated[Count, Flag("--batch-size", "Utterances per batch.")] = 32
-    # Recordings longer than this are cut at their pauses into pieces no longer (las/data/segmentation.py).
+    # Recordings longer than this are cut at their pauses into pieces no longer (las/data/front_end/segmentation.py).
     segment_seconds: Annotated[float, Range(1)] = 10.0
     # Word times from the CTC head's forced alignment, or from each character's attention peak.
     word_times: WordTimes = "ctc"

@@ -16,14 +16,14 @@ from torch.nn.utils.rnn import pad_sequence
 
 from las.core.config import DataConfig
 from las.core.text import Vocabulary
-from las.data.augment import Source, WaveformAugmentation
-from las.data.excerpts import WordExcerpts
-from las.data.features import FeatureSet, InMemoryFeatures, Normalizer
-from las.data.segmentation import Levels, frame_energy
-from las.data.signal import POWER_FLOOR
-from las.data.sounds import NonSpeech
-from las.data.surroundings import SharedEdges, Surroundings
-from las.data.utterances import Utterance, Utterances
+from las.data.augmentation.augmenter import Source, WaveformAugmentation
+from las.data.augmentation.nonspeech import NonSpeech
+from las.data.augmentation.word_excerpts import WordExcerpts
+from las.data.corpora.utterances import Utterance, Utterances
+from las.data.front_end.features import FeatureSet, InMemoryFeatures, Normalizer
+from las.data.front_end.segmentation import Levels, frame_energy
+from las.data.front_end.signal import POWER_FLOOR
+from las.data.front_end.speech_margins import SharedEdges, Surroundings
 
 
 @dataclass(frozen=True)

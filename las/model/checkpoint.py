@@ -15,7 +15,7 @@ from las.core.errors import LasError
 from las.core.files import save_atomically
 from las.core.settings import RetiredSetting
 from las.core.text import Vocabulary
-from las.data.features import FeatureSet, Normalizer, feature_dimension
+from las.data.front_end.features import FeatureSet, Normalizer, feature_dimension
 from las.model.las import LAS
 
 FORMAT = "las-checkpoint"

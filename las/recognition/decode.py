@@ -12,7 +12,7 @@ from pathlib import Path
 
 from las.core.errors import LasError
 from las.core.files import check_writable, make_directory, write_text_atomically
-from las.data.manifest import read_utterances
+from las.data.corpora.manifest import read_utterances
 from las.export.runtime import load_model
 from las.recognition.confidence import DIGITS, overall_confidence
 from las.recognition.plots import plot_hypothesis

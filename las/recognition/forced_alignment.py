@@ -1,6 +1,6 @@
 """Word times of known transcripts (`las align`): CTC forced alignment of each reference, each
 word's edges moved to where its sound rises and falls, never into a neighbour
-(las.recognition.timing.word_edges), written as CTM (las.data.ctm)."""
+(las.recognition.timing.word_edges), written as CTM (las.data.corpora.ctm)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from las.core.errors import LasError
 from las.core.files import check_writable, write_text_atomically
 from las.core.progress import progress_bar, warn
 from las.core.text import PAD_INDEX
-from las.data.ctm import WordTime, write_ctm
-from las.data.extraction import content_digest
-from las.data.manifest import read_utterances, unknown_characters
-from las.data.segmentation import frame_energy
+from las.data.cache.extraction import content_digest
+from las.data.corpora.ctm import WordTime, write_ctm
+from las.data.corpora.manifest import read_utterances, unknown_characters
+from las.data.front_end.segmentation import frame_energy
 from las.export.runtime import load_model
 from las.model.ctc_path import ctc_frames_needed
 from las.recognition.recognizer import Recognizer

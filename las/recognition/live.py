@@ -1,5 +1,5 @@
 """`las decode CHECKPOINT - --stream`: 16-bit PCM from standard input, raw or a WAV stream
-(las.data.pcm), or an audio file, played at its own pace with `--realtime`, else as fast as it
+(las.data.front_end.pcm), or an audio file, played at its own pace with `--realtime`, else as fast as it
 arrives or decodes, to JSON lines as the words come: partial results that may still grow, final
 segments that will not, each with its times on the recording's clock and how long after its
 audio arrived it was written."""
@@ -18,8 +18,8 @@ from typing import TextIO
 import numpy as np
 
 from las.core.errors import LasError
-from las.data.audio import AUDIO_SUFFIXES, load_audio
-from las.data.pcm import pcm_pieces
+from las.data.front_end.audio import AUDIO_SUFFIXES, load_audio
+from las.data.front_end.pcm import pcm_pieces
 from las.export.runtime import load_model
 from las.recognition.recognizer import Recognizer
 from las.recognition.stream import StreamResult

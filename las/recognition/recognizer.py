@@ -21,15 +21,15 @@ import torch
 from las.core.device import resolve_device
 from las.core.errors import LasError
 from las.core.progress import warn
-from las.data.audio import AUDIO_SUFFIXES, samples_to_waveform
-from las.data.cache import FeatureCache
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import read_utterances, warn_about_audio, warn_about_characters
+from las.data.corpora.utterances import Utterance
 from las.data.dataset import SpeechDataset
-from las.data.declipping import clipped_share
-from las.data.features import Analysed, FeatureSet, FilterbankExtractor, InMemoryFeatures, analysed_features
-from las.data.manifest import read_utterances, warn_about_audio, warn_about_characters
-from las.data.segmentation import CONTEXT_SECONDS, Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
-from las.data.surroundings import Surroundings
-from las.data.utterances import Utterance
+from las.data.front_end.audio import AUDIO_SUFFIXES, samples_to_waveform
+from las.data.front_end.declipping import clipped_share
+from las.data.front_end.features import Analysed, FeatureSet, FilterbankExtractor, InMemoryFeatures, analysed_features
+from las.data.front_end.segmentation import CONTEXT_SECONDS, Levels, cut_at_inner_pauses, frame_energy, split_at_pauses
+from las.data.front_end.speech_margins import Surroundings
 from las.export.runtime import load_model, run_on
 from las.model.checkpoint import Checkpoint
 from las.recognition.confidence import overall_confidence
@@ -268,7 +268,7 @@ class Recognizer:
             named = ", ".join(silent[:3]) + (", ..." if len(silent) > 3 else "")
             warn(f"no speech (silence, a tone, steady noise) in {len(silent)} recording(s), no text: {named}")
         played = [(piece, features[piece.recording], self.frame_seconds(audio_of[piece.recording])) for piece in pieces]
-        replayed = self.played_again(pieces, others)
+        replayed = self.at_other_speed(pieces, others)
         heard = played + [item for item in replayed if item is not None]
         dataset = self.dataset(
             [f"{ids[piece.recording]}:{piece.start}" for piece, _, _ in heard],
@@ -332,7 +332,7 @@ class Recognizer:
         hop = self.config.features.hop_ms / 1000
         return hop * (self.config.decode.speed if speed is None else speed) if audio else hop
 
-    def played_again(
+    def at_other_speed(
         self, pieces: Sequence[Piece], others: Sequence[torch.Tensor | None] | None
     ) -> list[tuple[Piece, torch.Tensor, float] | None]:
         """Each piece as heard played at `decode.other_speed`: the same stretch of its recording
@@ -386,7 +386,7 @@ class Recognizer:
 
 def warn_about_clipping(ids: Sequence[str], shares: Sequence[float]) -> None:
     """One warning for the recordings clipped at full scale (`shares` of their samples flat at the
-    rail, as `las.data.declipping` finds them), as for silence and steady noise: their peaks are
+    rail, as `las.data.front_end.declipping` finds them), as for silence and steady noise: their peaks are
     given back in part only, and AN4 dev so recorded reads 1.4-2.6x its CER."""
     clipped = [(share, identifier) for identifier, share in zip(ids, shares, strict=True) if share > 0]
     if clipped:

@@ -34,8 +34,8 @@ from Levenshtein import distance
 
 from las.core.config import Config
 from las.core.text import Vocabulary
-from las.data.features import analysis_sizes
-from las.data.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels, pause_runs
+from las.data.front_end.features import analysis_sizes
+from las.data.front_end.segmentation import CONTEXT_SECONDS, PAUSE_FRAMES, Levels, pause_runs
 from las.recognition.confidence import word_confidence
 from las.recognition.segment_reader import SegmentModel, SegmentReader
 from las.search.monotonic_stream import Spelt

@@ -17,9 +17,9 @@ import torch
 from las.core.config import Config
 from las.core.errors import LasError
 from las.core.text import Vocabulary
-from las.data.features import FilterbankExtractor, Normalizer
-from las.data.segmentation import CONTEXT_SECONDS, Levels
-from las.data.surroundings import Surroundings
+from las.data.front_end.features import FilterbankExtractor, Normalizer
+from las.data.front_end.segmentation import CONTEXT_SECONDS, Levels
+from las.data.front_end.speech_margins import Surroundings
 from las.export.runtime import load_model
 from las.model.checkpoint import Checkpoint
 from las.model.las import LAS

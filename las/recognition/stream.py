@@ -9,7 +9,7 @@
 
 A model trained for it (data/recipes/an4-streaming.toml: a causal front end, a listener that hears
 a bounded time ahead) is run a fixed group of frames at a time: the features
-(las.data.feature_stream), the listener (las.model.streaming_listener), then the search: by default
+(las.data.front_end.feature_stream), the listener (las.model.streaming_listener), then the search: by default
 the CTC head's, the speller scoring what it emits (las.search.triggered), each segment decoded
 again whole once it ends (las.recognition.second_pass); or the speller alone, with an attention
 that only moves forward (las.search.monotonic_stream). Cut into pieces of any size, a recording gives
@@ -27,9 +27,9 @@ from las.core.config import Config
 from las.core.errors import LasError
 from las.core.progress import warn
 from las.core.text import Vocabulary
-from las.data.audio import float_samples
-from las.data.feature_stream import FeatureStream
-from las.data.features import FilterbankExtractor, Normalizer
+from las.data.front_end.audio import float_samples
+from las.data.front_end.feature_stream import FeatureStream
+from las.data.front_end.features import FilterbankExtractor, Normalizer
 from las.model.las import LAS
 from las.model.streaming_listener import ForwardListener
 from las.recognition.confidence import CharacterConfidence, word_confidence

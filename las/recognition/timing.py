@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from las.core.text import Vocabulary
-from las.data.segmentation import QUIET_SHARE, digital_silence
+from las.data.front_end.segmentation import QUIET_SHARE, digital_silence
 from las.model.ctc_path import runs, viterbi_path
 from las.recognition.confidence import word_confidence
 from las.search import Hypothesis
@@ -47,7 +47,7 @@ def token_spans(
 
 def sound_start(energy: torch.Tensor, emitted: int, earliest: int, mel_bins: int) -> int:
     """The feature frame where the sound of a word begins, given the frames' energies `(frames,)`
-    (las.data.segmentation.frame_energy) and the frame `emitted` where its first character is aligned.
+    (las.data.front_end.segmentation.frame_energy) and the frame `emitted` where its first character is aligned.
 
     CTC emits a character late in its sound, often at the vowel: a spelled "C" at its "ee", a
     third of a second after the "s". So walk back from `emitted` while frames stay above the quiet
@@ -81,7 +81,7 @@ def smoothed(energy: torch.Tensor) -> torch.Tensor:
 def word_edges(energy: torch.Tensor | None, emitted: list[Span], mel_bins: int) -> list[Span]:
     """`[start, end)` feature frames of each word's sound, from the frames `emitted` where its
     characters were aligned (first to last, in order) and the frames' energies `(frames,)`
-    (las.data.segmentation.frame_energy); the emitted frames themselves without `energy`.
+    (las.data.front_end.segmentation.frame_energy); the emitted frames themselves without `energy`.
 
     A word's sound runs on both sides of its characters: its start walks back and its end on while
     the audio stays loud (`sound_start`). Two words spoken without a pause between them are never

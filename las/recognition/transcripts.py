@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from las.core.errors import LasError
 from las.core.files import read_text
 from las.core.text import clean_transcript
-from las.data.manifest import lhotse_kind, manifest_rows, read_utterances
+from las.data.corpora.manifest import lhotse_kind, manifest_rows, read_utterances
 
 FORMATS = ("csv", "kaldi", "jsonl")
 

@@ -176,9 +176,9 @@ class TriggeredSearch:
             if quiet or self.searched - self.origin >= self.longest_frames:
                 pieces.append(self.end_segment())
             elif paused and self.early_words:  # the speech goes on: the words before the pause, and the segment on
-                pieces.append(self.paused())
+                pieces.append(self.words_at_a_pause())
             else:
-                pieces.append(self.agreed())
+                pieces.append(self.words_the_beam_agrees_on())
         if finished and self.searched > self.origin:
             pieces.append(self.end_segment())
         if finished and self.second_pass is not None:
@@ -291,13 +291,13 @@ class TriggeredSearch:
         history = pad_frames(state.history, frames) if self.pads_history else state.history
         return state._replace(weights=pad_frames(state.weights, frames), history=history)
 
-    def agreed(self) -> list[Spelt]:
+    def words_the_beam_agrees_on(self) -> list[Spelt]:
         """The words every prefix of the beam shares beyond those given as final, each with the
         space after it: no later hypothesis can change them. With a second pass, none are before
         the segment ends, or with `early_words` those the second pass gives once the best prefix
         has begun a word after them."""
         if self.second_pass is not None:
-            return self.begun() if self.early_words else []
+            return self.words_before_the_latest_space() if self.early_words else []
         shared = self.finals
         first = self.beam[0].characters
         while shared < len(first) and all(
@@ -311,7 +311,7 @@ class TriggeredSearch:
         piece, self.finals = list(first[self.finals : space + 1]), space + 1
         return piece
 
-    def begun(self) -> list[Spelt]:
+    def words_before_the_latest_space(self) -> list[Spelt]:
         """With a second pass: where the best prefix has spelt a space since the last words given,
         the segment so far decoded whole, its words centred before that space."""
         assert self.second_pass is not None
@@ -319,9 +319,9 @@ class TriggeredSearch:
         space = next((index for index in range(len(best) - 1, -1, -1) if self.is_space(best[index])), None)
         if space is None or best[space].frame <= self.asked:
             return []
-        return self.ask(best[space].frame, space)
+        return self.second_pass_words(best[space].frame, space)
 
-    def paused(self) -> list[Spelt]:
+    def words_at_a_pause(self) -> list[Spelt]:
         """With a second pass word by word, where the first pass has paused and the audio has
         not: the segment so far decoded whole, and the words it would give were the segment to
         end there (centred before half a pause after the first pass's last character); the
@@ -329,7 +329,7 @@ class TriggeredSearch:
         until = self.owned_until()
         if until is None or until <= self.asked:
             return []
-        return self.ask(until, len(self.beam[0].characters) - 1)
+        return self.second_pass_words(until, len(self.beam[0].characters) - 1)
 
     def owned_until(self) -> int | None:
         """The frame half a pause after the best prefix's last character (None where it has
@@ -338,7 +338,7 @@ class TriggeredSearch:
         best = self.beam[0].characters
         return best[-1].frame + 1 + self.pause_frames // 2 if best else None
 
-    def ask(self, until: int, last: int) -> list[Spelt]:
+    def second_pass_words(self, until: int, last: int) -> list[Spelt]:
         """The second pass's words centred before frame `until`, the first pass's characters up
         to index `last` having been spelt before it."""
         assert self.second_pass is not None

@@ -12,14 +12,14 @@ from las.core.config import AugmentConfig, Config, TrainConfig
 from las.core.errors import LasError
 from las.core.progress import warn
 from las.core.text import Vocabulary, characters_of
-from las.data.augment import WaveformAugmentation
-from las.data.cache import FeatureCache
+from las.data.augmentation.augmenter import WaveformAugmentation
+from las.data.augmentation.nonspeech import NonSpeech
+from las.data.augmentation.word_excerpts import WordExcerpts
+from las.data.cache.store import FeatureCache
+from las.data.corpora.manifest import check_characters, read_utterances, warn_about_audio
 from las.data.dataset import Sources, SpeechDataset
-from las.data.excerpts import WordExcerpts
-from las.data.features import Normalizer, feature_dimension
-from las.data.manifest import check_characters, read_utterances, warn_about_audio
-from las.data.sounds import NonSpeech
-from las.data.surroundings import Surroundings
+from las.data.front_end.features import Normalizer, feature_dimension
+from las.data.front_end.speech_margins import Surroundings
 from las.training.initialisation import check_shared_characters
 
 

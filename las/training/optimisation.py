@@ -13,7 +13,7 @@ import torch
 from las.core.config import Config
 from las.core.device import autocast, resolve_precision
 from las.core.errors import LasError
-from las.data.augment import spec_augment
+from las.data.augmentation.augmenter import spec_augment
 from las.data.dataset import Batch
 from las.model.alignment import diagonal_rows
 from las.model.graphed_listener import GraphedListener

@@ -18,8 +18,8 @@ from las.core.files import locked_directory, make_directory, write_text_atomical
 from las.core.progress import progress_bar, say
 from las.core.stopping import StopRequests
 from las.core.threads import follow_load
+from las.data.augmentation.word_excerpts import missing_word_times
 from las.data.dataset import Batch, BucketBatchSampler
-from las.data.excerpts import missing_word_times
 from las.data.loading import training_loader
 from las.export.runtime import load_model
 from las.model.checkpoint import Checkpoint, save_checkpoint
@@ -212,7 +212,7 @@ class Trainer:
                     if self.train_epoch():
                         self.save_and_stop()
                     self.finish_epoch()
-                    if self.agreed(self.stop_requests.requested):
+                    if self.any_rank_asks(self.stop_requests.requested):
                         self.save_and_stop()  # last.pt is this epoch's end already: saved again, the same
             except KeyboardInterrupt:
                 raise LasError(
@@ -223,7 +223,7 @@ class Trainer:
         if self.distributed.is_main:
             self.write_average()
 
-    def agreed(self, request: bool) -> bool:
+    def any_rank_asks(self, request: bool) -> bool:
         """Whether any rank asks for something: every rank acts on the same answer at the same point."""
         return self.distributed.sum([float(request)])[0] > 0
 

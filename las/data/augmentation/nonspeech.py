@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from las.core.config import Config
-from las.data.channels import babble, pink_noise
-from las.data.features import FilterbankExtractor, log_mel_features
+from las.data.augmentation.channel_effects import babble, pink_noise
+from las.data.front_end.features import FilterbankExtractor, log_mel_features
 
 Sound = Callable[[int, int, torch.Generator], torch.Tensor]  # (samples, rate, generator) -> (samples,)
 PEAK = 0.3

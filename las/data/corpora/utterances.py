@@ -15,7 +15,7 @@ from typing import overload
 
 import numpy as np
 
-from las.data.audio import Segment
+from las.data.front_end.audio import Segment
 
 
 class Utterance:

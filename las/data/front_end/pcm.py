@@ -17,8 +17,8 @@ import numpy as np
 
 from las.core.errors import LasError
 from las.core.progress import warn
-from las.data.audio import float_samples, narrow_band
-from las.data.signal import StreamingResampler
+from las.data.front_end.audio import float_samples, narrow_band
+from las.data.front_end.signal import StreamingResampler
 
 # The first bytes of containers that are not PCM (two samples of raw audio would have to spell them).
 CONTAINERS = {

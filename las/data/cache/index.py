@@ -8,7 +8,7 @@ transaction per shard, and a writer waits for another (a busy timeout) rather th
 Two tables:
 
     files    (size, mtime, inode, ctime) -> digest of the file's bytes, and its path (`las cache
-             info`): the identity `las.data.extraction.identity` gives a file without reading it
+             info`): the identity `las.data.cache.extraction.identity` gives a file without reading it
     entries  key -> shard, offset, frames, dimension, checksum of the entry's frames, and the
              share of the recording's samples clipped at full scale (told at decoding), and
              whether it holds speech as recorded (1, 0, or NULL where that was not read)
@@ -43,7 +43,7 @@ BUSY_SECONDS = 600.0  # another process writing (extracting a shard of 512 utter
 LOOKUPS = 500  # keys per query: under SQLite's limit on bound parameters
 
 Result = TypeVar("Result")
-FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.extraction.identity
+FileIdentity = tuple[int, int, int, int]  # (size, mtime, inode, ctime): see las.data.cache.extraction.identity
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -66,8 +66,8 @@ class Entry(NamedTuple):
     frames: int
     dimension: int
     checksum: str  # of the entry's frames as stored
-    clipped: float = 0.0  # share of the recording's samples flat at full scale (las.data.declipping)
-    speech: int | None = None  # 1 or 0: the no-speech rule on it as recorded (las.data.features.Analysed)
+    clipped: float = 0.0  # share of the recording's samples flat at full scale (las.data.front_end.declipping)
+    speech: int | None = None  # 1 or 0: the no-speech rule on it as recorded (las.data.front_end.features.Analysed)
 
 
 class Unwritable(Exception):

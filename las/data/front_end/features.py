@@ -11,12 +11,12 @@ import torch
 
 from las.core.config import FeatureConfig
 from las.core.errors import LasError
-from las.data.declipping import declipped
-from las.data.dereverberation import Dereverberation
-from las.data.loudness import within_training_levels
-from las.data.runs import leading, long_runs
-from las.data.segmentation import digital_silence, frame_energy, has_speech
-from las.data.signal import POWER_FLOOR, MelPowerSpectrum, resample, resampled_length
+from las.data.front_end.declipping import declipped
+from las.data.front_end.dereverberation import Dereverberation
+from las.data.front_end.loudness import within_training_levels
+from las.data.front_end.runs import leading, long_runs
+from las.data.front_end.segmentation import digital_silence, frame_energy, has_speech
+from las.data.front_end.signal import POWER_FLOOR, MelPowerSpectrum, resample, resampled_length
 
 
 class FeatureSet(Sequence[torch.Tensor]):
@@ -69,7 +69,7 @@ class Analysed(NamedTuple):
     """A recording's features, and what was read of it as recorded on the way."""
 
     features: torch.Tensor  # (frames, mel_bins), played at the speed asked for
-    # The no-speech rule (las.data.segmentation.has_speech) on the recording as recorded: read
+    # The no-speech rule (las.data.front_end.segmentation.has_speech) on the recording as recorded: read
     # where dereverberation needs it (at decoding, by default); None elsewhere. Played slower,
     # 3 s of mains hum beat against the frames and passed the rule (at 0.95: band contrast 0.56
     # against its 0.5), where as recorded it reads 0.24.
@@ -119,7 +119,7 @@ class FilterbankExtractor:
     def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
         """`(samples,)` -> `(frames, mel_bins)`, 60 s of frames at a time. Half a window beyond
         each end is the recording mirrored, or zeros for a causal front end, which cannot mirror
-        what has not arrived (`las.data.feature_stream`)."""
+        what has not arrived (`las.data.front_end.feature_stream`)."""
         mode = "constant" if self.config.causal else "reflect"
         padded = torch.nn.functional.pad(waveform[None], (self.window // 2, self.window // 2), mode=mode)[0]
         frames = frame_count(len(waveform), self.window, self.hop)

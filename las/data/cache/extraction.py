@@ -1,6 +1,6 @@
 """One utterance's features: computed from its audio (or copied from its precomputed `.npy`),
 written as shards, known by its content, and checked when read back. The feature cache
-(las/data/cache.py) computes corpora of them ahead of training; las/data/on_demand.py computes
+(las/data/cache/store.py) computes corpora of them ahead of training; las/data/cache/on_demand.py computes
 rows as the batches read them.
 """
 
@@ -18,11 +18,13 @@ import numpy as np
 from las.core.config import FeatureConfig
 from las.core.errors import LasError
 from las.core.files import write_atomically
-from las.data.arrays import array_shape
-from las.data.audio import Segment, audio_length, load_audio, read_bytes
-from las.data.cache_index import Entry, FileIdentity, checksum
-from las.data.declipping import clipped_share
-from las.data.features import (
+from las.data.cache.index import Entry, FileIdentity, checksum
+from las.data.corpora.arrays import array_shape
+from las.data.corpora.manifest import read_feature_file
+from las.data.corpora.utterances import Utterance
+from las.data.front_end.audio import Segment, audio_length, load_audio, read_bytes
+from las.data.front_end.declipping import clipped_share
+from las.data.front_end.features import (
     FilterbankExtractor,
     analysed_features,
     analysis_sizes,
@@ -30,9 +32,7 @@ from las.data.features import (
     frame_count,
     played_length,
 )
-from las.data.manifest import read_feature_file
-from las.data.signal import resampled_length
-from las.data.utterances import Utterance
+from las.data.front_end.signal import resampled_length
 
 Source = tuple[str, int, int, int, int]  # (absolute path, size, mtime, inode, ctime): see source_of
 

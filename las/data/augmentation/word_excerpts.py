@@ -22,8 +22,8 @@ import torch
 
 from las.core.config import Config
 from las.core.progress import warn
-from las.data.ctm import WordTime, read_ctm, read_digests
-from las.data.utterances import Utterance
+from las.data.corpora.ctm import WordTime, read_ctm, read_digests
+from las.data.corpora.utterances import Utterance
 
 MARGIN_SECONDS = 0.2  # at most this much of what surrounds a word comes with it on each side
 

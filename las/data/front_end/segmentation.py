@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from las.data.runs import leading, long_runs, run_bounds
-from las.data.signal import POWER_FLOOR
+from las.data.front_end.runs import leading, long_runs, run_bounds
+from las.data.front_end.signal import POWER_FLOOR
 
 PAUSE_FRAMES = 50  # 0.5 s at a 10 ms hop: quiet this long is a pause to cut at
 MARGIN_FRAMES = 15  # quiet kept at each side of a piece (at most half its pause), as around utterances

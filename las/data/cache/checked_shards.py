@@ -3,7 +3,7 @@ only the shards it has not seen: at 1,000 hours, checking every entry's checksum
 about 57 GB of features at the start of every run.
 
 `checked.json`, beside the index, holds for each shard the file as it was when its entries were
-last found intact (size, mtime, inode and ctime, as `las.data.extraction.identity` knows audio files)
+last found intact (size, mtime, inode and ctime, as `las.data.cache.extraction.identity` knows audio files)
 and a digest of those entries (offset, frames, dimension, checksum). A shard whose file and
 entries are both as recorded needs no reading: any write to a file stamps a new ctime, which no
 tool can set back, and an edited index row changes the entries' digest. What a stat cannot see,

@@ -11,8 +11,7 @@ from typing import NamedTuple
 import torch
 
 from las.core.config import AugmentConfig, FeatureConfig
-from las.data.audio import Segment, load_audio
-from las.data.channels import (
+from las.data.augmentation.channel_effects import (
     add_noise,
     babble,
     clipped,
@@ -25,7 +24,8 @@ from las.data.channels import (
     telephone,
     white_noise,
 )
-from las.data.features import FilterbankExtractor, change_speed, log_mel_features
+from las.data.front_end.audio import Segment, load_audio
+from las.data.front_end.features import FilterbankExtractor, change_speed, log_mel_features
 
 BABBLE_TALKERS = (3, 7)  # how many other utterances make one babble, drawn from this range
 BABBLE_POOL = 200  # training utterances kept in memory to make babble from

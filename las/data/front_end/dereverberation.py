@@ -8,7 +8,7 @@ kept: they colour the sound, but do not smear it over the next words.
 A recording that the filter hardly changes (under `minimum_gain_db` of its energy above mains
 hum's bands removed) is left exactly as it was: on dry speech, telephone audio or noise, the
 filter only fits noise; so is one too short for the filter to learn from (`FRAMES_PER_TAP`). The
-front end calls it only for recordings that hold speech (las.data.features; docs/archive/experiments.md,
+front end calls it only for recordings that hold speech (las.data.front_end.features; docs/archive/experiments.md,
 "Reverberation: dereverberation at decoding")."""
 
 from __future__ import annotations

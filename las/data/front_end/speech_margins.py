@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from las.core.config import Config
-from las.data.segmentation import Levels, frame_energy, median_energy
+from las.data.front_end.segmentation import Levels, frame_energy, median_energy
 
 EXTEND_FRAMES = 100  # a draw that hears more background hears up to 1 s more at each end
 BACKGROUND_FRAMES = 20  # drawn from the quietest 0.2 s of the draw (as channels.own_background) ...

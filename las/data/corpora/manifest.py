@@ -18,8 +18,9 @@ import numpy as np
 from las.core.errors import LasError
 from las.core.progress import warn
 from las.core.text import Vocabulary, clean_transcript
-from las.data.arrays import load_array
-from las.data.audio import (
+from las.data.corpora.arrays import load_array
+from las.data.corpora.utterances import Utterance, Utterances
+from las.data.front_end.audio import (
     AUDIO_SUFFIXES,
     UNREADABLE_SUFFIXES,
     Segment,
@@ -29,7 +30,6 @@ from las.data.audio import (
     narrow_band,
     sample_rate,
 )
-from las.data.utterances import Utterance, Utterances
 
 TSV_HEADER = ["id", "path", "duration_s", "text"]
 

@@ -16,8 +16,8 @@ import torch
 
 from las.core.errors import LasError
 from las.core.progress import warn
-from las.data.channels import TELEPHONE_RATE
-from las.data.signal import resample
+from las.data.augmentation.channel_effects import TELEPHONE_RATE
+from las.data.front_end.signal import resample
 
 AUDIO_SUFFIXES = (".flac", ".wav", ".ogg", ".mp3", ".opus", ".aiff", ".aif")
 # Audio that phones, browsers and video hold, which libsndfile cannot read (AAC, AMR, WMA, ...):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import soundfile
 import torch
 
-from las.data.signal import highpass, lowpass, mu_law_decode, mu_law_encode, resample
+from las.data.front_end.signal import highpass, lowpass, mu_law_decode, mu_law_encode, resample
 
 TELEPHONE_RATE = 8000
 TELEPHONE_BAND = (300.0, 3400.0)  # Hz: what a (narrowband, G.711) telephone line passes

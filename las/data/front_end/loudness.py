@@ -14,7 +14,7 @@ import torch
 
 # Lowered to -33 dB where the frames are louder on average: AN4 dev 20 dB louder (in floating
 # point, nothing clipped) read 1.24x its CER; speech through a phone's automatic gain or a
-# broadcast compressor, and a recording cut flat at full scale (`las.data.declipping`), are
+# broadcast compressor, and a recording cut flat at full scale (`las.data.front_end.declipping`), are
 # louder than any AN4 recording throughout.
 LOUD_LEVEL_DB = -33.0
 

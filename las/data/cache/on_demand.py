@@ -3,7 +3,7 @@ training (a million recordings are hours of extraction on a few cores) starts at
 cache fills as training reads it.
 
 Start-up needs only each row's length, for the length buckets: read from its file's header in
-the frames its features will have (`las.data.extraction.planned_frames`), so that the batches
+the frames its features will have (`las.data.cache.extraction.planned_frames`), so that the batches
 are the same whether a row was cached or not, and after a resume. A row is then computed in the
 process that reads it (a DataLoader worker) from the bytes it has just hashed, so its key names
 exactly the content its features are of, whatever happened to the file since start-up; a row
@@ -28,10 +28,8 @@ from las.core.config import FeatureConfig
 from las.core.errors import LasError
 from las.core.files import write_atomically
 from las.core.progress import warn
-from las.data.audio import Segment, read_bytes
-from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
-from las.data.checked_shards import CheckedShards
-from las.data.extraction import (
+from las.data.cache.checked_shards import CheckedShards
+from las.data.cache.extraction import (
     Computed,
     Missing,
     cache_key,
@@ -41,7 +39,9 @@ from las.data.extraction import (
     map_shard,
     source_at,
 )
-from las.data.features import FilterbankExtractor
+from las.data.cache.index import CacheIndex, Entry, FileIdentity, Unwritable, checksum
+from las.data.front_end.audio import Segment, read_bytes
+from las.data.front_end.features import FilterbankExtractor
 
 SHARD_UTTERANCES = 512  # a process writes a shard of what it computed once it holds this many
 SHARD_BYTES = 256 << 20  # ... or this many bytes of features, whichever comes first

@@ -7,7 +7,7 @@ Layout under `<cache_dir>/<digest of the feature settings and the code that comp
                     `.npy` files) copied as they are, float32
     index.sqlite    which shard holds each cached utterance (key -> shard, offset, frame count,
                     checksum), and the content digest of each audio file seen
-                    (las/data/cache_index.py): a run looks up its own rows, and reads no others
+                    (las/data/cache/index.py): a run looks up its own rows, and reads no others
 
 An utterance's key is the sha256 of its file's bytes plus its segment and speed factor, so a
 renamed or moved file is still found and an edited one is recomputed. The index also knows each
@@ -18,7 +18,7 @@ kept (`cp -p`, `rsync -t`, `tar`), which no tool can set back.
 The cache never serves features it cannot vouch for. Each index row carries a checksum of
 itself, and each entry one of its frames; before a process first serves an entry it
 checks the entry against its shard (shape, bounds, checksum), unless the shard and its entries
-are unchanged since they were last found intact (las/data/checked_shards.py): a run reads no
+are unchanged since they were last found intact (las/data/cache/checked_shards.py): a run reads no
 features to open a cache it has used before. Damaged rows and entries (a
 truncated, overwritten or deleted shard, shifted offsets) are dropped and recomputed with a
 warning. Shards are written under a temporary name, flushed and renamed before their index
@@ -45,11 +45,8 @@ from las.core.config import FeatureConfig
 from las.core.errors import LasError
 from las.core.files import make_directory
 from las.core.progress import progress_bar, warn
-from las.data.audio import Segment
-from las.data.cache_index import CacheIndex, Entry, FileIdentity, Unwritable
-from las.data.cache_usage import cache_directory, use
-from las.data.checked_shards import CheckedShards
-from las.data.extraction import (
+from las.data.cache.checked_shards import CheckedShards
+from las.data.cache.extraction import (
     Computed,
     Extracted,
     Missing,
@@ -63,10 +60,13 @@ from las.data.extraction import (
     planned_frames,
     source_of,
 )
-from las.data.features import FeatureSet, InMemoryFeatures
-from las.data.manifest import report_skipped
-from las.data.on_demand import OnDemand
-from las.data.utterances import Utterance, Utterances
+from las.data.cache.index import CacheIndex, Entry, FileIdentity, Unwritable
+from las.data.cache.on_demand import OnDemand
+from las.data.cache.usage import cache_directory, use
+from las.data.corpora.manifest import report_skipped
+from las.data.corpora.utterances import Utterance, Utterances
+from las.data.front_end.audio import Segment
+from las.data.front_end.features import FeatureSet, InMemoryFeatures
 
 SHARD_UTTERANCES = 512  # at most this many utterances per shard
 FILES_PER_WRITE = 10_000  # files hashed by a run are recorded this many at a time
@@ -89,9 +89,14 @@ def code_digest(paths: Iterable[str | Path], salt: str = "") -> str:
 # change's once. An upgrade that edits these modules recomputes the features: about 45 CPU
 # minutes per 1,000 hours of audio (`benchmark.py augmentation`: reading and log-mels). torch's
 # release counts too: its FFT computes the spectrum, and another release may round it otherwise.
-FEATURE_MODULES = "audio cache_index declipping dereverberation extraction features loudness runs segmentation signal"
+FEATURE_MODULES = (  # of las.data
+    "front_end.audio cache.index front_end.declipping front_end.dereverberation cache.extraction front_end.features "
+    "front_end.loudness front_end.runs front_end.segmentation front_end.signal"
+)
+DATA = Path(__file__).resolve().parent.parent  # las/data
 FEATURE_CODE = code_digest(
-    [__file__, *(Path(__file__).with_name(f"{name}.py") for name in FEATURE_MODULES.split())], torch.__version__
+    [__file__, *(DATA.joinpath(*name.split(".")).with_suffix(".py") for name in FEATURE_MODULES.split())],
+    torch.__version__,
 )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from las.core.errors import LasError
-from las.data.features import FilterbankExtractor, Normalizer, frame_count
+from las.data.front_end.features import FilterbankExtractor, Normalizer, frame_count
 
 
 class FeatureStream:

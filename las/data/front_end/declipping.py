@@ -6,7 +6,7 @@ rounded. The flat tops spread energy over every band, and AN4 dev so recorded re
 CER 10 dB over full scale and 3.48x 20 dB over. Nothing a model could learn from AN4 has them.
 Each run is filled in from the waveform around it: a cubic fitted to the samples on both its
 sides, which continues their slopes past the rail, as the peak went on. With the loudness
-ceiling (`las.data.loudness`): 1.49x and 2.48x (3 seeds; docs/archive/experiments.md, "A microphone set
+ceiling (`las.data.front_end.loudness`): 1.49x and 2.48x (3 seeds; docs/archive/experiments.md, "A microphone set
 too hot, heard as if it had not been").
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from las.data.runs import run_bounds
+from las.data.front_end.runs import run_bounds
 
 MIN_RUNS = 10  # runs of 2 or more samples at an extreme that mark a recording as clipped
 # ... an extreme this far from zero at least (-36 dBFS): a quiet recording's few quantiser steps

@@ -1,7 +1,7 @@
 """What the feature cache holds, and trimming it: `las cache info` and `las cache prune`.
 
 The cache root (`data.cache_dir`, by default the user's cache folder) holds one folder per
-feature settings (las/data/cache.py). A process that uses a folder holds a shared lock on its
+feature settings (las/data/cache/store.py). A process that uses a folder holds a shared lock on its
 `.lock` for the rest of its life and stamps `last-used`; pruning takes that lock exclusively and
 leaves a folder in use alone. So a process that is reading never loses an entry: it may have
 read the index and not yet mapped the shard an entry lies in.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from las.core.errors import LasError
-from las.data.cache_index import FILE_NAME, LEGACY_FILE_NAME, CacheIndex
+from las.data.cache.index import FILE_NAME, LEGACY_FILE_NAME, CacheIndex
 
 LOCK = ".lock"
 LAST_USED = "last-used"
