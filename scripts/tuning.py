@@ -30,7 +30,7 @@ from pathlib import Path
 import typer
 from harness import header, read_manifest, row, spread, train_seeds, write_manifest
 
-from las.core.metrics import character_error_rate
+from las.core.metrics import character_error_rate, word_error_rate
 from las.recognition.decode import decode
 from las.recognition.transcripts import read_transcripts
 
@@ -110,10 +110,13 @@ def transcribe(checkpoint: Path, manifest: Path, settings: list[str]) -> dict[st
         return read_transcripts(output)
 
 
-def error_rate(hypotheses: dict[str, str], manifest: Path) -> float:
-    """Corpus CER (%) of `hypotheses` against `manifest`'s transcripts."""
+METRICS = {"cer": character_error_rate, "wer": word_error_rate}
+
+
+def error_rate(hypotheses: dict[str, str], manifest: Path, metric: str = "cer") -> float:
+    """Corpus CER or WER (%) of `hypotheses` against `manifest`'s transcripts."""
     references = read_transcripts(manifest)
-    return character_error_rate([hypotheses[key] for key in references], list(references.values()))
+    return METRICS[metric]([hypotheses[key] for key in references], list(references.values()))
 
 
 def condition_sets(conditions: list[str], choose: Path, report: Path) -> dict[str, tuple[Path, Path]]:
@@ -139,10 +142,13 @@ def measure(
     conditions: list[str] = typer.Option([], "--condition", help="Also these sets of robustness.py (telephone, ...)."),
     choose: Path = AN4 / "tuning.tsv",
     report: Path = AN4 / "dev.tsv",
+    metric: str = typer.Option("cer", help="cer or wer: what is measured and chosen on"),
 ) -> None:
-    """CER on the choosing set and on the reporting set for each value of SETTING, over CHECKPOINTS;
-    the value chosen is the one with the lowest mean CER over the choosing sets (clean and each
-    condition), and its figures on the reporting sets are what may be reported."""
+    """CER (or WER) on the choosing set and on the reporting set for each value of SETTING, over
+    CHECKPOINTS; the value chosen is the one with the lowest mean over the choosing sets (clean and
+    each condition), and its figures on the reporting sets are what may be reported."""
+    if metric not in METRICS:
+        raise typer.BadParameter(f"--metric {metric!r}: cer or wer")
     key, values = setting.split("=", 1)
     sets = condition_sets(conditions, choose, report)
     rates: dict[str, dict[str, tuple[list[float], list[float]]]] = {}  # value -> condition -> (choose, report)
@@ -150,7 +156,7 @@ def measure(
         settings = [*extra, f"{key}={value}"]
         for condition, (choosing, reporting) in sets.items():
             rates.setdefault(value, {})[condition] = tuple(
-                [error_rate(transcribe(checkpoint, manifest, settings), manifest) for checkpoint in checkpoints]
+                [error_rate(transcribe(checkpoint, manifest, settings), manifest, metric) for checkpoint in checkpoints]
                 for manifest in (choosing, reporting)
             )
             chosen_rates, reported_rates = rates[value][condition]
@@ -165,7 +171,8 @@ def measure(
     for value, by_condition in rates.items():
         cells = [spread(rates_of) for pair in by_condition.values() for rates_of in pair]
         print(row(f"{value}{' (chosen)' if value == chosen else ''}", *cells))
-    print(f"\n{len(checkpoints)} checkpoints; CER % as mean (min-max); chosen on {choose} and its conditions")
+    rate = metric.upper()
+    print(f"\n{len(checkpoints)} checkpoints; {rate} % as mean (min-max); chosen on {choose} and its conditions")
 
 
 if __name__ == "__main__":
