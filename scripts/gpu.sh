@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks and figures for docs/archive/experiments.md, for a session that is lent a GPU machine
+# The GPU checks and figures (docs/performance.md, the results pages), for a session that is lent a GPU machine
 # (the `device` tool). A session has 15 minutes of device time, the machine's start included, so
 # the first call is `essentials`, prepared here beforehand:
 #
@@ -16,22 +16,6 @@
 # 200 s: 40 s alone), and a second call on the warm machine finished them (`--resume`, 85 s). So
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
 # (TRAIN_SECONDS): one call with a 560 s limit, then `tests` in a second if the lease has 2 minutes.
-#
-# The next lease's plan (2026-12-02: the open issues are #72 and #73), after `essentials`:
-# 1. #73, streaming (CPU, 2026-12-02): no pause rule meets the latency bounds; the second pass word
-#    by word does, at 1.25x the offline CER (BENCHMARKS "Each word final once the next begins").
-#    Within 1.2x wants a better causal model, and 3 seeds of a recipe train in one call here:
-#    `TRAIN_SECONDS=500 bash scripts/gpu.sh trained "$OUT" streaming --config
-#    data/recipes/an4-streaming.toml --train data/an4/train-except-tuning.tsv --set
-#    data.batch_frames=8500 --set train.warmup_steps=150 [--set model.lookahead=4 ...]`, then
-#    `scripts/streaming.py measure` here on the streaming-sN.pt that come back, word by word
-#    (`--decode stream_second_pass_words=true --decode stream_pause_seconds=0.5`, live with
-#    `--pad 1`), chosen on data/an4/tuning.tsv.
-# 2. #72, attention from scratch on long utterances: the 100-hour recipe from scratch with
-#    today's default (pieces, the CTC head first), its curve against the warm start's (15.4% at
-#    352 steps): `CURVE_RUN=scale-pieces bash scripts/gpu.sh curve "$OUT"`, and
-#    `scripts/longform.py measure` here on the scale-model.pt that comes back.
-# 3. `tests` if a minute is left.
 #
 # The other phases fit one 10-minute call each, for a lease with time left:
 #
