@@ -39,7 +39,7 @@ SMALL_TRANSFORMER = ["model.transformer_dim=192", "model.transformer_feedforward
 SLOW_WARMUP = ["train.learning_rate=1e-3", "train.warmup_steps=1000"]
 LARGE_BATCHES = ["data.batch_frames=17000", "train.warmup_steps=75"]
 LARGE_BATCHES_LATE = [*LARGE_BATCHES, "train.specaugment_start_epoch=20", "train.augment.start_epoch=32"]
-# The 2x recipe (data/recipes/an4-gpu.toml's schedule): 8,500-frame batches, augmentation after as many steps.
+# The 2x recipe (data/an4/gpu.toml's schedule): 8,500-frame batches, augmentation after as many steps.
 BATCHES_2X = [
     "data.batch_frames=8500",
     "train.warmup_steps=150",

@@ -11,7 +11,7 @@
 #                                      # graphs (real-time factors, transcripts that differ);
 #                                      # training throughput eager against CUDA graphs, fp32 and bf16
 #
-# What a 15-minute lease holds (an H200, 2026-11-27): `trained` for three seeds of `an4-gpu.toml`
+# What a 15-minute lease holds (an H200, 2026-11-27): `trained` for three seeds of `data/an4/gpu.toml`
 # reached epoch 91 of 100 in its 470 s with the CUDA tests beside them (which then ran out of their
 # 200 s: 40 s alone), and a second call on the warm machine finished them (`--resume`, 85 s). So
 # `trained` now runs no tests beside its seeds (CUDA_TESTS=1 to have them) and trains for 500 s
@@ -235,7 +235,7 @@ decode)
     ;;
 trained)
     # Three seeds of a recipe (and with CUDA_TESTS=1 the CUDA tests beside them) trained to the end
-    # within the call (`an4-gpu.toml`: about 7.5 minutes on an H200, 4 loader workers each), the
+    # within the call (`data/an4/gpu.toml`: about 7.5 minutes on an H200, 4 loader workers each), the
     # GPU sampled every 500 ms; each seed's log and metrics into seeds.txt and its averaged weights
     # (best.pt's where the limit stopped it) back as NAME-sN.pt, for the measurements that need no
     # GPU (robustness.py, longform.py, here).
@@ -300,13 +300,13 @@ curve)
 warmstart)
     # The 100-hour recipe's model warm-started on short utterances (on the CPU, a model begun on
     # AN4 read 13 s utterances at once, where one begun from scratch had not aligned in 1,035
-    # steps; docs/archive/experiments.md): its widths trained on AN4 first (`an4-gpu.toml`, graphs, 40
+    # steps; docs/archive/experiments.md): its widths trained on AN4 first (`data/an4/gpu.toml`, graphs, 40
     # epochs, about 2.5 minutes), then `curve` from those weights (`--init`), about 5 minutes.
     [ -f runs/scale/tenth/train.tsv ] || timeout 60 python3 scripts/scale.py build --out runs/scale/tenth \
         --train 2854 --dev 100 --workers 4 > /dev/null &
     building=$!
     # Once a lease: a second call goes on to the curve from the weights the first one left.
-    [ -f runs/an4-wide/best.pt ] || timeout -s INT 210 python3 -m las train --config data/recipes/an4-gpu.toml \
+    [ -f runs/an4-wide/best.pt ] || timeout -s INT 210 python3 -m las train --config data/an4/gpu.toml \
         --out runs/an4-wide --device cuda --epochs 40 --set model.listener_hidden=256 --set model.speller_hidden=512 \
         --set model.embedding_dim=256 --set data.workers=6 2>&1 | grep -v Warn | tail -n 3 > "$out/an4-wide.txt" || true
     cat runs/an4-wide/metrics.jsonl >> "$out/an4-wide.txt" 2>/dev/null || true

@@ -76,7 +76,7 @@ def test_missing_and_invalid_toml(tmp_path: Path) -> None:
 
 
 DATA = Path(__file__).parent.parent / "data"
-RECIPES = sorted([*(DATA / "recipes").glob("*.toml"), *DATA.glob("*/recipe.toml")])
+RECIPES = sorted([*(DATA / "recipes").glob("*.toml"), *DATA.glob("*/recipe.toml"), *(DATA / "an4").glob("*.toml")])
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[f"{path.parent.name}/{path.stem}" for path in RECIPES])
@@ -88,7 +88,7 @@ def test_every_shipped_recipe_loads_and_changes_the_defaults(recipe: Path) -> No
 
 def test_the_gpu_recipe_is_refused_on_the_cpu_in_one_line() -> None:
     with pytest.raises(LasError, match="needs a CUDA device"):
-        load_config(DATA / "recipes" / "an4-gpu.toml", ["train.device=cpu"])
+        load_config(DATA / "an4" / "gpu.toml", ["train.device=cpu"])
 
 
 def test_a_retired_setting_at_its_old_default_is_ignored_with_a_note_and_refused_otherwise(

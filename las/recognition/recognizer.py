@@ -144,7 +144,7 @@ class Recognizer:
 
     def stream(self) -> Stream:
         """Recognition of one recording as it arrives (las.recognition.stream): push samples,
-        read partial and final results; a model trained for it (data/recipes/an4-streaming.toml)."""
+        read partial and final results; a model trained for it (data/an4/streaming.toml)."""
         normalizer = self.checkpoint.normalizer
         if self.segment_model is None and self.config.decode.stream_second_pass:
             self.segment_model = SegmentModel.of(self.model, self.config, normalizer, self.vocabulary)

@@ -7,7 +7,7 @@
     for result in stream.finish():
         ...
 
-A model trained for it (data/recipes/an4-streaming.toml: a causal front end, a listener that hears
+A model trained for it (data/an4/streaming.toml: a causal front end, a listener that hears
 a bounded time ahead) is run a fixed group of frames at a time: the features
 (las.data.front_end.feature_stream), the listener (las.model.streaming_listener), then the search: by default
 the CTC head's, the speller scoring what it emits (las.search.triggered), each segment decoded
@@ -70,7 +70,7 @@ class Stream:
         if not isinstance(model.listener, ForwardListener):
             raise LasError(
                 f"streaming needs a listener that hears a bounded time ahead: a model trained with "
-                f"model.listener=plstm (data/recipes/an4-streaming.toml), not {config.model.listener}"
+                f"model.listener=plstm (data/an4/streaming.toml), not {config.model.listener}"
             )
         self.sample_rate = config.features.sample_rate
         reduction = 2**config.model.pyramid_layers

@@ -20,7 +20,7 @@ class FeatureStream:
         if not extractor.config.causal:
             raise LasError(
                 "streaming needs a model whose front end reads each frame's past only: one trained "
-                "with features.causal=true (data/recipes/an4-streaming.toml)"
+                "with features.causal=true (data/an4/streaming.toml)"
             )
         self.extractor, self.group = extractor, group
         self.normalize = normalizer.running()
