@@ -68,6 +68,7 @@ from las.search import Hypothesis, Strategy, build_strategy
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 RATE = 16000
 DEV_MANIFEST = Path(__file__).resolve().parent.parent / "data" / "an4" / "dev.tsv"
+AN4_TRAIN = Path("data/an4/train.tsv")
 
 
 @app.command()
@@ -378,12 +379,13 @@ def step(
     beam: bool = False,
     seconds: float = 2.5,
     utterances: int = 16,
+    manifest: Path = typer.Option(AN4_TRAIN, help="The utterances to draw the batch from."),
     variant: list[str] = typer.Option(
         [], "--variant", help="Another las model, NAME=SETTING[,SETTING...], e.g. conformer=model.listener=conformer."
     ),
 ) -> None:
-    """The default model's training step on one batch of `utterances` AN4 utterances of about
-    `seconds` s, on `threads` threads, each variant in a process of its own, interleaved in
+    """The default model's training step on one batch of `utterances` utterances of `manifest` (AN4's
+    by default) of about `seconds` s, on `threads` threads, each variant in a process of its own, interleaved in
     `rounds` paired rounds (scripts/step_timing.py): las with the time and FLOPs of each part of
     its step and the machine's 1024³ matmul rate; las at the commit `against` (a worktree); the
     same model from SpeechBrain's modules (needs `pip install speechbrain`). With --beam, beam 8
@@ -393,7 +395,7 @@ def step(
         raise SystemExit("SpeechBrain is not installed: pip install -e '.[benchmark]' (or --no-speechbrain)")
     with tempfile.TemporaryDirectory() as folder:
         batch_file = Path(folder) / "batch.pt"
-        batch = save_batch(batch_file, seconds, utterances)
+        batch = save_batch(batch_file, seconds, utterances, manifest)
         variants: dict[str, list[str]] = {"las": ["--beam"] if beam else ["--parts"]}
         if against:
             worktree = Path(folder) / "against"
@@ -470,15 +472,15 @@ def buckets(
     print(f"\nlargest bucket (rows, encoder frames, characters): {largest}")
 
 
-def save_batch(path: Path, seconds: float, utterances: int) -> Batch:
-    """The `utterances` AN4 training utterances closest to `seconds` long, as one batch saved to
-    `path` with the vocabulary's symbols."""
+def save_batch(path: Path, seconds: float, utterances: int, source: Path = AN4_TRAIN) -> Batch:
+    """The `utterances` utterances of the manifest `source` closest to `seconds` long, as one batch
+    saved to `path` with the vocabulary's symbols."""
     from las.training.corpus import load_corpus
 
-    rows = [line.split("\t") for line in Path("data/an4/train.tsv").read_text().splitlines()[1:]]
+    rows = [line.split("\t") for line in source.read_text().splitlines()[1:]]
     rows.sort(key=lambda row: abs(float(row[2]) - seconds))
     manifest = path.with_suffix(".tsv")
-    lines = [f"{row[0]}\t{Path('data/an4', row[1]).resolve()}\t{row[2]}\t{row[3]}\n" for row in rows[:utterances]]
+    lines = [f"{row[0]}\t{(source.parent / row[1]).resolve()}\t{row[2]}\t{row[3]}\n" for row in rows[:utterances]]
     manifest.write_text("id\tpath\tduration_s\ttext\n" + "".join(lines))
     config = Config().replace([f"data.train={manifest}", f"data.dev={manifest}", f"train.out={path.parent}/run"])
     corpus = load_corpus(config, None, None)
