@@ -1,0 +1,71 @@
+"""Mini LibriSpeech's preparation (data/mini-librispeech/prepare.py) on a train-clean-5 laid out as
+LibriSpeech lays it out, built from AN4 utterances: each speaker in the split speakers.tsv names,
+the manifests read by las as its own, and a folder that is not LibriSpeech's refused clearly."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from las.data.corpora.manifest import read_utterances
+
+from .conftest import an4_rows
+
+RECIPE = Path(__file__).resolve().parent.parent / "data" / "mini-librispeech"
+
+
+def prepare_module() -> ModuleType:
+    """The preparation script, loaded as a module."""
+    spec = importlib.util.spec_from_file_location("mini_librispeech_prepare", RECIPE / "prepare.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_subset(root: Path, speakers: list[str]) -> Path:
+    """LibriSpeech/train-clean-5 with one chapter of one utterance per speaker."""
+    rows = an4_rows("train", len(speakers))
+    subset = root / "LibriSpeech" / "train-clean-5"
+    for speaker, (_, audio, _, text) in zip(speakers, rows, strict=True):
+        chapter = subset / speaker / "100"
+        chapter.mkdir(parents=True)
+        shutil.copy(audio, chapter / f"{speaker}-100-0000.flac")
+        (chapter / f"{speaker}-100.trans.txt").write_text(f"{speaker}-100-0000 {text}\n")
+    return subset
+
+
+def test_every_speaker_lands_in_its_split_and_las_reads_the_manifests(tmp_path: Path) -> None:
+    prepare = prepare_module()
+    splits = prepare.read_speakers()
+    assert set(splits.values()) == {"train", "choose", "report"} and len(splits) == 28
+    sexes = [line.split("\t")[1] for line in (RECIPE / "speakers.tsv").read_text().splitlines()[1:]]
+    assert sexes.count("F") == 16 and sexes.count("M") == 12
+    held_out = [speaker for speaker, split in splits.items() if split != "train"]
+    fake_subset(tmp_path / "source", held_out + ["32"])
+    out = tmp_path / "manifests"
+    result = CliRunner().invoke(prepare.app, ["--source", str(tmp_path / "source"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for split in prepare.SPLITS:
+        utterances = read_utterances(out / f"{split}.tsv")
+        speakers = {identifier.split("-")[0] for identifier in utterances.ids}
+        assert speakers == {speaker for speaker in held_out + ["32"] if splits[speaker] == split}
+        assert all(Path(location).is_file() for location in utterances.locations)  # relative to the manifest
+    assert len(read_utterances(out / "choose.tsv")) == len(read_utterances(out / "report.tsv")) == 4
+
+
+def test_a_folder_without_train_clean_5_or_an_unknown_speaker_is_refused(tmp_path: Path) -> None:
+    prepare = prepare_module()
+    with pytest.raises(typer.BadParameter, match="no train-clean-5 folder"):
+        prepare.find_subset(tmp_path)
+    subset = fake_subset(tmp_path, ["99999"])
+    with pytest.raises(typer.BadParameter, match="speaker 99999 is not in speakers.tsv"):
+        prepare.write_manifests(subset, tmp_path / "out", prepare.read_speakers())
