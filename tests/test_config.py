@@ -123,3 +123,11 @@ def test_a_checkpoint_of_an_earlier_release_with_retired_settings_loads_at_their
     with pytest.raises(LasError, match=r"guided.pt: config key 'train.attention_guide' is no longer") as error:
         load_model(tmp_path / "guided.pt")
     assert "damaged" not in str(error.value)
+
+
+def test_frame_stacking_is_a_pblstm_listeners_and_counts_in_the_reduction() -> None:
+    assert load_config(None, ["model.frame_stacking=2", "model.pyramid_layers=1"]).model.reduction == 4
+    assert Config().model.reduction == 4
+    for listener in ("plstm", "conformer"):
+        with pytest.raises(LasError, match="model.frame_stacking"):
+            load_config(None, ["model.frame_stacking=2", f"model.listener={listener}"])

@@ -142,3 +142,33 @@ def test_without_onnx_runtime_exporting_names_the_extra(
     assert_clear_error(*run("export", exported["checkpoint"], tmp_path / "out")[::2], "pip install 'las[export]'")
     with pytest.raises(Exception, match=r"las\[export\]"):
         export(load_model(exported["checkpoint"]), tmp_path / "out2")
+
+
+def test_a_listener_with_stacked_frames_trains_decodes_and_exports(tmp_path: Path) -> None:
+    """model.frame_stacking: the pyramid's first reduction made by stacking frames before the
+    first BLSTM, the same 4x to the speller and the CTC head; trained, decoded with word times,
+    and exported, its listener graph giving what the model gives."""
+    from las.core.config import load_config
+    from las.training.train import train
+
+    from .conftest import TINY, an4_rows, write_manifest
+
+    manifest = write_manifest(tmp_path / "train.tsv", an4_rows("train", 2, longest_seconds=1.6))
+    settings = [*TINY, "model.pyramid_layers=1", "model.frame_stacking=2", f"data.train={manifest}"]
+    settings += [f"data.dev={manifest}", f"data.cache_dir={tmp_path / 'cache'}", f"train.out={tmp_path / 'run'}"]
+    run_directory = train(load_config(None, [*settings, "train.epochs=1", "data.batch_size=2"]))
+    checkpoint = run_directory / "last.pt"
+    model = load_model(checkpoint).build_model()
+    assert model.listener.reduction == 4 and model.listener.input_layer.forward_lstm.input_size == 2 * 80
+    results = Recognizer(load_model(checkpoint), "cpu", ["decode.word_times=ctc"]).transcribe(manifest)
+    assert len(results) == 2 and all(0 <= word.start <= word.end for result in results for word in result.words)
+    code, _, stderr = run("export", checkpoint, tmp_path / "exported")
+    assert code == 0, stderr
+    graphs = load_model(tmp_path / "exported").build_model()
+    features, lengths = torch.randn(3, 41, model.input_size), torch.tensor([41, 18, 7])
+    with torch.no_grad():
+        expected = model.listener(features, lengths)
+    found = graphs.listener(features, lengths)
+    assert torch.equal(found.lengths, expected.lengths) and found.lengths.tolist() == [11, 5, 2]
+    for name in ("keys", "values", "hidden"):
+        assert torch.allclose(getattr(found, name), getattr(expected, name), atol=1e-4), name

@@ -91,3 +91,30 @@ def test_listener_with_locked_dropout_keeps_lengths_and_padding() -> None:
     output = listener(torch.randn(2, 9, 5), torch.tensor([9, 5]))
     assert output.lengths.tolist() == [3, 2]
     assert torch.all(output.hidden[~output.mask] == 0)
+
+
+@pytest.mark.parametrize("frames", [1, 6, 7, 8, 9, 23])
+def test_stacked_input_frames_shorten_the_time_axis_before_the_pyramid(frames: int) -> None:
+    """`stacking` frames side by side make one frame of the first BLSTM, a last group short of
+    frames filled with zeros: the encoder frames are ceil(frames / (stacking x 2**layers)), as
+    `reduced` counts them, and an utterance reads the same padded in a batch as alone."""
+    torch.manual_seed(0)
+    listener = Listener(5, 6, 1, 4, 3, 0.0, stacking=3).eval()
+    assert listener.reduction == 6 and listener.input_layer.forward_lstm.input_size == 15
+    features = torch.randn(2, frames + 4, 5)
+    lengths = torch.tensor([frames + 4, frames])
+    output = listener(features, lengths)
+    expected = [-(-(frames + 4) // 6), -(-frames // 6)]
+    assert output.lengths.tolist() == expected == listener.reduced(lengths).tolist()
+    assert listener.reduced(frames) == expected[1]
+    assert output.mask.sum(dim=1).tolist() == expected and torch.all(output.hidden[~output.mask] == 0)
+    alone = listener(features[1:, :frames], lengths[1:])
+    torch.testing.assert_close(output.keys[1, : expected[1]], alone.keys[0], rtol=1e-5, atol=1e-6)
+
+
+def test_stacking_places_consecutive_frames_side_by_side() -> None:
+    from las.model.listener import stack_frames
+
+    x = torch.arange(10.0).reshape(1, 5, 2)  # frames [0 1], [2 3], ..., [8 9]
+    assert stack_frames(x, 2).tolist() == [[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 0]]]
+    assert torch.equal(stack_frames(x, 1), x)

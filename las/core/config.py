@@ -139,6 +139,8 @@ class ModelConfig(Section):
     listener_hidden: Count = 160  # per direction
     # Each halves the time axis: 2**layers shorter (two: 40 ms encoder frames).
     pyramid_layers: NonNegative = 2
+    # pblstm: this many input frames side by side as one frame of the first BLSTM (a further reduction).
+    frame_stacking: Count = 1
     key_dim: Count = 128
     value_dim: Count = 128
     attention: AttentionName = "location"
@@ -184,6 +186,11 @@ class ModelConfig(Section):
             )
 
     @property
+    def reduction(self) -> int:
+        """Input frames per encoder frame."""
+        return self.frame_stacking * 2**self.pyramid_layers
+
+    @property
     def transformer_speller_dim(self) -> int:
         return self.speller_dim or self.transformer_dim
 
@@ -209,6 +216,10 @@ class ModelConfig(Section):
             raise LasError(f"config key 'model.conformer_kernel': must be odd, got {self.conformer_kernel}")
         if self.listener not in ("pblstm", "plstm") and self.locked_dropout:
             raise LasError(f"config key 'model.locked_dropout': a {self.listener} listener has no recurrence to lock")
+        if self.listener != "pblstm" and self.frame_stacking > 1:
+            raise LasError(
+                f"config key 'model.frame_stacking': stacks the pblstm listener's input; a {self.listener} has none"
+            )
         if self.listener != "plstm" and self.lookahead:
             raise LasError(
                 f"config key 'model.lookahead': bounds what a plstm listener hears ahead; a {self.listener} "

@@ -40,7 +40,7 @@ class GraphedListener:
         self.listener = listener
         self.most_rows = most_rows  # rows of the largest batch (0: unbounded)
         # A rung of input frames is a rung of encoder frames times the pyramid's reduction.
-        self.reduction = 2 ** len(listener.pyramid)
+        self.reduction = listener.reduction
         self.passes = BucketedPasses(lambda: ListeningPass(listener), capture)
 
     def __call__(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:

@@ -72,7 +72,7 @@ def build_listener(config: ModelConfig, input_size: int) -> AnyListener:
     """The listener `config.listener` names, reading `input_size` features per frame."""
     sizes = (input_size, config.listener_hidden, config.pyramid_layers, config.key_dim, config.value_dim)
     if config.listener == "pblstm":
-        return Listener(*sizes, config.dropout, config.locked_dropout)
+        return Listener(*sizes, config.dropout, config.locked_dropout, config.frame_stacking)
     if config.listener == "plstm":
         return ForwardListener(*sizes, config.dropout, config.lookahead, config.locked_dropout)
     return AttentionListener(

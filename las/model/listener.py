@@ -1,4 +1,5 @@
-"""The listener: a BLSTM, then pyramidal BLSTMs that halve the time axis, then key/value heads."""
+"""The listener: input frames stacked (optionally), a BLSTM, then pyramidal BLSTMs that halve the
+time axis, then key/value heads."""
 
 from __future__ import annotations
 
@@ -92,7 +93,21 @@ LengthsOrFrames = TypeVar("LengthsOrFrames", torch.Tensor, int)
 
 def halve_lengths(lengths: LengthsOrFrames) -> LengthsOrFrames:
     """Lengths after one pyramid layer: an odd last frame is paired with a zero frame, not dropped."""
-    return (lengths + 1) // 2
+    return stacked_lengths(lengths, 2)
+
+
+def stacked_lengths(lengths: LengthsOrFrames, stacking: int) -> LengthsOrFrames:
+    """Lengths after `stacking` frames become one: a last group short of frames is filled with zeros."""
+    return (lengths + stacking - 1) // stacking
+
+
+def stack_frames(x: torch.Tensor, stacking: int) -> torch.Tensor:
+    """`(batch, frames, size)` -> `(batch, ceil(frames / stacking), stacking * size)`: each group of
+    `stacking` consecutive frames side by side, the last group filled with zero frames (padded by
+    the remainder, not under an `if`: one graph for every length, las.export.writer)."""
+    x = nn.functional.pad(x, (0, 0, 0, -x.shape[1] % stacking))
+    batch, frames, size = x.shape
+    return x.reshape(batch, frames // stacking, stacking * size)
 
 
 class Listener(nn.Module):
@@ -105,9 +120,13 @@ class Listener(nn.Module):
         value_dim: int,
         dropout: float,
         locked_dropout: bool = False,
+        stacking: int = 1,
     ) -> None:
         super().__init__()
-        self.input_layer = BidirectionalLSTM(input_size, hidden_size)
+        # `stacking` input frames side by side make one frame of the first BLSTM: that many times
+        # fewer steps for the layer that runs at the frame rate, the costliest of the listener.
+        self.stacking = stacking
+        self.input_layer = BidirectionalLSTM(stacking * input_size, hidden_size)
         # Each pyramid layer reads two adjacent frames concatenated: 2 frames x 2 directions.
         self.pyramid = nn.ModuleList(BidirectionalLSTM(4 * hidden_size, hidden_size) for _ in range(pyramid_layers))
         self.dropout = LockedDropout(dropout) if locked_dropout else nn.Dropout(dropout)
@@ -115,8 +134,14 @@ class Listener(nn.Module):
         self.value = nn.Linear(2 * hidden_size, value_dim)
         self.input_size, self.output_size = input_size, 2 * hidden_size
 
+    @property
+    def reduction(self) -> int:
+        """Input frames per encoder frame."""
+        return self.stacking * 2 ** len(self.pyramid)
+
     def reduced(self, lengths: LengthsOrFrames) -> LengthsOrFrames:
         """Encoder frames of utterances of `lengths` frames (a tensor, or a count)."""
+        lengths = stacked_lengths(lengths, self.stacking)
         for _ in self.pyramid:
             lengths = halve_lengths(lengths)
         return lengths
@@ -125,7 +150,10 @@ class Listener(nn.Module):
         # features: (batch, frames, input_size); lengths: (batch,)
         # Once, without waiting: each BLSTM reads them, and a blocking copy waits for the GPU.
         lengths = lengths.to(features.device, non_blocking=True)
-        x = self.input_layer(features, lengths)  # (batch, frames, 2H), zero on padding
+        if self.stacking > 1:  # a last group short of frames is filled with zeros, not with the padding
+            features = stack_frames(features * length_mask(lengths, features.shape[1])[:, :, None], self.stacking)
+            lengths = stacked_lengths(lengths, self.stacking)  # features: (batch, frames / stacking, stacking * size)
+        x = self.input_layer(features, lengths)  # (batch, frames / stacking, 2H), zero on padding
         for layer in self.pyramid:
             x, lengths = self.dropout(x), halve_lengths(lengths)
             # A zero frame to pair with an odd last one; padding by the parity, not under an `if`,

@@ -43,7 +43,9 @@ class ForwardListener(nn.Module):
         self.value = nn.Linear(hidden_size, value_dim)
         self.input_size, self.output_size = input_size, hidden_size
 
+    stacking = 1  # input frames are not stacked: a stream's groups are the pyramid's
     reduced = Listener.reduced  # the same halvings: encoder frames of utterances of so many frames
+    reduction = Listener.reduction
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> ListenerOutput:
         # features: (batch, frames, input_size); lengths: (batch,)

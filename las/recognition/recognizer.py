@@ -101,7 +101,7 @@ class Recognizer:
         self.model = checkpoint.build_model(self.device)
         self.strategy = build_strategy(self.config.decode, self.vocabulary, self.model)
         self.surroundings = Surroundings.of(self.config, decoding=True)
-        self.timer = WordTimer(self.vocabulary, 2**self.config.model.pyramid_layers, self.config.features.mel_bins)
+        self.timer = WordTimer(self.vocabulary, self.config.model.reduction, self.config.features.mel_bins)
         self.timing = Timing(0.0, 0.0)
         self.segment_model: SegmentModel | None = None  # what streams' second passes decode by, loaded once
 

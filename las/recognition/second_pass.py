@@ -53,7 +53,7 @@ class SegmentDecoder:
         for many streams)."""
         settings = config.decode
         self.reader = SegmentReader(reading, config, vocabulary)
-        self.reduction = 2**config.model.pyramid_layers  # feature frames per encoder frame
+        self.reduction = config.model.reduction  # feature frames per encoder frame
         self.frame_samples = self.reduction * analysis_sizes(config.features)[1]  # of an encoder frame
         self.hold = settings.stream_second_pass_words_hold  # an early word less confident than this waits
         encoder_frame_seconds = self.frame_samples / config.features.sample_rate

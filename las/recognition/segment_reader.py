@@ -45,7 +45,7 @@ class SegmentModel:
     def of(cls, model: LAS, config: Config, normalizer: Normalizer, vocabulary: Vocabulary) -> SegmentModel:
         """The stream's model (with its normaliser), or the checkpoint `decode.stream_second_pass_model` names."""
         path = config.decode.stream_second_pass_model
-        reduction = 2**config.model.pyramid_layers  # the other model's too (`second_model`)
+        reduction = config.model.reduction  # the other model's too (`second_model`)
         lead = config.features.frames(CONTEXT_SECONDS)
         if not path:
             return cls(model, normalizer, FilterbankExtractor(config.features.at_decoding()), reduction, lead)
@@ -147,7 +147,7 @@ def second_model(path: str, config: Config, vocabulary: Vocabulary) -> Checkpoin
     theirs = checkpoint.config
     if checkpoint.vocabulary != vocabulary:
         raise LasError(f"decode.stream_second_pass_model: {path} spells other characters than the stream's model")
-    ours = (config.features.sample_rate, config.features.hop_ms, config.model.pyramid_layers)
-    if (theirs.features.sample_rate, theirs.features.hop_ms, theirs.model.pyramid_layers) != ours:
+    ours = (config.features.sample_rate, config.features.hop_ms, config.model.reduction)
+    if (theirs.features.sample_rate, theirs.features.hop_ms, theirs.model.reduction) != ours:
         raise LasError(f"decode.stream_second_pass_model: {path} reads another sample rate or frame than the stream's")
     return checkpoint

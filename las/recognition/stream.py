@@ -73,7 +73,7 @@ class Stream:
                 f"model.listener=plstm (data/an4/streaming.toml), not {config.model.listener}"
             )
         self.sample_rate = config.features.sample_rate
-        reduction = 2**config.model.pyramid_layers
+        reduction = config.model.reduction
         self.frame_seconds = reduction * config.features.hop_ms / 1000  # of an encoder frame
         extractor = FilterbankExtractor(config.features.at_decoding())
         # A group is one encoder frame's input frames: what one listener step reads.

@@ -94,7 +94,7 @@ def load_corpus(
         NonSpeech.of(config, augmentation.pool if augmentation else []),
     )
     if config.model.ctc_weight > 0:
-        warn_about_ctc_alignments(train_set, config.model.pyramid_layers, config.data.train)
+        warn_about_ctc_alignments(train_set, config.model.reduction, config.data.train)
     dev_set = SpeechDataset.from_utterances(
         dev_utterances,
         dev_features,
@@ -145,15 +145,17 @@ def without_audio_effects(config: Config) -> Config:
     return replace(config, features=features, train=replace(train, speed_perturbation=0.0, augment=off))
 
 
-def warn_about_ctc_alignments(dataset: SpeechDataset, pyramid_layers: int, source: str) -> None:
+def warn_about_ctc_alignments(dataset: SpeechDataset, reduction: int, source: str) -> None:
     """Name the utterances too short for their transcripts under CTC: its loss cannot align them
-    and counts them as zero (zero_infinity), so they would otherwise be dropped from it silently."""
+    and counts them as zero (zero_infinity), so they would otherwise be dropped from it silently.
+    `reduction`: input frames per encoder frame."""
     tokens = dataset.tokens
     needed = tokens.lengths.numpy() + tokens.repeats()  # as ctc_frames_needed counts, for all at once
-    frames = -(-np.asarray(dataset.frame_counts()) // 2**pyramid_layers)
+    frames = -(-np.asarray(dataset.frame_counts()) // reduction)
     short = [dataset.ids[index] for index in np.flatnonzero(frames < needed)]
     if short:
         warn(
             f"{source}: {len(short)} utterances have fewer encoder frames than CTC needs for their transcripts "
-            f"(e.g. {short[0]!r}); the CTC loss ignores them (fewer model.pyramid_layers would not)"
+            f"(e.g. {short[0]!r}); the CTC loss ignores them "
+            "(a smaller model.pyramid_layers or model.frame_stacking would not)"
         )
