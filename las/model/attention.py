@@ -24,7 +24,7 @@ class Attention(nn.Module):
 
     The speller calls `attend`, which also returns what the next step reads as `history`: the
     weights, or with `cumulative` their running sum (Chorowski's cumulative location term);
-    attentions with a state of their own (las.model.alignment_attention) return that instead."""
+    attentions with a state of their own (las.model.monotonic: GMM, monotonic, MoChA) return that instead."""
 
     cumulative = False  # set by the speller (model.cumulative_attention)
 
