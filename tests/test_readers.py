@@ -143,6 +143,31 @@ def test_every_format_is_a_reference_las_eval_scores_against(tmp_path: Path, nam
     assert report["wer"] == pytest.approx(100 / words)
 
 
+def test_a_reference_needs_its_transcripts_not_its_audio(tmp_path: Path) -> None:
+    """Scoring reads transcripts alone: a LibriSpeech folder whose audio is elsewhere (or a Kaldi
+    data directory whose wav.scp names files not here) still scores, an empty transcript says
+    nothing was said, and a folder of audio with no transcripts is one clear error."""
+    from las.recognition.transcripts import read_transcripts
+
+    chapter = tmp_path / "LibriSpeech" / "dev-clean-2" / "84" / "121123"
+    chapter.mkdir(parents=True)
+    (chapter / "84-121123.trans.txt").write_text("84-121123-0000 GO DO YOU HEAR\n84-121123-0001 \n")
+    assert read_transcripts(tmp_path / "LibriSpeech" / "dev-clean-2") == {
+        "84-121123-0000": "GO DO YOU HEAR",
+        "84-121123-0001": "",
+    }
+    kaldi = tmp_path / "kaldi"
+    kaldi.mkdir()
+    (kaldi / "wav.scp").write_text("u1 /nowhere/u1.wav\n")
+    (kaldi / "text").write_text("u1 HELLO\n")
+    assert read_transcripts(kaldi) == {"u1": "HELLO"}
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    shutil.copy(ROWS[0][1], audio / "a.flac")
+    with pytest.raises(LasError, match="has no transcripts; scoring needs them"):
+        read_transcripts(audio)
+
+
 def test_audio_folder_and_single_file_have_no_transcripts(tmp_path: Path, expected: list) -> None:
     for identifier, audio, _, _ in ROWS:
         shutil.copy(audio, tmp_path / f"{identifier}.flac")

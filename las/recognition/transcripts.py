@@ -52,7 +52,10 @@ def read_transcripts(path: str | Path) -> dict[str, str]:
     readers take (a folder, a NeMo or Lhotse manifest); duplicate ids are an error."""
     path = Path(path)
     if path.is_dir() or _is_manifest_of_audio(path):
-        utterances = read_utterances(path)
+        # Transcripts alone: the audio need not be there, and an empty one says nothing was said.
+        utterances = read_utterances(path, require_text=False, require_audio=False)
+        if any(utterances.texts.missing):
+            raise LasError(f"{path}: has no transcripts; scoring needs them")
         return dict(zip(utterances.ids, utterances.texts, strict=True))
     content = read_text(path)
     suffix = path.suffix.lower()

@@ -35,13 +35,18 @@ TSV_HEADER = ["id", "path", "duration_s", "text"]
 
 
 def read_utterances(
-    path: str | Path, require_text: bool = True, input_format: str = "auto", skip_bad: bool = False
+    path: str | Path,
+    require_text: bool = True,
+    input_format: str = "auto",
+    skip_bad: bool = False,
+    require_audio: bool = True,
 ) -> Utterances:
     """Utterances of whatever `path` is: a TSV or JSONL (NeMo) manifest, a Kaldi data directory
     (`wav.scp` + `text`), a LibriSpeech tree (`*.trans.txt`), HW4 features (an object `.npy`, or a
     folder of per-utterance `.npy` files), a folder of audio files, or one audio file; or what
     `input_format` names. Every reader yields the same records, checked the same way; unusable
-    ones are an error, or with `skip_bad` left out with a warning."""
+    ones are an error, or with `skip_bad` left out with a warning. Without `require_audio` (the
+    transcripts alone are wanted: references to score against), audio files need not exist."""
     if not str(path).strip():  # Path("") is the current directory: never what was meant
         raise LasError("input path is empty")
     path = Path(path)
@@ -60,7 +65,7 @@ def read_utterances(
     else:
         reader = READERS[input_format]
     try:
-        utterances = _checked(reader, path, skip_bad, require_text)
+        utterances = _checked(reader, path, skip_bad, require_text, require_audio)
     except UnicodeDecodeError as error:
         raise LasError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     except OSError as error:  # a folder where a file should be, no permission, ...
@@ -99,7 +104,13 @@ def _reader_for(path: Path) -> Callable[[Path], Records]:
     )
 
 
-def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, require_text: bool = True) -> Utterances:
+def _checked(
+    reader: Callable[[Path], Records],
+    source: Path,
+    skip_bad: bool,
+    require_text: bool = True,
+    require_audio: bool = True,
+) -> Utterances:
     """The utterances `reader` reads from `source`, refusing empty or duplicate ids, and unusable
     utterances (an empty transcript where transcripts are needed, missing audio, non-finite
     features) — or with `skip_bad`, leaving those out."""
@@ -121,7 +132,7 @@ def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, re
                 first = next(place for place, earlier in reader(source) if earlier.id == utterance.id)
             raise LasError(f"{where}: duplicate id {utterance.id!r} (first at {first})")
         seen.add(utterance.id)
-        problem = _problem(utterance, require_text)
+        problem = _problem(utterance, require_text, require_audio)
         if problem and not skip_bad:
             raise LasError(f"{where}: {problem}")
         if problem:
@@ -134,11 +145,13 @@ def _checked(reader: Callable[[Path], Records], source: Path, skip_bad: bool, re
     return utterances
 
 
-def _problem(utterance: Utterance, require_text: bool) -> str | None:
+def _problem(utterance: Utterance, require_text: bool, require_audio: bool = True) -> str | None:
     """What makes an utterance unusable, if anything. An empty transcript trains nothing (often a
     column left blank by mistake), but as a reference for decoding it says that nothing is said."""
     if require_text and utterance.text is not None and not utterance.text:
         return f"empty transcript for {utterance.id!r}"
+    if not require_audio:
+        return None
     if utterance.features is None and not os.path.isfile(utterance.location):  # text: no Path per row
         return f"{utterance.file_kind} not found: {utterance.file}{windows_path_hint(utterance.location)}"
     return None if utterance.features is None else non_finite_problem(utterance.features)
