@@ -28,7 +28,6 @@ from las.core.settings import (
     Positive,
     Range,
     Retired,
-    RetiredSetting,
     Section,
     assignment_table,
     coerce,
@@ -551,22 +550,19 @@ RENAMED = {  # old key -> new key, in the same section
 _noted: set[str] = set()  # retired keys already noted by this process
 
 
-def retire(key: str, value: Any) -> None:
-    """Ignore retired `key` at its old default, with a note (once a process); refuse it otherwise."""
-    retired = RETIRED[key]
-    if not retired.holds(value):
-        raise RetiredSetting(
-            f"config key {key!r} is no longer a setting of las ({retired.why}); only its default "
-            f"{retired.default!r} is accepted, got {value!r}"
-        )
-    if key not in _noted:
-        _noted.add(key)
-        say(f"note: config key {key!r} is no longer a setting of las (at its default: ignored)")
+def note_ignored(ignored: list[str]) -> None:
+    """One line for the retired keys not noted yet by this process."""
+    new = [key for key in ignored if key not in _noted]
+    if new:
+        _noted.update(new)
+        say(f"note: no longer settings of las, ignored at their old defaults: {', '.join(new)}")
 
 
-def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
+def override(instance: Any, values: dict[str, Any], prefix: str = "", ignored: list[str] | None = None) -> Any:
     """A copy of a (nested) frozen dataclass with `values` replacing the named fields; a retired
-    key at its old default is ignored, a renamed one read under its new name."""
+    key at its old default is ignored (in one note for all), a renamed one read under its new name."""
+    top = ignored is None
+    ignored = [] if ignored is None else ignored
     fields = {item.name: item for item in dataclasses.fields(instance)}
     hints = typing.get_type_hints(type(instance))
     changes = {}
@@ -576,7 +572,8 @@ def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
             key = RENAMED[key]
             name = key.removeprefix(prefix)
         if name not in fields and key in RETIRED:
-            retire(key, value)
+            RETIRED[key].check(key, value)  # refused unless at its old default
+            ignored.append(key)
             continue
         if name not in fields:
             known = ", ".join(sorted(f"{prefix}{field}" for field in fields))
@@ -585,7 +582,9 @@ def override(instance: Any, values: dict[str, Any], prefix: str = "") -> Any:
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise LasError(f"config key {key!r} is a section; set its fields, e.g. {key}.<field>=...")
-            changes[name] = override(current, value, f"{key}.")
+            changes[name] = override(current, value, f"{key}.", ignored)
         else:
             changes[name] = coerce(value, hints[name], key)
+    if top:
+        note_ignored(ignored)
     return dataclasses.replace(instance, **changes)

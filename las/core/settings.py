@@ -131,6 +131,14 @@ class Retired:
                 return False
         return str(value) == self.default
 
+    def check(self, key: str, value: Any) -> None:
+        """Refuse `value` of the retired `key` unless it is the default it had."""
+        if not self.holds(value):
+            raise RetiredSetting(
+                f"config key {key!r} is no longer a setting of las ({self.why}); only its default "
+                f"{self.default!r} is accepted, got {value!r}"
+            )
+
 
 def assignment_table(assignments: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """`section.field=value` strings as the nested table a TOML file gives, values unparsed."""
