@@ -69,3 +69,25 @@ def test_a_folder_without_train_clean_5_or_an_unknown_speaker_is_refused(tmp_pat
     subset = fake_subset(tmp_path, ["99999"])
     with pytest.raises(typer.BadParameter, match="speaker 99999 is not in speakers.tsv"):
         prepare.write_manifests(subset, tmp_path / "out", prepare.read_speakers())
+
+
+def test_the_download_is_unpacked_and_one_that_fails_or_is_damaged_is_one_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSLR's archive stood in for by a file: URL (no network in tests)."""
+    import tarfile
+
+    prepare = prepare_module()
+    subset = fake_subset(tmp_path / "source", ["19"])
+    archive = tmp_path / "train-clean-5.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(subset.parent, arcname="LibriSpeech")
+    monkeypatch.setattr(prepare, "URL", archive.as_uri())
+    found = prepare.download(tmp_path / "corpus")
+    assert found == tmp_path / "corpus" / "LibriSpeech" / "train-clean-5" and (found / "19").is_dir()
+    damaged = tmp_path / "damaged.tar.gz"
+    damaged.write_bytes(archive.read_bytes()[:100])
+    for url in (damaged.as_uri(), (tmp_path / "missing.tar.gz").as_uri()):
+        monkeypatch.setattr(prepare, "URL", url)
+        with pytest.raises(typer.BadParameter, match="cannot download and unpack .*pass --source"):
+            prepare.download(tmp_path / "again")

@@ -47,15 +47,22 @@ def find_subset(source: Path) -> Path:
 
 
 def download(into: Path) -> Path:
-    """OpenSLR's train-clean-5 archive (346 MB), unpacked into `into`."""
-    with tempfile.TemporaryDirectory() as scratch:
+    """OpenSLR's train-clean-5 archive (346 MB), unpacked into `into`; one clear error where it
+    cannot be had or is damaged."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=into) as scratch:
         archive = Path(scratch) / "train-clean-5.tar.gz"
         print(f"downloading {URL}")
-        with urllib.request.urlopen(URL) as response, archive.open("wb") as file:
-            shutil.copyfileobj(response, file)
-        with tarfile.open(archive) as tar:
-            tar.extractall(into, filter="data")
-    return into / "LibriSpeech" / SUBSET
+        try:
+            with urllib.request.urlopen(URL, timeout=60) as response, archive.open("wb") as file:
+                shutil.copyfileobj(response, file)
+            with tarfile.open(archive) as tar:
+                tar.extractall(into, filter="data")
+        except (OSError, EOFError, tarfile.TarError) as error:  # URLError is an OSError; EOFError: a cut gzip
+            raise typer.BadParameter(
+                f"cannot download and unpack {URL} ({error}); download it yourself and pass --source"
+            ) from None
+    return find_subset(into)
 
 
 def utterances(subset: Path) -> list[tuple[str, Path, str]]:
