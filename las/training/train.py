@@ -388,8 +388,8 @@ class Trainer:
         heads = f"  speller alone {dev.speller_cer:.2f}%" if dev.joint_cer is not None else ""
         heads += f"  CTC head alone {dev.ctc_cer:.2f}%" if dev.ctc_cer is not None else ""
         tqdm.write(
-            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}% ({dev.reading}; "
-            f"best {self.progress.best_cer:.2f}%){heads}  {seconds:.0f}s"
+            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}% WER {dev.wer:.2f}% "
+            f"({dev.reading}; best CER {self.progress.best_cer:.2f}%){heads}  {seconds:.0f}s"
         )
 
     def write_average(self) -> None:
