@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 import sys
 import time
@@ -260,6 +261,16 @@ def pretrain(
             "--text", help="Also learn from this text, one sentence per line (spelled with the manifest's characters)."
         ),
     ] = None,
+    dev_manifest: Annotated[
+        str | None,
+        typer.Option(
+            "--dev",
+            help=with_default(
+                "Held-out transcripts: the epoch that predicts them best is saved ('' for the last epoch).",
+                DEFAULTS.data.dev,
+            ),
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Where the speller goes.")] = Path("runs/speller.pt"),
     epochs: Annotated[int, typer.Option("--epochs", min=1, help="Passes over the transcripts.")] = 20,
     assignments: Annotated[list[str] | None, typer.Option("--set", help="Override a setting: KEY=VALUE.")] = None,
@@ -269,18 +280,30 @@ def pretrain(
     from las.core.files import check_writable
     from las.core.text import Vocabulary
     from las.data.corpora.manifest import read_utterances
-    from las.training.pretrain import pretrain_speller, read_text_corpus
+    from las.training.pretrain import pretrain_speller, read_text_corpus, spellable
 
     check_writable(out, "--out")
     overrides = as_assignments({"data.train": train_manifest}) + list(assignments or [])
     settings = load_config(config, overrides)
-    utterances = read_utterances(settings.data.train, input_format=settings.data.input_format)
-    texts = [utterance.text for utterance in utterances]
+
+    def transcripts(manifest: str) -> list[str]:
+        return [utterance.text for utterance in read_utterances(manifest, input_format=settings.data.input_format)]
+
+    texts = transcripts(settings.data.train)
     vocabulary = Vocabulary.from_texts(texts)  # as las train makes it from the same manifest
     if text is not None:
         texts += read_text_corpus(text, vocabulary)
-    losses = pretrain_speller(settings, texts, out, epochs, vocabulary=vocabulary)
-    typer.echo(f"language-model loss {losses[0]:.3f} -> {losses[-1]:.3f}; speller saved to {out}")
+    dev = settings.data.dev if dev_manifest is None else dev_manifest
+    held_out = spellable(transcripts(dev), vocabulary, dev) if dev else []
+    fit = pretrain_speller(settings, texts, out, epochs, vocabulary=vocabulary, held_out=held_out)
+    typer.echo(f"language-model loss {fit.losses[0]:.3f} -> {fit.losses[-1]:.3f}")
+    if fit.held_out:
+        best = fit.held_out[fit.saved_epoch - 1]
+        typer.echo(
+            f"held out ({dev}): {fit.held_out[0]:.3f} -> {best:.3f} nats a character "
+            f"(perplexity {math.exp(best):.2f}) at epoch {fit.saved_epoch} of {epochs}, the one saved"
+        )
+    typer.echo(f"speller saved to {out}")
 
 
 @app.command()

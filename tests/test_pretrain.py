@@ -15,7 +15,7 @@ from las.model.listener import ListenerOutput
 from las.model.pretrained import load_language_model, silent_memory
 from las.search import build_strategy
 from las.training.corpus import load_corpus
-from las.training.pretrain import pretrain_speller
+from las.training.pretrain import held_out_loss, pretrain_speller
 from las.training.train import Trainer
 
 from .conftest import TINY
@@ -23,9 +23,24 @@ from .conftest import TINY
 
 def test_language_model_loss_falls(tiny_config: Config, tmp_path: Path) -> None:
     texts = ["YES", "NO", "START", "X I SIXTY ONE"] * 4
-    losses = pretrain_speller(tiny_config, texts, tmp_path / "speller.pt", epochs=30, batch_size=8)
-    assert losses[-1] < 0.5 * losses[0]
+    fit = pretrain_speller(tiny_config, texts, tmp_path / "speller.pt", epochs=30, batch_size=8)
+    assert fit.losses[-1] < 0.5 * fit.losses[0]
+    assert fit.held_out == [] and fit.saved_epoch == 30  # nothing held out: the last epoch
     assert (tmp_path / "speller.pt").is_file()
+
+
+def test_the_epoch_that_predicts_held_out_sentences_best_is_saved(tiny_config: Config, tmp_path: Path) -> None:
+    """Learning four sentences by heart, the model first gets better at a held-out one that
+    shares their words, then worse; the weights saved are those of its best epoch."""
+    texts = ["YES NO", "START STOP", "GO", "ONE TWO THREE"]
+    held_out = ["NO STOP", "YES TWO"]
+    fit = pretrain_speller(tiny_config, texts, tmp_path / "lm.pt", epochs=40, batch_size=4, held_out=held_out)
+    assert len(fit.held_out) == 40
+    assert fit.held_out[fit.saved_epoch - 1] == min(fit.held_out) < fit.held_out[0]
+    vocabulary = Vocabulary.from_texts(texts)
+    saved = load_language_model(tmp_path / "lm.pt", vocabulary).eval()
+    batch = [torch.tensor(vocabulary.encode(text)) for text in held_out]
+    assert held_out_loss(saved, [batch], vocabulary, tiny_config) == pytest.approx(min(fit.held_out), rel=1e-5)
 
 
 def test_joint_training_starts_from_the_pretrained_speller(tiny_config: Config, tmp_path: Path) -> None:
@@ -53,12 +68,27 @@ def test_mismatched_or_missing_spellers_are_clear_errors(tiny_config: Config, tm
 
 
 def test_pretrain_command(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> None:
-    train, _ = tiny_manifests
+    train, dev = tiny_manifests
     overrides = [item for assignment in TINY for item in ("--set", assignment)]
-    arguments = ["pretrain", "--train", str(train), "--out", str(tmp_path / "sp.pt"), "--epochs", "3", *overrides]
+    arguments = [
+        "pretrain",
+        "--train",
+        str(train),
+        "--dev",
+        str(dev),
+        "--out",
+        str(tmp_path / "sp.pt"),
+        "--epochs",
+        "3",
+    ]
+    arguments += overrides
     result = CliRunner().invoke(app, arguments)
     assert result.exit_code == 0, result.stderr
     assert "language-model loss" in result.stdout and (tmp_path / "sp.pt").is_file()
+    assert "held out" in result.stdout and "the one saved" in result.stdout  # the tiny dev manifest
+    result = CliRunner().invoke(app, [*arguments, "--dev", ""])
+    assert result.exit_code == 0, result.stderr
+    assert "held out" not in result.stdout
 
 
 def test_pretrain_learns_from_text_without_audio(tiny_manifests: tuple[Path, Path], tmp_path: Path) -> None:
