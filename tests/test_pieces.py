@@ -56,8 +56,10 @@ def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
     model = LAS.build(load_config(None, TINY).model, 40, len(VOCABULARY))
     batch = batch_of(["AB CD ABC D CA", "AB", "DC BA"], [400, 400, 60])
     generator = torch.Generator().manual_seed(1)
-    # An untrained head is trusted only with a trigger above any loss.
-    assert cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator) is None
+    # An untrained head is trusted only with a trigger above any loss: under a lower one, the
+    # utterances longer than a piece are the head's alone, and only the short one is spelt.
+    unaligned = cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator)
+    assert unaligned is not None and unaligned.pieces.ids == ["u2"] and unaligned.heard.ids == ["u0", "u1"]
     step = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
     assert step is not None and step.heard is None  # every utterance aligned
     pieces = step.pieces
@@ -151,6 +153,24 @@ def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alo
     for name in ("ctc_loss", "attention_loss"):
         torch.testing.assert_close(apart_parts[name] + heard_parts[name], whole_parts[name])
     assert heard_parts["attention_loss"] == 0
+
+
+def test_a_batch_of_long_utterances_none_aligned_is_heard_by_the_head_alone() -> None:
+    """Not spelt whole by the speller: it cannot attend to them yet, and learning to spell
+    without reading them would pull the listener from what the head has learnt."""
+    torch.manual_seed(0)
+    config = load_config(None, TINY)
+    model = LAS.build(config.model, 40, len(VOCABULARY))
+    batch = batch_of(["AB CD ABC D CA", "DC BA DC BA"], [400, 300])
+    step = cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, torch.Generator().manual_seed(1))
+    assert step is not None and step.heard is None
+    heard = step.pieces
+    assert heard.ids == ["u0", "u1"] and heard.feature_lengths.tolist() == [400, 300]
+    assert heard.speller_steps == 1 and heard.targets_out.eq(PAD_INDEX).all()
+    # Its step measures the attention as a step in pieces does: nothing spelt, nothing along a diagonal.
+    optimisation = Optimisation(config, model, torch.device("cpu"), Distributed(), 10)
+    _, parts = optimisation.loss(heard, heard.target_lengths, 1.0, False, alignment=True)
+    assert parts["attention_loss"] == 0 and parts["ctc_loss"] > 0 and parts["diagonal_share"] == 0
 
 
 def starts(frame_counts: list[int], *settings: str) -> AttentionStart:

@@ -116,7 +116,9 @@ class Optimisation:
                 global_lengths,
             )
             if alignment:  # this rank's share of the mean over ranks
-                rows = diagonal_rows(output.attention, batch.target_lengths - 1, output.memory.lengths)
+                # A batch heard by the CTC head alone has one speller step: none of its rows is.
+                spelt = (batch.target_lengths - 1).clamp(max=steps)
+                rows = diagonal_rows(output.attention, spelt, output.memory.lengths)
                 parts["diagonal_share"] = rows.float().mean() / self.world_size
             return loss, parts
 

@@ -115,8 +115,8 @@ def cut(
 ) -> InPieces | None:
     """`batch` with each utterance longer than a piece cut into pieces where the CTC head has
     learnt to align it, heard whole by the head alone where it has not yet, left out where no
-    CTC path spells it (utterances no longer than a piece whole), or None where nothing was cut:
-    the head has not learnt, or every utterance fits."""
+    CTC path spells it (utterances no longer than a piece whole), or None where the batch is
+    to train as it is: every utterance fits, or each longer one is spelt by one piece."""
     if model.ctc_head is None or " " not in vocabulary.index:
         return None
     lengths = batch.feature_lengths.tolist()
@@ -167,12 +167,16 @@ def cut(
                 pieces.append(Utterance(name, batch.features[row, start:end], row_tokens[row][first:last]))
         elif row in spellable:
             heard.append(whole)
-    if not divided:
+    # Where no utterance is aligned well enough to cut, its long ones are still the head's alone:
+    # a speller trained on whole recordings it cannot attend to learns to spell without reading
+    # them, and pulls the listener it shares with the head from what the head has learnt.
+    if not divided and not heard:
         return None  # the step trains on the batch as it is
     device = batch.features.device
-    return InPieces(
-        batched(pieces, vocabulary, device), batched(heard, vocabulary, device, spelt=False) if heard else None
-    )
+    heard_batch = batched(heard, vocabulary, device, spelt=False) if heard else None
+    if not pieces:  # every utterance heard whole: the step is the head's alone
+        return InPieces(heard_batch, None)
+    return InPieces(batched(pieces, vocabulary, device), heard_batch)
 
 
 def batched(

@@ -317,7 +317,8 @@ class Trainer:
             loss, frames = loss + heard_loss, frames + heard.feature_lengths.sum()
             parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
         if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
-            share = loss.new_tensor([pieces is not None, len(heard.ids) / utterances if heard else 0.0])
+            unspelt = sum(len(part.ids) for part in (batch, heard) if part is not None and part.speller_steps == 1)
+            share = loss.new_tensor([pieces is not None, unspelt / utterances])
             parts = parts | dict(zip(("cut", "heard"), share / distributed.world_size, strict=True))
         frozen = self.config.train.frozen_in(self.progress.epoch) + (("speller",) if ctc_alone else ())
         norm = self.optimisation.backward(loss, distributed.world_size, frozen)
