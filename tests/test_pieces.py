@@ -60,8 +60,9 @@ def test_a_batch_is_cut_into_pieces_that_make_up_each_utterance() -> None:
     # utterances longer than a piece are the head's alone, and only the short one is spelt.
     unaligned = cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, generator)
     assert unaligned is not None and unaligned.pieces.ids == ["u2"] and unaligned.heard.ids == ["u0", "u1"]
+    assert not unaligned.divided  # a step that says nothing of the attention on pieces
     step = cut(model, batch, Cutting(longest=100, trigger=1e6), VOCABULARY, generator)
-    assert step is not None and step.heard is None  # every utterance aligned
+    assert step is not None and step.heard is None and step.divided  # every utterance aligned
     pieces = step.pieces
     # The first utterance in pieces; the second, one word, whole; the third shorter than a piece.
     firsts = [position for position, name in enumerate(pieces.ids) if name.startswith("u0")]
@@ -118,7 +119,7 @@ def test_an_utterance_the_head_does_not_yet_align_is_heard_whole_by_the_head_alo
     trigger = sum(per_character[:2]) / 2
     step = cut(model, batch, Cutting(longest=100, trigger=trigger), VOCABULARY, torch.Generator().manual_seed(1))
     assert step is not None and step.heard is not None
-    pieces, heard = step
+    pieces, heard = step.pieces, step.heard
     assert sum(name.startswith(f"u{aligned}#") for name in pieces.ids) > 1 and pieces.ids[-1] == "u2"
     # Heard whole, every frame and character, apart from the pieces (not padded to its length).
     assert heard.ids == [f"u{unaligned}"] and heard.feature_lengths.tolist() == [400]
@@ -163,7 +164,7 @@ def test_a_batch_of_long_utterances_none_aligned_is_heard_by_the_head_alone() ->
     model = LAS.build(config.model, 40, len(VOCABULARY))
     batch = batch_of(["AB CD ABC D CA", "DC BA DC BA"], [400, 300])
     step = cut(model, batch, Cutting(longest=100, trigger=1e-3), VOCABULARY, torch.Generator().manual_seed(1))
-    assert step is not None and step.heard is None
+    assert step is not None and step.heard is None and not step.divided
     heard = step.pieces
     assert heard.ids == ["u0", "u1"] and heard.feature_lengths.tolist() == [400, 300]
     assert heard.speller_steps == 1 and heard.targets_out.eq(PAD_INDEX).all()

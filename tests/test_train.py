@@ -94,6 +94,13 @@ def test_a_run_in_pieces_trains_on_its_utterances_cut_at_the_ctc_alignment_and_s
     scale = learning_rate_scale(2, settings_of_run.warmup_steps, 2, settings_of_run.final_learning_rate_scale)
     expected = settings_of_run.learning_rate * settings_of_run.attention_pieces_learning_rate_scale * scale
     assert records[-1]["learning_rate"] == pytest.approx(expected)
+    # A head no alignment is trusted from: no step is one in pieces, whatever it hears whole,
+    # and the run has not begun to align (the speller waits: train.attention_pieces_ctc_first).
+    unaligned = train(
+        with_training(tiny_config, epochs=2, **(settings | dict(attention_pieces_trigger=1e-6)), out=str(run) + "-u")
+    )
+    assert [record["train_cut"] for record in metrics(unaligned)] == [0.0, 0.0]
+    assert load_model(unaligned / "last.pt").training_state["progress"]["alignment_start"] is None
     # A step at each length (attention_pieces_most_steps): 1 s, then 2 s, longer than every utterance.
     settings |= dict(attention_pieces_most_steps=1, out=str(run) + "-1")
     records = metrics(train(with_training(tiny_config, epochs=3, **settings)))

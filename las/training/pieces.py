@@ -104,10 +104,13 @@ class Utterance(NamedTuple):
 
 class InPieces(NamedTuple):
     """A step's batch cut: its `pieces`, and its utterances `heard` whole by the CTC head alone
-    (None: none), apart so that the pieces are not padded to their length."""
+    (None: none), apart so that the pieces are not padded to their length; `divided`: whether
+    any utterance was cut in two or more (where none was, the long ones are all heard, and the
+    step says nothing of how the attention follows pieces)."""
 
     pieces: Batch
     heard: Batch | None
+    divided: bool
 
 
 def cut(
@@ -175,8 +178,8 @@ def cut(
     device = batch.features.device
     heard_batch = batched(heard, vocabulary, device, spelt=False) if heard else None
     if not pieces:  # every utterance heard whole: the step is the head's alone
-        return InPieces(heard_batch, None)
-    return InPieces(batched(pieces, vocabulary, device), heard_batch)
+        return InPieces(heard_batch, None, divided)
+    return InPieces(batched(pieces, vocabulary, device), heard_batch, divided)
 
 
 def batched(

@@ -304,7 +304,7 @@ class Trainer:
         cutting, pieces = self.attention_start.in_pieces(self.progress, self.model, batch, self.vocabulary, seed)
         heard, utterances = None, len(batch.ids)  # heard: utterances for the CTC head alone, in a step in pieces
         if pieces is not None:
-            batch, heard = pieces
+            batch, heard = pieces.pieces, pieces.heard
             counted = [part.target_lengths.cpu() for part in (batch, heard) if part is not None]
             # Each rank cuts its own utterances: the global batch's characters taken as this rank's times the ranks.
             lengths = torch.cat(counted).repeat(distributed.world_size)
@@ -318,7 +318,7 @@ class Trainer:
             parts = parts | {name: parts[name] + value for name, value in heard_parts.items()}
         if cutting:  # this rank's share of the ranks whose batch was cut, and of the utterances heard whole
             unspelt = sum(len(part.ids) for part in (batch, heard) if part is not None and part.speller_steps == 1)
-            share = loss.new_tensor([pieces is not None, unspelt / utterances])
+            share = loss.new_tensor([pieces is not None and pieces.divided, unspelt / utterances])
             parts = parts | dict(zip(("cut", "heard"), share / distributed.world_size, strict=True))
         frozen = self.config.train.frozen_in(self.progress.epoch) + (("speller",) if ctc_alone else ())
         norm = self.optimisation.backward(loss, distributed.world_size, frozen)
