@@ -266,7 +266,8 @@ def pretrain(
         typer.Option(
             "--dev",
             help=with_default(
-                "Held-out transcripts: the epoch that predicts them best is saved ('' for the last epoch).",
+                "Held-out transcripts: the epoch that predicts them best is saved ('' for the last epoch); "
+                "by default data.dev where the settings name one, AN4's only with AN4's training set",
                 DEFAULTS.data.dev,
             ),
         ),
@@ -293,7 +294,9 @@ def pretrain(
     vocabulary = Vocabulary.from_texts(texts)  # as las train makes it from the same manifest
     if text is not None:
         texts += read_text_corpus(text, vocabulary)
-    dev = settings.data.dev if dev_manifest is None else dev_manifest
+    # AN4's dev set is no held-out text for another corpus's language model.
+    named = settings.data.dev != DEFAULTS.data.dev or settings.data.train == DEFAULTS.data.train
+    dev = dev_manifest if dev_manifest is not None else settings.data.dev if named else ""
     held_out = spellable(transcripts(dev), vocabulary, dev) if dev else []
     fit = pretrain_speller(settings, texts, out, epochs, vocabulary=vocabulary, held_out=held_out)
     typer.echo(f"language-model loss {fit.losses[0]:.3f} -> {fit.losses[-1]:.3f}")
