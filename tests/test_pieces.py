@@ -15,6 +15,7 @@ from las.training.attention_start import AttentionStart
 from las.training.distributed import Distributed
 from las.training.optimisation import Optimisation
 from las.training.pieces import Cutting, Piece, cut, pieces_of, word_spans
+from las.training.run_progress import Progress
 
 from .conftest import TINY
 
@@ -191,12 +192,24 @@ def test_a_run_in_pieces_learns_at_a_higher_rate_and_says_so() -> None:
     assert "learning rate" not in "\n".join(starts(long, "train.attention_pieces_learning_rate_scale=1").describe())
 
 
-def test_pieces_double_in_length_once_attended_along_a_diagonal_until_none_is_cut() -> None:
+def test_pieces_double_in_length_once_attended_along_a_diagonal_up_to_what_decoding_reads() -> None:
     long, short = [1300, 1100, 900, 2000], [270, 300, 250]  # frames of 10 ms: 12 s and 2.7 s at the median
     assert starts(long).cutting(None) == Cutting(300, 1.5)  # 3 s at first
-    assert starts(long).cutting(1200) == Cutting(1200, 1.5)
-    assert starts(long).cutting(2400) is None  # 24 s: longer than any
-    assert starts(long).active(1200) and not starts(long).active(2400)
+    assert starts(long).cutting(600) == Cutting(600, 1.5)
+    # Never longer than decoding reads (decode.segment_seconds, 10 s): 20 s utterances stay in pieces.
+    assert starts(long).cutting(1200) == starts(long).cutting(2400) == Cutting(1000, 1.5)
+    assert starts(long).active(2400)
+    decoded_whole = starts(long, "decode.segment_seconds=30")
+    assert decoded_whole.cutting(1200) == Cutting(1200, 1.5)
+    assert decoded_whole.cutting(2400) is None and not decoded_whole.active(2400)  # 24 s: longer than any
+    assert "up to the 10 s decoding reads" in starts(long).describe()[0]
+    # Twice as long when most of a length's pieces are attended along a diagonal, at most to 10 s.
+    progress = Progress(step=20, piece_frames=600, pieces_since=10, pieces_aligned=0.9)
+    starts(long).follow(progress, 1.0)
+    assert (progress.piece_frames, progress.pieces_since, progress.pieces_aligned) == (1000, 20, 0.0)
+    progress = Progress(step=20, piece_frames=1000, pieces_since=10, pieces_aligned=0.9)
+    starts(long).follow(progress, 1.0)
+    assert (progress.piece_frames, progress.pieces_since) == (1000, 10)
     # Most of the last steps' pieces along a diagonal, or 500 steps at one length: twice as long.
     assert starts(long).lengthened(0.5, 10) and not starts(long).lengthened(0.4, 499)
     assert starts(long).lengthened(0.0, 500)

@@ -113,24 +113,35 @@ UNCUT_PIECES = dict(attention_pieces="on", attention_pieces_seconds=0.2, attenti
 
 
 def test_with_ctc_first_the_ctc_head_alone_trains_until_the_first_cut(
-    tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_config: Config, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A head that never learns enough to cut at: the speller waits as it began, for
-    # attention_pieces_ctc_first_steps steps.
+    # attention_pieces_ctc_first_steps steps, reading one step of each batch (nothing to learn from).
+    speller_steps = []
+    real_loss = optimisation_module.Optimisation.loss
+
+    def counted(self, batch, *args, **kwargs):
+        speller_steps.append(batch.speller_steps or batch.targets_in.shape[1])
+        return real_loss(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(optimisation_module.Optimisation, "loss", counted)
     settings = UNCUT_PIECES | dict(attention_pieces_ctc_first=True, attention_pieces_ctc_first_steps=2)
     first = train(with_training(tiny_config, epochs=1, out=str(tmp_path / "one"), **settings))
+    assert speller_steps == [1]
     second = train(with_training(tiny_config, epochs=2, out=str(tmp_path / "two"), **settings))
     before, after = (load_model(run / "last.pt").model_state for run in (first, second))
     assert all(torch.equal(before[name], after[name]) for name in before if name.startswith("speller."))
     lstm = "listener.input_layer.forward_lstm.weight_ih_l0"
     assert not torch.equal(before[lstm], after[lstm])
     record = metrics(second)[-1]
-    assert record["train_loss"] == pytest.approx(record["train_ctc_loss"]) and record["train_attention_loss"] > 0
+    assert record["train_loss"] == pytest.approx(record["train_ctc_loss"]) and record["train_attention_loss"] == 0
     assert "train_cut" not in record or record["train_cut"] == 0
     assert "until the first cut (or step 2), the CTC head alone trains; the speller waits" in capsys.readouterr().out
+    speller_steps.clear()
     third = train(with_training(tiny_config, epochs=3, out=str(tmp_path / "three"), **settings))
     weights = "speller.cells.0.weight_hh"
     assert not torch.equal(after[weights], load_model(third / "last.pt").model_state[weights])  # from step 2 on
+    assert speller_steps[:2] == [1, 1] and min(speller_steps[2:]) > 1  # then it spells whole transcripts
 
 
 def without_timings(records: list[dict]) -> list[dict]:

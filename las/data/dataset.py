@@ -15,7 +15,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from las.core.config import DataConfig
-from las.core.text import Vocabulary
+from las.core.text import PAD_INDEX, Vocabulary
 from las.data.augmentation.augmenter import Source, WaveformAugmentation
 from las.data.augmentation.nonspeech import NonSpeech
 from las.data.augmentation.word_excerpts import WordExcerpts
@@ -38,6 +38,11 @@ class Batch:
     # How many steps of its targets the speller reads (None: all). A batch in pieces holds rows for
     # the CTC head alone, whose characters the speller would otherwise read to no purpose.
     speller_steps: int | None = None
+
+    def unspelt(self) -> Batch:
+        """This batch for the CTC head alone: the speller reads one step of it and has no target
+        to learn (its loop is most of a step's time on long utterances)."""
+        return dataclasses.replace(self, targets_out=torch.full_like(self.targets_out, PAD_INDEX), speller_steps=1)
 
     def pin_memory(self) -> Batch:
         """Page-locked copies, so that `to(cuda, non_blocking=True)` overlaps the copy (DataLoader

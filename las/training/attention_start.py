@@ -50,6 +50,12 @@ class AttentionStart:
                 "these transcripts have no space"
             )
         self.first_piece_frames = round(settings.attention_pieces_seconds * frames_per_second)
+        # Pieces grow no longer than decoding reads (it cuts recordings at their pauses to this
+        # length): whole long utterances only pull the listener the CTC head shares towards a
+        # speller that cannot attend to them.
+        self.longest_piece_frames = max(
+            self.first_piece_frames, round(config.decode.segment_seconds * frames_per_second)
+        )
         self.most_steps = settings.attention_pieces_most_steps
         self.ctc_first = self.pieces and settings.attention_pieces_ctc_first
         self.ctc_first_steps = settings.attention_pieces_ctc_first_steps
@@ -58,11 +64,12 @@ class AttentionStart:
 
     def cutting(self, longest: int | None) -> Cutting | None:
         """How a training step cuts its utterances: pieces at most `longest` frames (None: the
-        first length, `train.attention_pieces_seconds`); None once they are longer than every
-        training utterance (or were never on)."""
+        first length, `train.attention_pieces_seconds`), and never longer than decoding reads
+        (`decode.segment_seconds`); None once they are longer than every training utterance (or
+        were never on)."""
         if not self.pieces:
             return None
-        longest = longest or self.first_piece_frames
+        longest = min(longest or self.first_piece_frames, self.longest_piece_frames)
         return Cutting(longest, self.trigger) if longest < self.longest_frames else None
 
     def lengthened(self, aligned: float, steps: int) -> bool:
@@ -91,8 +98,9 @@ class AttentionStart:
         if progress.pieces_since is None:
             progress.pieces_since, progress.piece_frames = progress.step, now.longest if now else None
         progress.pieces_aligned = 0.9 * progress.pieces_aligned + 0.1 * diagonal
-        if now is not None and self.lengthened(progress.pieces_aligned, progress.step - progress.pieces_since):
-            progress.piece_frames = 2 * now.longest
+        longer = now is not None and now.longest < self.longest_piece_frames
+        if longer and self.lengthened(progress.pieces_aligned, progress.step - progress.pieces_since):
+            progress.piece_frames = min(2 * now.longest, self.longest_piece_frames)
             progress.pieces_since, progress.pieces_aligned = progress.step, 0.0
 
     def ctc_alone(self, step: int, start: int | None) -> bool:
@@ -115,8 +123,9 @@ class AttentionStart:
             seconds = self.first_piece_frames / self.frames_per_second
             lines.append(
                 f"utterances cut into pieces at the CTC head's alignment once it has learnt, at most {seconds:.1f} s "
-                "long at first, twice as long once their attention runs along a diagonal (train.attention_pieces): "
-                + why
+                "long at first, twice as long once their attention runs along a diagonal (train.attention_pieces), "
+                f"up to the {self.longest_piece_frames / self.frames_per_second:g} s decoding reads "
+                "(decode.segment_seconds): " + why
             )
         if self.ctc_first:
             lines.append(

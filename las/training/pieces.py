@@ -8,7 +8,9 @@ on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, pe
 each utterance of a batch is cut into pieces of whole words at most `longest` frames long, at
 the middle of the pauses between words on the head's forced alignment of the transcript, and
 the step trains on the pieces; their longest doubles every so
-many steps, until no training utterance is cut. An utterance the head does not align well enough
+many steps, until no training utterance is cut or up to the length decoding reads
+(`decode.segment_seconds`: a speller taught whole 14 s recordings pulled the listener it shares
+with the CTC head away from what the head had learnt). An utterance the head does not align well enough
 yet is heard whole by the head alone, in a batch of its own, so that the head goes on learning
 from what it reads worst. Only training reads pieces: the dev pass and decoding read whole
 utterances.
@@ -192,9 +194,7 @@ def batched(
     speller, which reads one step of it."""
     tokens = [torch.tensor(utterance.characters, dtype=torch.long) for utterance in utterances]
     targets_in, targets_out, target_lengths = speller_targets(tokens, vocabulary)
-    if not spelt:
-        targets_out.fill_(PAD_INDEX)  # (batch, steps)
-    return Batch(
+    batch = Batch(
         ids=[utterance.name for utterance in utterances],
         features=pad_sequence([utterance.features for utterance in utterances], batch_first=True),
         feature_lengths=torch.tensor([len(utterance.features) for utterance in utterances]),
@@ -202,5 +202,5 @@ def batched(
         targets_out=targets_out.to(device),
         target_lengths=target_lengths.to(device),
         texts=[None] * len(utterances),
-        speller_steps=None if spelt else 1,
     )
+    return batch if spelt else batch.unspelt()

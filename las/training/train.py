@@ -310,6 +310,8 @@ class Trainer:
             lengths = torch.cat(counted).repeat(distributed.world_size)
         ctc_alone = self.attention_start.ctc_alone(self.progress.step, self.progress.alignment_start)
         ctc_weight = 1.0 if ctc_alone else None
+        if ctc_alone:  # the waiting speller reads nothing it would learn from
+            batch = batch.unspelt()
         loss, parts = self.optimisation.loss(batch, lengths, forcing, augment, cutting, ctc_weight)
         frames = batch.feature_lengths.sum()
         if heard is not None:  # their loss per character of the whole step, as if in one batch with the pieces
