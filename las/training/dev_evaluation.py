@@ -1,7 +1,8 @@
 """Training's dev pass: what the model reads of dev, decoded greedily as `las decode` joins its
 heads (the figure the kept models are chosen on), and by the speller and the CTC head alone; how
 diagonal the attention maps are, and whether the attention has failed to align where the CTC head
-has learnt; each rank decoding its shard of dev."""
+has learnt; each rank decoding its shard of dev. Dev utterances longer than decoding reads are cut
+at their pauses as decoding cuts them (`decode.segment_seconds`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import torch
 
 from las.core.config import Config
 from las.core.metrics import character_error_rate, word_error_rate
-from las.data.dataset import SpeechDataset
+from las.data.dataset import Draw, SpeechDataset
+from las.data.front_end.segmentation import split_at_pauses
 from las.model.alignment import Alignment
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
@@ -48,10 +50,37 @@ class DevSearches:
         joint = dataclasses.replace(search, scoring=Scoring(weight, ctc_window_nats=window), cuda_graphs=False)
         return cls(search, CTCGreedySearch(search.symbols), joint if weight > 0 else None)
 
+    def active(self) -> list[GreedySearch | CTCGreedySearch]:
+        return [search for search in (self.speller, self.ctc, self.joint) if search is not None]
+
     def search(self, model: LAS, memory: ListenerOutput) -> list[list[Hypothesis]]:
-        searches = [search for search in (self.speller, self.ctc, self.joint) if search is not None]
-        readings = [search.search(model, memory) for search in searches]
+        readings = [search.search(model, memory) for search in self.active()]
         return [[found[0] for found in utterance] for utterance in zip(*readings, strict=True)]
+
+
+def as_decoded(dataset: SpeechDataset, longest: int) -> tuple[SpeechDataset, list[int]]:
+    """`dataset`'s utterances as decoding reads them: each longer than `longest` frames cut at its
+    pauses into pieces no longer (`split_at_pauses`, without the context decoding adds at a cut
+    inside speech), the others as they are; and the utterance of each piece, in order. A dev set
+    of short utterances (AN4's) is `dataset` itself."""
+    frame_counts = dataset.frame_counts()
+    if max(frame_counts, default=0) <= longest:
+        return dataset, list(range(len(dataset)))
+    ids, features, owners = [], [], []
+    for index, frames in enumerate(frame_counts):
+        if frames <= longest:
+            spans, heard = [(0, frames)], dataset.heard(Draw(index, 0))[0]
+        else:
+            heard = dataset.features[index]
+            spans = split_at_pauses(heard, longest) or [(0, frames)]  # no speech found: read whole
+        for start, end in spans:
+            ids.append(f"{dataset.ids[index]}:{start}")
+            features.append(heard[start:end])
+            owners.append(index)
+    pieces = SpeechDataset(
+        ids, features, [None] * len(ids), dataset.vocabulary, with_targets=False, normalizer=dataset.normalizer
+    )
+    return pieces, owners
 
 
 def evaluate_dev(
@@ -69,23 +98,25 @@ def evaluate_dev(
     decodes its shard of dev; every rank gets the figures of all of it."""
     indices = distributed.shard(range(len(dataset)))
     searches = DevSearches.of(search, model, config)
-    results = transcribe(
-        model, dataset.subset(indices), searches, config.decode.batch_size, config.data.max_batch_frames, device, "dev"
-    )
+    pieces, owners = as_decoded(dataset.subset(indices), config.features.frames(config.decode.segment_seconds))
+    results = transcribe(model, pieces, searches, config.decode.batch_size, config.data.max_batch_frames, device, "dev")
     vocabulary = dataset.vocabulary
     speller = [found[0] for found in results]
     alignment = None
     if distributed.is_main and speller[0].attention is not None:  # rank 0's shard starts with utterance 0
-        plot_hypothesis(dataset.ids[0], speller[0], vocabulary, plot_path)
+        plot_hypothesis(pieces.ids[0], speller[0], vocabulary, plot_path)
         alignment = Alignment.of_decoding(speller[0].attention)
-    # (index, each search's text, whether the speller's map is diagonal), gathered over ranks in dev order
+    # Each utterance's pieces in order: each search's text of it, and whether the speller's maps are all diagonal.
+    texts: list[list[list[str]]] = [[[] for _ in searches.active()] for _ in indices]
+    diagonals = [True] * len(indices)
+    for owner, found in zip(owners, results, strict=True):
+        for words, hypothesis in zip(texts[owner], found, strict=True):
+            words.append(vocabulary.decode(hypothesis.tokens))
+        diagonals[owner] &= found[0].attention is not None and diagonal(found[0])
+    # (index, each search's text, whether the speller's maps are diagonal), gathered over ranks in dev order
     decoded = [
-        (
-            index,
-            *(vocabulary.decode(hypothesis.tokens) for hypothesis in found),
-            found[0].attention is not None and diagonal(found[0]),
-        )
-        for index, found in zip(indices, results, strict=True)
+        (index, *(" ".join(part for part in parts if part) for parts in read), diagonals[position])
+        for position, (index, read) in enumerate(zip(indices, texts, strict=True))
     ]
     everything = sorted(item for part in distributed.gather(decoded) for item in part)
     readings = list(zip(*(item[1:-1] for item in everything), strict=True))  # one tuple of texts per search
