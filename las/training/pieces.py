@@ -7,13 +7,13 @@ From scratch, the attention over a 13 s recording does not find its place (docs/
 on them. So once the CTC head has learnt (a batch's CTC loss under a trigger, per character),
 each utterance of a batch is cut into pieces of whole words at most `longest` frames long, at
 the middle of the pauses between words on the head's forced alignment of the transcript, and
-the step trains on the pieces; their longest doubles every so
-many steps, until no training utterance is cut or up to the length decoding reads
-(`decode.segment_seconds`: a speller taught whole 14 s recordings pulled the listener it shares
-with the CTC head away from what the head had learnt). An utterance the head does not align well enough
-yet is heard whole by the head alone, in a batch of its own, so that the head goes on learning
-from what it reads worst. Only training reads pieces: the dev pass and decoding read whole
-utterances.
+the step trains on the pieces; their longest doubles every so many steps, until no training
+utterance is cut or up to the length decoding reads (`decode.segment_seconds`: a speller taught
+whole 14 s recordings pulled the listener it shares with the CTC head away from what the head
+had learnt). An utterance the head does not align well enough yet is heard whole by the head
+alone, in a batch of its own, so that the head goes on learning from what it reads worst. Only
+training cuts at the CTC alignment: the dev pass and decoding cut recordings longer than
+`decode.segment_seconds` at their pauses.
 """
 
 from __future__ import annotations
