@@ -424,6 +424,12 @@ def export(
     quantize: Annotated[
         Quantize, typer.Option("--quantize", help="int8: the matrix products' weights as int8 (dynamic).")
     ] = Quantize.none,
+    decoding: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="decode.KEY=VALUE: how the export decodes unless told otherwise, e.g. its recipe's choices."
+        ),
+    ] = None,
 ) -> None:
     """The model as ONNX graphs (listener, CTC head, speller start and step) for ONNX Runtime:
     `las decode OUT INPUT` decodes with them, every strategy as with the checkpoint."""
@@ -433,7 +439,7 @@ def export(
     loaded = load_model(checkpoint)
     if loaded.export is not None:
         raise LasError(f"{checkpoint} is an export already; export a checkpoint written by las train")
-    write_export(loaded, out, "" if quantize == Quantize.none else quantize.value)
+    write_export(loaded, out, "" if quantize == Quantize.none else quantize.value, tuple(decoding or ()))
 
 
 @app.command(name="eval")
@@ -476,6 +482,8 @@ def info(
     if loaded.export is not None:
         quantize = json.loads((loaded.export / "model.json").read_text()).get("quantize") or "fp32"
         typer.echo(f"export        ONNX graphs ({quantize}) for ONNX Runtime")
+        if loaded.decoding:
+            typer.echo(f"decodes with  {' '.join(loaded.decoding)} (unless --set says otherwise)")
     else:
         parameters = sum(tensor.numel() for tensor in loaded.model_state.values())
         typer.echo(f"parameters    {parameters / 1e6:.2f}M")

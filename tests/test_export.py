@@ -84,6 +84,31 @@ def test_int8_stores_the_matrix_products_in_a_third_of_the_space_and_still_decod
     assert len(stdout.strip().splitlines()) == 1 + len(exported["data"].read_text().splitlines()) - 1
 
 
+def test_an_export_decodes_as_its_maker_chose_unless_told_otherwise(exported: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "chosen"
+    code, _, stderr = run(
+        "export", exported["checkpoint"], out, "--set", "decode.strategy=greedy", "--set", "decode.other_speed=0"
+    )
+    assert code == 0, stderr
+    model = load_model(out)
+    assert model.decoding == ("decode.strategy=greedy", "decode.other_speed=0")
+    assert model.decoding_config().decode.strategy == "greedy" and model.decoding_config().decode.other_speed == 0
+    assert model.decoding_config(["decode.strategy=beam"]).decode.strategy == "beam"  # the caller's word is last
+    code, stdout, _ = run("info", out)
+    assert code == 0 and "decodes with  decode.strategy=greedy decode.other_speed=0" in stdout
+    greedy = Recognizer(load_model(exported["fp32"]), "cpu", ["decode.strategy=greedy", "decode.other_speed=0"])
+    chosen = Recognizer(model, "cpu", [])
+    found = chosen.transcribe(exported["data"])
+    assert [result.text for result in found] == [result.text for result in greedy.transcribe(exported["data"])]
+    assert load_model(exported["fp32"]).decoding == ()  # an export made without --set, as before
+    for setting, message in (
+        ("model.dropout=0", "model.dropout=0: a model is decoded with decode.* settings only"),
+        ("decode.other_speed=fast", "expected float"),
+    ):
+        assert_clear_error(*run("export", exported["checkpoint"], tmp_path / "bad", "--set", setting)[::2], message)
+    assert not (tmp_path / "bad").exists()
+
+
 def copy_of(folder: Path, to: Path) -> Path:
     to.mkdir()
     for path in folder.iterdir():

@@ -102,8 +102,9 @@ def test_the_shipped_model_decodes_a_recording_and_fits_the_repository(tmp_path:
     code, stdout, stderr = run("info", model)
     assert code == 0, stderr
     assert "(int8)" in stdout and "epochs        12" in stdout
+    assert "decodes with  decode.other_speed=0" in stdout  # the recipe's one pass
     _, audio, _, _ = an4_rows("dev", 1)[0]
-    code, stdout, stderr = run("decode", model, audio, "--set", "decode.other_speed=0")
+    code, stdout, stderr = run("decode", model, audio)
     assert code == 0, stderr
     header, row = stdout.strip().splitlines()
     text = row.split(",", 1)[1]

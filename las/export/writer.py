@@ -13,6 +13,7 @@ is refused before a graph is run. `--quantize int8` stores the matrix products' 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -25,7 +26,7 @@ from torch import nn
 from las.core.errors import LasError
 from las.core.files import locked_directory, make_directory, write_text_atomically
 from las.core.progress import say
-from las.model.checkpoint import Checkpoint
+from las.model.checkpoint import Checkpoint, decoding_assignments
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
@@ -170,9 +171,12 @@ def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list
         )
 
 
-def export(checkpoint: Checkpoint, out: Path, quantize: str = "") -> Path:
-    """Write the graphs of `checkpoint` and its `model.json` into `out`."""
+def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tuple[str, ...] = ()) -> Path:
+    """Write the graphs of `checkpoint` and its `model.json` into `out`; `decoding`: the `decode.*`
+    assignments the export is decoded with unless its caller says otherwise (its recipe's)."""
     onnx_modules()
+    checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments(list(decoding)))
+    checkpoint.decoding_config()  # a setting that does not parse is refused before anything is written
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
     others = sorted(path.name for path in out.iterdir() if not export_file(path.name)) if out.is_dir() else []
@@ -328,6 +332,7 @@ def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantiz
         "speller_layers": layers,
         "quantize": quantize,
         "training": {"progress": summary(checkpoint.training_state.get("progress", {}))},  # for las info
+        "decoding": list(checkpoint.decoding),
         "graphs": {graph: digest(out / graph) for graph in graphs},
     }
     manifest["check"] = manifest_check(manifest)

@@ -31,17 +31,20 @@ class Checkpoint:
     training_state: dict[str, Any]  # empty for a model-only file
     input_size: int  # feature dimension the model reads
     export: Path | None = None  # an ONNX export folder (las.export.writer) whose graphs hold the weights
+    # `decode.*` assignments its maker chose for it (`las export --set`), applied before the caller's.
+    decoding: tuple[str, ...] = ()
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
         """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
         settings belong to each decoding, not to the run (whose dev pass used its own defaults). Two
         follow the model: `segment_seconds`, the longest stretch it was trained to read (a recipe of
         25 s utterances decodes them whole, not cut at their pauses as AN4's 10 s would), and a
-        model without a CTC head gets no joint CTC score by default (asked for, it is an error)."""
+        model without a CTC head gets no joint CTC score by default (asked for, it is an error). An
+        export's `decoding` (its recipe's choices) comes before `assignments`."""
         defaults = DecodeConfig(segment_seconds=self.config.decode.segment_seconds)
         if self.config.model.ctc_weight == 0:
             defaults = dataclasses.replace(defaults, ctc_weight=0.0)
-        return dataclasses.replace(self.config, decode=defaults).replace(assignments or [])
+        return dataclasses.replace(self.config, decode=defaults).replace([*self.decoding, *(assignments or [])])
 
     def check_features(self, features: FeatureSet, source: str | Path) -> None:
         """Refuse features of another dimension than the model was trained on."""
@@ -157,6 +160,7 @@ def payload_checkpoint(
             training_state,
             int(payload.get("input_size", payload["config"]["features"]["mel_bins"])),
             export,
+            decoding_assignments(payload.get("decoding", [])),
         )
     except KeyError as error:
         raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
@@ -166,3 +170,13 @@ def payload_checkpoint(
         raise LasError(f"{path}: {error}") from None
     except LasError as error:
         raise LasError(f"{path}: damaged checkpoint: {error}") from None
+
+
+def decoding_assignments(values: object) -> tuple[str, ...]:
+    """`decode.KEY=VALUE` strings, and nothing else: the settings a model is decoded with by default."""
+    if not isinstance(values, list | tuple) or not all(isinstance(value, str) for value in values):
+        raise LasError("its decoding settings are not a list of KEY=VALUE strings")
+    others = [value for value in values if not value.startswith("decode.")]
+    if others:
+        raise LasError(f"{others[0]}: a model is decoded with decode.* settings only")
+    return tuple(values)
