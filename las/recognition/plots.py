@@ -96,9 +96,9 @@ def runs_figure(runs: Sequence[Path]) -> Figure:
             ctc_epochs, ctc_minutes, values = zip(*ctc, strict=True)
             axes[1][0].plot(ctc_epochs, values, color=colour, linestyle="--", linewidth=1)
             axes[1][1].plot(ctc_minutes, values, color=colour, linestyle="--", linewidth=1)
+    axes[0][0].set_ylabel("training loss")  # each row shares its axis: labelled once, on the left
+    axes[1][0].set_ylabel("dev CER %, greedy, as models are kept\n(dashed: the CTC head alone)")
     for column, unit in enumerate(("epoch", "training minutes (dev passes included)")):
-        axes[0][column].set_ylabel("training loss")
-        axes[1][column].set_ylabel("dev CER % (greedy, as models are kept; dashed: CTC head alone)")
         axes[1][column].set_xlabel(unit)
         for row in range(2):
             axes[row][column].grid(alpha=0.3)
