@@ -101,7 +101,7 @@ def test_the_shipped_model_decodes_a_recording_and_fits_the_repository(tmp_path:
     assert sum(file.stat().st_size for file in model.iterdir()) <= 25 * 2**20
     code, stdout, stderr = run("info", model)
     assert code == 0, stderr
-    assert "(int8)" in stdout and "epochs        12" in stdout
+    assert "(int8)" in stdout and "epochs        22" in stdout
     assert "decodes with  decode.other_speed=0 decode.ctc_weight=0.2" in stdout  # the recipe's decoding
     _, audio, _, _ = an4_rows("dev", 1)[0]
     code, stdout, stderr = run("decode", model, audio)
