@@ -153,6 +153,7 @@ def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redo
     (out / "speller_step.onnx").write_bytes(b"half")
     code, _, stderr = run("export", exported["checkpoint"], out)
     assert code == 0, stderr
+    assert not (out / ".lock").exists()  # a folder ready to ship carries no lock file
     assert run("decode", out, exported["data"])[0] == 0
     (out / "notes.txt").write_text("mine")
     assert_clear_error(*run("export", exported["checkpoint"], out)[::2], "a folder with other files in it (notes.txt)")

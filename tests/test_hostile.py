@@ -111,8 +111,10 @@ def test_a_run_directory_is_locked_while_a_process_holds_it(tiny_config: Config)
         holder.wait()
     train(one_epoch(tiny_config))
     assert (out / "last.pt").is_file()
+    assert not (out / ".lock").exists()  # an orderly end removes its lock file
     with locked_directory(out):  # released after the run
-        pass
+        assert (out / ".lock").read_text() == f"{os.getpid()}\n"
+    assert not (out / ".lock").exists()
 
 
 def one_epoch(config: Config, **changes: object) -> Config:

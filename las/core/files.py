@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import torch
 
@@ -152,23 +152,39 @@ def check_writable(path: str | Path, purpose: str) -> None:
 @contextmanager
 def locked_directory(directory: Path) -> Iterator[None]:
     """Hold an OS lock on `directory` (flock on `directory/.lock`) for the body's life, so that a
-    second process cannot train into it at the same time. The kernel releases the lock when the
-    process ends in any way, so a crash never leaves a stale lock behind."""
+    second process cannot train or export into it at the same time. The kernel releases the lock
+    when the process ends in any way, so a crash never leaves a held lock behind; an orderly end
+    also removes the file, so that a finished run or export carries none."""
     path = directory / ".lock"
-    with open(path, "a+") as file:
+    while True:
+        file = open(path, "a+")
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             file.seek(0)
             holder = file.read().strip() or "?"
+            file.close()
             raise LasError(
                 f"{directory} is in use by another las process (pid {holder}); "
                 "wait for it to end or choose another --out"
             ) from None
+        if same_file(file, path):
+            break
+        file.close()  # its holder removed the file as we opened it: lock the one there now
+    with file:
         file.truncate(0)
         file.write(f"{os.getpid()}\n")
         file.flush()
         try:
             yield
         finally:
+            path.unlink(missing_ok=True)  # while still held, so no one locks the file we remove
             fcntl.flock(file, fcntl.LOCK_UN)
+
+
+def same_file(file: IO[str], path: Path) -> bool:
+    """Whether the open `file` is still the one at `path` (not removed or replaced since)."""
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), path.stat())
+    except FileNotFoundError:
+        return False
