@@ -14,6 +14,7 @@ from las.core.errors import LasError
 from las.export.runtime import load_model
 from las.training import corpus as corpus_module
 from las.training import optimisation as optimisation_module
+from las.training.metrics_file import epoch_line
 from las.training.optimisation import learning_rate_scale
 from las.training.train import teacher_forcing_rate, train
 
@@ -52,6 +53,19 @@ def test_tiny_model_overfits_real_utterances(tiny_config: Config) -> None:
     assert checkpoint.config == config and checkpoint.training_state["progress"]["best_cer"] == min(
         r["dev_cer"] for r in records
     )
+
+
+def test_each_epochs_log_line_says_what_its_dev_pass_read() -> None:
+    record = {
+        "epoch": 3, "train_loss": 1.2346, "dev_cer": 40.0, "dev_wer": 80.5, "dev_reading": "speller + CTC, greedy",
+        "dev_joint_cer": 40.0, "dev_speller_cer": 70.0, "dev_ctc_cer": 42.0, "seconds": 355.4,
+    }  # fmt: skip
+    assert epoch_line(record, 39.0) == (
+        "epoch   3  loss 1.235  dev CER  40.00% WER 80.50% (speller + CTC, greedy; best CER 39.00%)"
+        "  speller alone 70.00%  CTC head alone 42.00%  355s"
+    )
+    speller_only = record | {"dev_reading": "speller, greedy", "dev_joint_cer": None, "dev_ctc_cer": None}
+    assert epoch_line(speller_only, 39.0).endswith("(speller, greedy; best CER 39.00%)  355s")
 
 
 def test_attention_that_has_not_aligned_where_ctc_has_learnt_is_said_once(

@@ -49,6 +49,17 @@ def epoch_record(
     }
 
 
+def epoch_line(record: dict, best_cer: float) -> str:
+    """The log's line for the epoch of `record` (an `epoch_record`)."""
+    heads = f"  speller alone {record['dev_speller_cer']:.2f}%" if record["dev_joint_cer"] is not None else ""
+    heads += f"  CTC head alone {record['dev_ctc_cer']:.2f}%" if record["dev_ctc_cer"] is not None else ""
+    return (
+        f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {record['dev_cer']:6.2f}% "
+        f"WER {record['dev_wer']:.2f}% ({record['dev_reading']}; best CER {best_cer:.2f}%){heads}  "
+        f"{record['seconds']:.0f}s"
+    )
+
+
 def keep_metrics_until(path: Path, epochs: int) -> None:
     """Drop metric lines of epochs after the checkpoint (a run killed between log and save), and
     lines that are not whole records: cut short by a kill, or damaged in the middle of the file,

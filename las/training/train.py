@@ -33,7 +33,7 @@ from las.training.corpus import Corpus, load_corpus
 from las.training.dev_evaluation import evaluate_dev
 from las.training.distributed import Distributed
 from las.training.initialisation import initialise
-from las.training.metrics_file import append_line, epoch_record, keep_metrics_until
+from las.training.metrics_file import append_line, epoch_line, epoch_record, keep_metrics_until
 from las.training.monitor import EXAMPLES, Monitor, StepValues, wandb_module
 from las.training.optimisation import Optimisation
 from las.training.random_states import capture_rng, restore_rng
@@ -388,12 +388,7 @@ class Trainer:
         examples = list(zip(self.corpus.dev.ids, self.corpus.dev.texts, dev.texts, strict=False))[:EXAMPLES]
         self.monitor.epoch(record, plot if dev.alignment is not None else None, examples)
         self.monitor.unaligned(dev.unaligned(), record["step"], self.attention_start.advice())
-        heads = f"  speller alone {dev.speller_cer:.2f}%" if dev.joint_cer is not None else ""
-        heads += f"  CTC head alone {dev.ctc_cer:.2f}%" if dev.ctc_cer is not None else ""
-        tqdm.write(
-            f"epoch {record['epoch']:3d}  loss {record['train_loss']:.3f}  dev CER {dev_cer:6.2f}% WER {dev.wer:.2f}% "
-            f"({dev.reading}; best CER {self.progress.best_cer:.2f}%){heads}  {seconds:.0f}s"
-        )
+        tqdm.write(epoch_line(record, self.progress.best_cer))
 
     def write_average(self) -> None:
         """`averaged.pt`: the mean weights of the kept snapshots, with its dev CER beside the best
