@@ -482,11 +482,11 @@ def info(
     if loaded.export is not None:
         quantize = json.loads((loaded.export / "model.json").read_text()).get("quantize") or "fp32"
         typer.echo(f"export        ONNX graphs ({quantize}) for ONNX Runtime")
-        if loaded.decoding:
-            typer.echo(f"decodes with  {' '.join(loaded.decoding)} (unless --set says otherwise)")
     else:
         parameters = sum(tensor.numel() for tensor in loaded.model_state.values())
         typer.echo(f"parameters    {parameters / 1e6:.2f}M")
+    if loaded.decoding:
+        typer.echo(f"decodes with  {' '.join(loaded.decoding)} (unless --set says otherwise)")
     typer.echo(f"epochs        {progress.get('epoch', '?')} (step {progress.get('step', '?')})")
     typer.echo(f"best dev CER  {progress.get('best_cer', float('nan')):.2f}%")
     characters = loaded.vocabulary.symbols[len(SPECIALS) :]

@@ -141,6 +141,27 @@ def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[
     assert_clear_error(*run("train", "--init", exported["fp32"], "--out", tmp_path / "run")[::2], "an export")
 
 
+def test_a_run_decodes_as_its_config_chose_and_its_export_with_it(exported: dict[str, Path], tmp_path: Path) -> None:
+    """A run's `[decode]` settings (its recipe's decoding) travel in its checkpoints and exports."""
+    from las.model.checkpoint import save_checkpoint
+
+    trained = load_model(exported["checkpoint"])
+    assert trained.decoding == ()  # a run given no decode.* settings decodes as las does by default
+    config = trained.config.replace(["decode.ctc_weight=0.3", "decode.other_speed=0"])
+    path = tmp_path / "chosen.pt"
+    save_checkpoint(path, config, trained.vocabulary, trained.normalizer, trained.build_model(), {})
+    model = load_model(path)
+    assert model.decoding == ("decode.ctc_weight=0.3", "decode.other_speed=0.0")
+    assert model.decoding_config().decode.ctc_weight == 0.3 and model.decoding_config().decode.other_speed == 0
+    assert model.decoding_config(["decode.ctc_weight=0.5"]).decode.ctc_weight == 0.5  # the caller's word is last
+    code, stdout, _ = run("info", path)
+    assert code == 0 and "decodes with  decode.ctc_weight=0.3 decode.other_speed=0.0" in stdout
+    code, _, stderr = run("export", path, tmp_path / "out", "--set", "decode.ctc_weight=0.2")
+    assert code == 0, stderr
+    settings = load_model(tmp_path / "out").decoding_config().decode
+    assert settings.ctc_weight == 0.2 and settings.other_speed == 0  # the export's --set on top of the run's
+
+
 def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(
     exported: dict[str, Path], tmp_path: Path
 ) -> None:

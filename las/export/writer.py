@@ -172,10 +172,11 @@ def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list
 
 
 def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tuple[str, ...] = ()) -> Path:
-    """Write the graphs of `checkpoint` and its `model.json` into `out`; `decoding`: the `decode.*`
-    assignments the export is decoded with unless its caller says otherwise (its recipe's)."""
+    """Write the graphs of `checkpoint` and its `model.json` into `out`; `decoding`: `decode.*`
+    assignments the export is decoded with unless its caller says otherwise, on top of those its
+    run was given (its recipe's)."""
     onnx_modules()
-    checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments(list(decoding)))
+    checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments([*checkpoint.decoding, *decoding]))
     checkpoint.decoding_config()  # a setting that does not parse is refused before anything is written
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")

@@ -31,16 +31,18 @@ class Checkpoint:
     training_state: dict[str, Any]  # empty for a model-only file
     input_size: int  # feature dimension the model reads
     export: Path | None = None  # an ONNX export folder (las.export.writer) whose graphs hold the weights
-    # `decode.*` assignments its maker chose for it (`las export --set`), applied before the caller's.
+    # `decode.*` assignments its makers chose for it (its run's config, `las export --set`),
+    # applied before the caller's.
     decoding: tuple[str, ...] = ()
 
     def decoding_config(self, assignments: list[str] | None = None) -> Config:
-        """The saved config with today's `decode.*` defaults and `assignments` on top: decoding
-        settings belong to each decoding, not to the run (whose dev pass used its own defaults). Two
-        follow the model: `segment_seconds`, the longest stretch it was trained to read (a recipe of
-        25 s utterances decodes them whole, not cut at their pauses as AN4's 10 s would), and a
-        model without a CTC head gets no joint CTC score by default (asked for, it is an error). An
-        export's `decoding` (its recipe's choices) comes before `assignments`."""
+        """The saved config with today's `decode.*` defaults, its `decoding` and `assignments` on
+        top: a model is decoded as its recipe chose (`decoding`: the run's own `[decode]` settings
+        and an export's `--set`), and otherwise as this las decodes, not as the las that trained
+        it did. Two more follow the model: `segment_seconds`, the longest stretch it was trained
+        to read (a recipe of 25 s utterances decodes them whole, not cut at their pauses as AN4's
+        10 s would), and a model without a CTC head gets no joint CTC score by default (asked for,
+        it is an error)."""
         defaults = DecodeConfig(segment_seconds=self.config.decode.segment_seconds)
         if self.config.model.ctc_weight == 0:
             defaults = dataclasses.replace(defaults, ctc_weight=0.0)
@@ -92,8 +94,21 @@ def save_checkpoint(
         "model": model.state_dict(),
         "input_size": model.input_size,
         "training": training_state,
+        "decoding": list(chosen_decoding(config)),
     }
     save_atomically(path, payload)  # a reader sees the old file or the new one, never half of one
+
+
+def chosen_decoding(config: Config) -> tuple[str, ...]:
+    """The `decode.*` settings a run was given (by its config file or `--set`: those that differ
+    from this las's defaults) as assignments: its models are decoded with them by default, as its
+    dev pass read them."""
+    defaults = DecodeConfig()
+    return tuple(
+        f"decode.{field.name}={getattr(config.decode, field.name)}"
+        for field in dataclasses.fields(DecodeConfig)
+        if getattr(config.decode, field.name) != getattr(defaults, field.name)
+    )
 
 
 def unreadable_checkpoint(path: Path, error: Exception) -> str:
