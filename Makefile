@@ -46,7 +46,7 @@ mini-librispeech: install
 	@[ -f $(ML)/corpus/train.tsv ] || $(BIN)/python $(ML)/prepare.py $(if $(SOURCE),--source $(SOURCE))
 	@if [ -f $(ML_RUN)/last.pt ]; then $(BIN)/las train --config $(ML)/recipe.toml --out $(ML_RUN) --resume; \
 		else $(BIN)/las train --config $(ML)/recipe.toml --out $(ML_RUN) --seed $(or $(SEED),1); fi
-	$(BIN)/las decode $(ML_RUN)/best.pt $(ML)/corpus/report.tsv --set decode.other_speed=0 --set decode.ctc_weight=0.2 --format kaldi --out $(ML_RUN)/report.txt
+	$(BIN)/las decode $(ML_RUN)/best.pt $(ML)/corpus/report.tsv --format kaldi --out $(ML_RUN)/report.txt
 	$(BIN)/las eval $(ML_RUN)/report.txt $(ML)/corpus/report.tsv
 
 test: install
