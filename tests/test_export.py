@@ -149,7 +149,8 @@ def test_a_run_decodes_as_its_config_chose_and_its_export_with_it(exported: dict
     assert trained.decoding == ()  # a run given no decode.* settings decodes as las does by default
     config = trained.config.replace(["decode.ctc_weight=0.3", "decode.other_speed=0"])
     path = tmp_path / "chosen.pt"
-    save_checkpoint(path, config, trained.vocabulary, trained.normalizer, trained.build_model(), {})
+    parts = (trained.vocabulary, trained.normalizer, trained.build_model(), {})
+    save_checkpoint(path, config, *parts)
     model = load_model(path)
     assert model.decoding == ("decode.ctc_weight=0.3", "decode.other_speed=0.0")
     assert model.decoding_config().decode.ctc_weight == 0.3 and model.decoding_config().decode.other_speed == 0
@@ -160,6 +161,11 @@ def test_a_run_decodes_as_its_config_chose_and_its_export_with_it(exported: dict
     assert code == 0, stderr
     settings = load_model(tmp_path / "out").decoding_config().decode
     assert settings.ctc_weight == 0.2 and settings.other_speed == 0  # the export's --set on top of the run's
+    elsewhere = tmp_path / "lm-elsewhere.pt"  # a run whose LM was on the machine that trained it
+    save_checkpoint(elsewhere, trained.config.replace([f"decode.lm={tmp_path / 'lm.pt'}"]), *parts)
+    message = f"decode.lm={tmp_path / 'lm.pt'}, which the model carries (las info), is not here"
+    assert_clear_error(*run("decode", elsewhere, exported["data"])[::2], message)
+    assert run("decode", elsewhere, exported["data"], "--set", "decode.lm=")[0] == 0
 
 
 def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(

@@ -13,13 +13,16 @@ import torch
 from las.core.config import Config, DecodeConfig
 from las.core.errors import LasError
 from las.core.files import save_atomically
-from las.core.settings import RetiredSetting
+from las.core.settings import RetiredSetting, assignment_table
 from las.core.text import Vocabulary
 from las.data.front_end.features import FeatureSet, Normalizer, feature_dimension
 from las.model.las import LAS
 
 FORMAT = "las-checkpoint"
 VERSION = 1  # bump when the layout below or the model's parameters change incompatibly
+
+
+FILE_SETTINGS = ("lm", "lexicon", "stream_second_pass_model")  # decode.* settings that name a file
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,16 @@ class Checkpoint:
         defaults = DecodeConfig(segment_seconds=self.config.decode.segment_seconds)
         if self.config.model.ctc_weight == 0:
             defaults = dataclasses.replace(defaults, ctc_weight=0.0)
-        return dataclasses.replace(self.config, decode=defaults).replace([*self.decoding, *(assignments or [])])
+        config = dataclasses.replace(self.config, decode=defaults).replace([*self.decoding, *(assignments or [])])
+        carried = assignment_table(self.decoding).get("decode", {})
+        for name in FILE_SETTINGS:  # a file named on the machine that made the model may not be on this one
+            path = getattr(config.decode, name)
+            if path and carried.get(name) == path and not Path(path).exists():
+                raise LasError(
+                    f"decode.{name}={path}, which the model carries (las info), is not here: "
+                    f"give its path with --set decode.{name}=PATH, or decode without it with --set decode.{name}="
+                )
+        return config
 
     def check_features(self, features: FeatureSet, source: str | Path) -> None:
         """Refuse features of another dimension than the model was trained on."""
