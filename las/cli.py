@@ -316,7 +316,8 @@ def decode(
     checkpoint: Annotated[
         Path,
         typer.Argument(
-            metavar="CHECKPOINT", help="A checkpoint written by las train (best.pt or last.pt), or a las export folder."
+            metavar="CHECKPOINT",
+            help="A las train checkpoint (best.pt, last.pt, averaged.pt, snapshots/epoch_NNN.pt) or export folder.",
         ),
     ],
     input_path: Annotated[

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from las.core.errors import LasError
 from las.export.runtime import load_model
 from las.training.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
 
@@ -59,3 +60,23 @@ def test_training_keeps_the_best_epochs_and_writes_their_average(trained_run: di
     for name, value in averaged.model_state.items():
         assert torch.allclose(value, sum(state[name] for state in states) / len(states), atol=1e-6), name
     assert averaged.config == load_model(run / "best.pt").config
+
+
+def test_an_epochs_snapshot_loads_as_a_model_with_its_runs_settings(
+    trained_run: dict[str, Path], tmp_path: Path
+) -> None:
+    run = trained_run["run"]
+    snapshot = sorted(run.glob("snapshots/epoch_*.pt"))[0]
+    model = load_model(snapshot)  # what las decode and las info read
+    best = load_model(run / "best.pt")
+    assert model.config == best.config and model.decoding == best.decoding
+    assert model.vocabulary.to_list() == best.vocabulary.to_list()
+    state = torch.load(snapshot, weights_only=True)
+    assert all(torch.equal(model.model_state[name], value) for name, value in state.items())
+    assert model.training_state == {}
+    model.build_model()  # the weights fit the run's model
+    # The same weights away from their run have no settings to decode with: one line says where they belong.
+    stray = tmp_path / "epoch_003.pt"
+    stray.write_bytes(snapshot.read_bytes())
+    with pytest.raises(LasError, match="a model's weights without its settings.*RUN/snapshots/"):
+        load_model(stray)

@@ -147,6 +147,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch.load fails on foreign or damaged files in many ways
         raise LasError(f"{path}: {unreadable_checkpoint(path, error)}") from None
+    if is_weights_only(payload):
+        return snapshot_checkpoint(path, payload)
     check_format(payload, (FORMAT, VERSION), path, "checkpoint", "decode it with the las that wrote it or retrain")
     try:
         checkpoint = payload_checkpoint(payload, dict(payload["model"]), dict(payload["training"]), path)
@@ -154,6 +156,28 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise LasError(f"{path}: damaged checkpoint: {error.args[0]!r} is missing") from None
     checkpoint.check_weights(path)
     return checkpoint
+
+
+def is_weights_only(payload: Any) -> bool:
+    """Whether `payload` is a bare state dict, as an epoch's snapshot is (las.training.averaging)."""
+    tensors = isinstance(payload, dict) and all(isinstance(value, torch.Tensor) for value in payload.values())
+    return tensors and bool(payload)
+
+
+def snapshot_checkpoint(path: Path, weights: dict[str, torch.Tensor]) -> Checkpoint:
+    """An epoch's snapshot (`RUN/snapshots/epoch_NNN.pt`: weights only) as a model: its run's
+    settings, vocabulary and normalisation (from best.pt, else last.pt) with these weights, so
+    that any kept epoch decodes as its run's checkpoints do."""
+    run = path.parent.parent
+    settings = [run / name for name in ("best.pt", "last.pt") if (run / name).is_file()]
+    if path.parent.name != "snapshots" or not settings:
+        raise LasError(
+            f"{path}: a model's weights without its settings; an epoch's snapshot decodes where its "
+            "run left it (RUN/snapshots/, beside RUN/best.pt)"
+        )
+    snapshot = dataclasses.replace(load_checkpoint(settings[0]), model_state=weights, training_state={})
+    snapshot.check_weights(path)
+    return snapshot
 
 
 def check_format(payload: Any, expected: tuple[str, int], where: Path, kind: str, remedy: str) -> None:
