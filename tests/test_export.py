@@ -225,3 +225,33 @@ def test_a_listener_with_stacked_frames_trains_decodes_and_exports(tmp_path: Pat
     assert torch.equal(found.lengths, expected.lengths) and found.lengths.tolist() == [11, 5, 2]
     for name in ("keys", "values", "hidden"):
         assert torch.allclose(getattr(found, name), getattr(expected, name), atol=1e-4), name
+
+
+def test_an_export_carries_the_files_its_decoding_names(exported: dict[str, Path], tmp_path: Path) -> None:
+    """An export made with a lexicon (or an LM) decodes with its own copy wherever it is taken."""
+    data = exported["data"]
+    words = tmp_path / "words.txt"  # the training transcripts' words but the first
+    words.write_text("".join(f"{word}\n" for word in sorted(transcript_words(data))[1:]))
+    settings = ["decode.strategy=beam", "decode.lexicon=" + str(words)]
+    expected = [result.text for result in Recognizer(load_model(exported["fp32"]), "cpu", settings).transcribe(data)]
+    out = tmp_path / "with-lexicon"
+    code, _, stderr = run("export", exported["checkpoint"], out, *(part for s in settings for part in ("--set", s)))
+    assert code == 0, stderr
+    assert (out / "lexicon.txt").read_bytes() == words.read_bytes()
+    words.unlink()  # gone from where it was: the export decodes with its copy, moved or not
+    moved = copy_of(out, tmp_path / "moved")
+    model = load_model(moved)
+    assert model.decoding_config().decode.lexicon == str(moved / "lexicon.txt")
+    assert [result.text for result in Recognizer(model, "cpu", []).transcribe(data)] == expected
+    code, stdout, _ = run("info", moved)
+    assert code == 0 and f"decode.lexicon={moved / 'lexicon.txt'}" in stdout
+    (moved / "lexicon.txt").write_text("ANOTHER\nLIST\n")
+    damaged = "damaged export: lexicon.txt is not the file that was exported"
+    assert_clear_error(*run("decode", moved, data)[::2], damaged)
+    code, _, stderr = run("export", exported["checkpoint"], out)  # exported again without it: the copy goes
+    assert code == 0, stderr
+    assert not (out / "lexicon.txt").exists() and load_model(out).decoding == ()
+    message = f"decode.lm={tmp_path / 'lm.pt'}: no such file, and an export carries a copy of it"
+    failed = run("export", exported["checkpoint"], tmp_path / "no-lm", "--set", f"decode.lm={tmp_path / 'lm.pt'}")
+    assert_clear_error(*failed[::2], message)
+    assert not (tmp_path / "no-lm").exists()

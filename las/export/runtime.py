@@ -61,14 +61,25 @@ def load_export(folder: str | Path) -> Checkpoint:
     graphs = manifest.get("graphs")
     if not isinstance(graphs, dict) or "listener.onnx" not in graphs or "speller_step.onnx" not in graphs:
         raise LasError(f"{manifest_path}: damaged export: its graphs are not listed")
-    for graph, expected in graphs.items():
-        path = folder / graph
+    files = manifest.get("files", {})  # none in an export made before files were carried
+    if not isinstance(files, dict):
+        raise LasError(f"{manifest_path}: damaged export: its files are not listed")
+    for name, expected in {**graphs, **files}.items():
+        path = folder / name
         if not path.is_file():
-            raise LasError(f"{folder}: damaged export: {graph} is missing")
+            raise LasError(f"{folder}: damaged export: {name} is missing")
         if digest(path) != expected:
-            raise LasError(f"{folder}: damaged export: {graph} is not the file that was exported")
+            raise LasError(f"{folder}: damaged export: {name} is not the file that was exported")
+    # Its decoding names its own copies of files by their names in the folder, wherever it is.
+    manifest["decoding"] = [in_folder(assignment, folder, files) for assignment in manifest.get("decoding", [])]
     training = manifest.get("training") if isinstance(manifest.get("training"), dict) else {}
     return payload_checkpoint(manifest, {}, training, manifest_path, export=folder, kind=ExportedCheckpoint)
+
+
+def in_folder(assignment: str, folder: Path, files: dict[str, str]) -> str:
+    """`decode.lm=lm.pt` as `decode.lm=FOLDER/lm.pt` where lm.pt is one of the export's `files`."""
+    key, _, value = assignment.partition("=")
+    return f"{key}={folder / value}" if value in files else assignment
 
 
 def run_on(device: str | torch.device) -> torch.device:

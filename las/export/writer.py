@@ -7,8 +7,10 @@ prefix scorer, word times and confidences then work on an export as on a checkpo
 
 OUT/ holds the graphs and `model.json`: the checkpoint without its weights (config, vocabulary,
 normalisation), the format's version, and each graph's SHA-256, so a damaged or foreign folder
-is refused before a graph is run. `--quantize int8` stores the matrix products' weights as int8
-(dynamic quantisation: activations quantised per batch at run time).
+is refused before a graph is run. A file its decoding names (an LM, a lexicon, a second-pass
+model) is copied in beside them, so that the folder decodes as it did wherever it is taken.
+`--quantize int8` stores the matrix products' weights as int8 (dynamic quantisation: activations
+quantised per batch at run time).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import shutil
 import warnings
 from pathlib import Path
 
@@ -26,7 +29,8 @@ from torch import nn
 from las.core.errors import LasError
 from las.core.files import locked_directory, make_directory, write_text_atomically
 from las.core.progress import say
-from las.model.checkpoint import Checkpoint, decoding_assignments
+from las.core.settings import assignment_table
+from las.model.checkpoint import FILE_SETTINGS, Checkpoint, decoding_assignments
 from las.model.las import LAS
 from las.model.listener import ListenerOutput
 from las.model.speller import SpellerState
@@ -177,6 +181,7 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tupl
     run was given (its recipe's)."""
     onnx_modules()
     checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments([*checkpoint.decoding, *decoding]))
+    files = named_files(checkpoint.decoding)
     checkpoint.decoding_config()  # a setting that does not parse is refused before anything is written
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
@@ -186,13 +191,40 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tupl
     make_directory(out, "export folder")
     with locked_directory(out):  # a second export into the same folder waits for none: one clear error
         (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
-        write_export(checkpoint, out, quantize)
+        write_export(bundled(checkpoint, files, out), out, quantize)
     return out
+
+
+def named_files(decoding: tuple[str, ...]) -> dict[str, Path]:
+    """Setting -> the file that `decoding` names for it (the last word on each); one clear error
+    for a file that is not here, before anything is written."""
+    settings = assignment_table(decoding).get("decode", {})
+    files = {name: Path(settings[name]) for name in FILE_SETTINGS if settings.get(name)}
+    for name, path in files.items():
+        if not path.is_file():
+            raise LasError(
+                f"decode.{name}={path}: no such file, and an export carries a copy of it: give its path with "
+                f"--set decode.{name}=PATH, or export without it with --set decode.{name}="
+            )
+    return files
+
+
+def bundled(checkpoint: Checkpoint, files: dict[str, Path], out: Path) -> Checkpoint:
+    """`checkpoint` decoding with copies of `files` in `out`, named by the export's names for them
+    (las.export.runtime resolves those against the folder it loads)."""
+    named = {f"decode.{name}" for name in files}
+    kept = [assignment for assignment in checkpoint.decoding if assignment.partition("=")[0].strip() not in named]
+    for name, copy in FILE_SETTINGS.items():  # an earlier export's copies go, this one's come
+        (out / copy).unlink(missing_ok=True)
+        if name in files:
+            shutil.copyfile(files[name], out / copy)
+    copies = [f"decode.{name}={FILE_SETTINGS[name]}" for name in files]
+    return dataclasses.replace(checkpoint, decoding=(*kept, *copies))
 
 
 def export_file(name: str) -> bool:
     """Whether a file of this name is an export's own (or left by an export cut short)."""
-    return name in (*GRAPHS, MANIFEST, ".lock") or name.endswith((".tmp", ".int8.onnx"))
+    return name in (*GRAPHS, *FILE_SETTINGS.values(), MANIFEST, ".lock") or name.endswith((".tmp", ".int8.onnx"))
 
 
 def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
@@ -335,9 +367,16 @@ def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantiz
         "training": {"progress": summary(checkpoint.training_state.get("progress", {}))},  # for las info
         "decoding": list(checkpoint.decoding),
         "graphs": {graph: digest(out / graph) for graph in graphs},
+        "files": {name: digest(out / name) for name in bundled_names(checkpoint.decoding)},
     }
     manifest["check"] = manifest_check(manifest)
     write_text_atomically(out / MANIFEST, json.dumps(manifest, indent=1))
+
+
+def bundled_names(decoding: tuple[str, ...] | list[str]) -> list[str]:
+    """The files in an export's folder that its `decoding` names (`bundled`)."""
+    settings = assignment_table(list(decoding)).get("decode", {})
+    return [copy for name, copy in FILE_SETTINGS.items() if settings.get(name) == copy]
 
 
 def manifest_check(manifest: dict) -> str:

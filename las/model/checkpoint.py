@@ -22,7 +22,8 @@ FORMAT = "las-checkpoint"
 VERSION = 1  # bump when the layout below or the model's parameters change incompatibly
 
 
-FILE_SETTINGS = ("lm", "lexicon", "stream_second_pass_model")  # decode.* settings that name a file
+# decode.* settings that name a file, and the name an export keeps its copy under (las.export.writer).
+FILE_SETTINGS = {"lm": "lm.pt", "lexicon": "lexicon.txt", "stream_second_pass_model": "second_pass.pt"}
 
 
 @dataclass(frozen=True)
