@@ -197,9 +197,11 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tupl
 
 def named_files(decoding: tuple[str, ...]) -> dict[str, Path]:
     """Setting -> the file that `decoding` names for it (the last word on each); one clear error
-    for a file that is not here, before anything is written."""
+    for a file that is not here, before anything is written. A second-pass model that is an
+    export folder stays where it is, named by its path."""
     settings = assignment_table(decoding).get("decode", {})
     files = {name: Path(settings[name]) for name in FILE_SETTINGS if settings.get(name)}
+    files = {name: path for name, path in files.items() if not path.is_dir()}
     for name, path in files.items():
         if not path.is_file():
             raise LasError(
