@@ -8,6 +8,8 @@ from las.core.errors import LasError
 from las.export.runtime import load_model
 from las.training.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
 
+from .conftest import run as las
+
 
 def test_ranking_keeps_the_lowest_cer_and_prefers_later_epochs_on_ties() -> None:
     kept, dropped = rank_snapshots([(30.0, 1), (20.0, 2)], (20.0, 3), 2)
@@ -75,6 +77,9 @@ def test_an_epochs_snapshot_loads_as_a_model_with_its_runs_settings(
     assert all(torch.equal(model.model_state[name], value) for name, value in state.items())
     assert model.training_state == {}
     model.build_model()  # the weights fit the run's model
+    code, stdout, stderr = las("decode", snapshot, trained_run["train"], "--strategy", "greedy")
+    assert code == 0 and stdout.count("\n") == 5, stderr  # the csv header and the four utterances
+    assert las("info", snapshot)[0] == 0
     # The same weights away from their run have no settings to decode with: one line says where they belong.
     stray = tmp_path / "epoch_003.pt"
     stray.write_bytes(snapshot.read_bytes())
