@@ -260,9 +260,9 @@ def throughput(
     frames = sum(lengths)
     where = torch.cuda.get_device_name() if cuda else f"CPU, {torch.get_num_threads()} threads"
     print(
-        f"{len(dataset)} AN4 utterances ({frames} frames), {', '.join(settings) or 'default model'}, las train's "
-        f"steps, batches of up to {config.data.batch_size}, {workers} loader workers, torch {torch.__version__}, "
-        f"{where}, "
+        f"{len(dataset)} utterances of {manifest} ({frames} frames), {', '.join(settings) or 'default model'}, "
+        f"las train's steps, batches of up to {config.data.batch_size}, {workers} loader workers, "
+        f"torch {torch.__version__}, {where}, "
         f"median of {repeats} interleaved passes:\n"
     )
     memory = "peak GPU memory MB" if cuda else "peak RSS MB (process, cumulative)"
