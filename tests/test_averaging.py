@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ from las.core.errors import LasError
 from las.export.runtime import load_model
 from las.training.averaging import average_states, load_snapshots, rank_snapshots, snapshot_path
 
+from .conftest import assert_clear_error
 from .conftest import run as las
 
 
@@ -85,3 +87,19 @@ def test_an_epochs_snapshot_loads_as_a_model_with_its_runs_settings(
     stray.write_bytes(snapshot.read_bytes())
     with pytest.raises(LasError, match="a model's weights without its settings.*RUN/snapshots/"):
         load_model(stray)
+
+
+def test_a_snapshot_its_run_does_not_list_is_refused(trained_run: dict[str, Path], tmp_path: Path) -> None:
+    # A snapshot put by hand into a run whose model has the same shape would decode with that run's
+    # vocabulary and normalisation, silently wrong: the run's last.pt lists the epochs it kept.
+    run = shutil.copytree(trained_run["run"], tmp_path / "run")
+    kept = sorted(run.glob("snapshots/epoch_*.pt"))
+    stranger = run / "snapshots" / "epoch_099.pt"
+    stranger.write_bytes(kept[0].read_bytes())
+    with pytest.raises(LasError, match=r"not a snapshot its run kept \(.*last.pt lists epochs: \d"):
+        load_model(stranger)
+    code, _, stderr = las("decode", stranger, trained_run["train"])
+    assert_clear_error(code, stderr, "not a snapshot its run kept")
+    # Without last.pt nothing lists the run's latest snapshots: best.pt's settings decode them.
+    (run / "last.pt").unlink()
+    assert load_model(kept[-1]).config == load_model(run / "best.pt").config

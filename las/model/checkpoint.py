@@ -167,18 +167,39 @@ def is_weights_only(payload: Any) -> bool:
 
 def snapshot_checkpoint(path: Path, weights: dict[str, torch.Tensor]) -> Checkpoint:
     """An epoch's snapshot (`RUN/snapshots/epoch_NNN.pt`: weights only) as a model: its run's
-    settings, vocabulary and normalisation (from best.pt, else last.pt) with these weights, so
+    settings, vocabulary and normalisation (from last.pt, else best.pt) with these weights, so
     that any kept epoch decodes as its run's checkpoints do."""
     run = path.parent.parent
-    settings = [run / name for name in ("best.pt", "last.pt") if (run / name).is_file()]
+    settings = [run / name for name in ("last.pt", "best.pt") if (run / name).is_file()]
     if path.parent.name != "snapshots" or not settings:
         raise LasError(
             f"{path}: a model's weights without its settings; an epoch's snapshot decodes where its "
             "run left it (RUN/snapshots/, beside RUN/best.pt)"
         )
-    snapshot = dataclasses.replace(load_checkpoint(settings[0]), model_state=weights, training_state={})
+    checkpoint = load_checkpoint(settings[0])
+    kept = kept_epochs(checkpoint) if settings[0].name == "last.pt" else None  # best.pt's list is older
+    if kept is not None and snapshot_epoch(path) not in kept:
+        listed = ", ".join(map(str, sorted(kept))) or "none"
+        raise LasError(
+            f"{path}: not a snapshot its run kept ({settings[0]} lists epochs: {listed}); "
+            "a snapshot decodes in the run that wrote it"
+        )
+    snapshot = dataclasses.replace(checkpoint, model_state=weights, training_state={})
     snapshot.check_weights(path)
     return snapshot
+
+
+def kept_epochs(checkpoint: Checkpoint) -> set[int] | None:
+    """The epochs whose snapshots a run's checkpoint lists (`Progress.snapshots`: (dev CER, epoch)
+    pairs); None where it lists none at all, as runs from before averaging do."""
+    snapshots = checkpoint.training_state.get("progress", {}).get("snapshots")
+    return None if snapshots is None else {int(epoch) for _, epoch in snapshots}
+
+
+def snapshot_epoch(path: Path) -> int | None:
+    """The epoch in a snapshot's name (`epoch_NNN.pt`); None for any other name."""
+    digits = path.stem.removeprefix("epoch_")
+    return int(digits) if path.stem.startswith("epoch_") and digits.isdigit() else None
 
 
 def check_format(payload: Any, expected: tuple[str, int], where: Path, kind: str, remedy: str) -> None:
