@@ -455,13 +455,24 @@ def evaluate(
     ] = False,
     worst: Annotated[int, typer.Option("--worst", min=0, help="How many of the worst utterances to list.")] = 10,
     by_length: Annotated[bool, typer.Option("--by-length", help="Also report CER by reference length.")] = False,
+    words: Annotated[
+        int,
+        typer.Option("--words", min=0, help="How many of the commonest confusion pairs, deleted and inserted words."),
+    ] = 10,
+    known: Annotated[
+        Path | None,
+        typer.Option(
+            "--known",
+            help="Training transcripts (any format REF may be): the reference words they lack, how each kind reads.",
+        ),
+    ] = None,
 ) -> None:
-    """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances."""
+    """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances, word errors."""
     import json
 
     from las.recognition.evaluate import evaluate_files, format_report
 
-    report = evaluate_files(hypothesis, reference, worst)
+    report = evaluate_files(hypothesis, reference, worst, words, known)
     typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report, by_length))
 
 

@@ -9,6 +9,9 @@ from las.core.metrics import EditCounts, character_error_rate, edit_counts
 from las.recognition.evaluate import evaluate_files, format_report, score
 from las.recognition.transcripts import Transcript, read_transcripts, write_transcripts
 
+from .conftest import assert_clear_error
+from .conftest import run as las
+
 
 @pytest.mark.parametrize(
     ("hypothesis", "reference", "counts"),
@@ -110,3 +113,30 @@ def test_transcripts_and_references_are_read_as_one_spelling(tmp_path: Path) -> 
     manifest.write_text(f"id\tpath\tduration_s\ttext\na\t{audio}\t1.0\t\u200b\n")
     with pytest.raises(LasError, match="empty transcript"):
         read_utterances(manifest)
+
+
+def test_word_errors_list_the_confusions_and_split_unseen_words_from_known_ones(tmp_path: Path) -> None:
+    references = {"a": "THE CAT SAT", "b": "A DOG RAN", "c": "THE CAT"}
+    hypotheses = {"a": "THE BAT SAT", "b": "DOG RAN FAST", "c": "THE BAT"}
+    report = score(hypotheses, references, known={"THE", "SAT", "DOG", "RAN"})
+    words = report.words
+    assert (words.counts.substitutions, words.counts.deletions, words.counts.insertions) == (2, 1, 1)
+    assert report.wer == pytest.approx(100 * words.counts.errors / report.reference_words)
+    assert words.confusions == [("CAT", "BAT", 2)]
+    assert words.deleted == [("A", 1)] and words.inserted == [("FAST", 1)]
+    split = words.known_words
+    assert split is not None and (split.known, split.known_wrong, split.unknown, split.unknown_wrong) == (5, 0, 3, 3)
+    assert split.unknown_share == pytest.approx(37.5)
+    assert score(hypotheses, references, commonest=0).words.confusions == []
+    # The same through the command line, the training transcripts in any format eval reads.
+    for name, texts in (("hyp.txt", hypotheses), ("ref.txt", references)):
+        (tmp_path / name).write_text("".join(f"{key} {text}\n" for key, text in texts.items()))
+    (tmp_path / "train.txt").write_text("t1 THE DOG SAT\nt2 THE DOG RAN\n")
+    code, stdout, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / "train.txt")
+    assert code == 0, stderr
+    assert "WER                   50.00%  (2 sub, 1 del, 1 ins over 8 words)" in stdout
+    assert "37.50% of the reference words are not in the training transcripts; wrong: 100.00% of them, 0.00%" in stdout
+    assert "confusion pairs (reference -> hypothesis):\n      2  CAT -> BAT" in stdout
+    assert "deleted words:\n      1  A" in stdout and "inserted words:\n      1  FAST" in stdout
+    code, _, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / "absent.txt")
+    assert_clear_error(code, stderr, "absent.txt")

@@ -11,6 +11,7 @@ import Levenshtein
 from las.core.errors import LasError
 from las.core.metrics import EditCounts, align, edit_counts
 from las.recognition.transcripts import read_transcripts
+from las.recognition.word_errors import WordErrors, format_word_errors, word_errors
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,22 @@ class Report:
     reference_words: int
     worst: list[UtteranceScore]
     by_length: list[LengthBucket]
+    words: WordErrors
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def score(hypotheses: dict[str, str], references: dict[str, str], worst: int = 10) -> Report:
-    """Report over the ids of `references`; every reference needs a hypothesis and vice versa."""
+def score(
+    hypotheses: dict[str, str],
+    references: dict[str, str],
+    worst: int = 10,
+    commonest: int = 10,
+    known: set[str] | None = None,
+) -> Report:
+    """Report over the ids of `references`; every reference needs a hypothesis and vice versa.
+    `commonest`: how many of each kind of word error to list; `known`: the training transcripts'
+    words, to split the reference words by."""
     missing = [identifier for identifier in references if identifier not in hypotheses]
     extra = [identifier for identifier in hypotheses if identifier not in references]
     if missing or extra:
@@ -77,8 +87,8 @@ def score(hypotheses: dict[str, str], references: dict[str, str], worst: int = 1
         edits += counts
         reference_words = reference.split()
         words += len(reference_words)
-        word_errors = Levenshtein.distance(hypothesis.split(), reference_words)
-        scores.append(UtteranceScore(identifier, hypothesis, reference, counts.errors, word_errors))
+        word_distance = Levenshtein.distance(hypothesis.split(), reference_words)
+        scores.append(UtteranceScore(identifier, hypothesis, reference, counts.errors, word_distance))
     characters = sum(len(reference) for reference in references.values())
     return Report(
         utterances=len(scores),
@@ -93,6 +103,7 @@ def score(hypotheses: dict[str, str], references: dict[str, str], worst: int = 1
         reference_words=words,
         worst=sorted(scores, key=lambda item: (-item.distance, item.id))[:worst],
         by_length=length_buckets(scores),
+        words=word_errors(((item.hypothesis, item.reference) for item in scores), commonest, known),
     )
 
 
@@ -111,18 +122,31 @@ def length_buckets(scores: list[UtteranceScore]) -> list[LengthBucket]:
     return buckets
 
 
-def evaluate_files(hypothesis_path: str | Path, reference_path: str | Path, worst: int = 10) -> Report:
-    return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst)
+def evaluate_files(
+    hypothesis_path: str | Path,
+    reference_path: str | Path,
+    worst: int = 10,
+    commonest: int = 10,
+    known_path: str | Path | None = None,
+) -> Report:
+    """`score` of two files; `known_path`: the training transcripts (any format `score` reads)."""
+    known = None
+    if known_path is not None:
+        known = {word for text in read_transcripts(known_path).values() for word in text.split()}
+    return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst, commonest, known)
 
 
 def format_report(report: Report, by_length: bool = False) -> str:
+    words = report.words.counts
     lines = [
         f"utterances            {report.utterances}",
         f"mean distance         {report.mean_distance:.3f} character edits per utterance",
         f"CER                   {report.cer:.2f}%  ({report.substitutions} sub, {report.deletions} del, "
         f"{report.insertions} ins over {report.reference_characters} characters)",
-        f"WER                   {report.wer:.2f}%  (over {report.reference_words} words)",
+        f"WER                   {report.wer:.2f}%  ({words.substitutions} sub, {words.deletions} del, "
+        f"{words.insertions} ins over {report.reference_words} words)",
         f"sentence error rate   {report.sentence_error_rate:.2f}%",
+        *format_word_errors(report.words),
     ]
     if by_length:
         lines += ["", "by reference length (characters):"]
