@@ -138,5 +138,7 @@ def test_word_errors_list_the_confusions_and_split_unseen_words_from_known_ones(
     assert "37.50% of the reference words are not in the training transcripts; wrong: 100.00% of them, 0.00%" in stdout
     assert "confusion pairs (reference -> hypothesis):\n      2  CAT -> BAT" in stdout
     assert "deleted words:\n      1  A" in stdout and "inserted words:\n      1  FAST" in stdout
-    code, _, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / "absent.txt")
-    assert_clear_error(code, stderr, "absent.txt")
+    for known, message in (("absent.txt", "--known: "), ("empty.txt", "empty.txt: no transcripts in it")):
+        (tmp_path / "empty.txt").write_text("")
+        code, _, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / known)
+        assert_clear_error(code, stderr, message)

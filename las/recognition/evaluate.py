@@ -130,10 +130,19 @@ def evaluate_files(
     known_path: str | Path | None = None,
 ) -> Report:
     """`score` of two files; `known_path`: the training transcripts (any format `score` reads)."""
-    known = None
-    if known_path is not None:
-        known = {word for text in read_transcripts(known_path).values() for word in text.split()}
+    known = None if known_path is None else known_words(known_path)
     return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst, commonest, known)
+
+
+def known_words(path: str | Path) -> set[str]:
+    """The words of the training transcripts at `path` (`las eval --known`)."""
+    try:
+        transcripts = read_transcripts(path)
+    except LasError as error:
+        raise LasError(f"--known: {error}") from None
+    if not transcripts:
+        raise LasError(f"--known {path}: no transcripts in it")
+    return {word for text in transcripts.values() for word in text.split()}
 
 
 def format_report(report: Report, by_length: bool = False) -> str:
