@@ -118,7 +118,7 @@ def test_transcripts_and_references_are_read_as_one_spelling(tmp_path: Path) -> 
 def test_word_errors_list_the_confusions_and_split_unseen_words_from_known_ones(tmp_path: Path) -> None:
     references = {"a": "THE CAT SAT", "b": "A DOG RAN", "c": "THE CAT"}
     hypotheses = {"a": "THE BAT SAT", "b": "DOG RAN FAST", "c": "THE BAT"}
-    report = score(hypotheses, references, known={"THE", "SAT", "DOG", "RAN"})
+    report = score(hypotheses, references, known={"the", "sat", "dog", "ran"})
     words = report.words
     assert (words.counts.substitutions, words.counts.deletions, words.counts.insertions) == (2, 1, 1)
     assert report.wer == pytest.approx(100 * words.counts.errors / report.reference_words)
@@ -131,7 +131,7 @@ def test_word_errors_list_the_confusions_and_split_unseen_words_from_known_ones(
     # The same through the command line, the training transcripts in any format eval reads.
     for name, texts in (("hyp.txt", hypotheses), ("ref.txt", references)):
         (tmp_path / name).write_text("".join(f"{key} {text}\n" for key, text in texts.items()))
-    (tmp_path / "train.txt").write_text("t1 THE DOG SAT\nt2 THE DOG RAN\n")
+    (tmp_path / "train.txt").write_text("t1 THE DOG SAT\nt2 the dog ran\n")  # a word is held in any case
     code, stdout, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / "train.txt")
     assert code == 0, stderr
     assert "WER                   50.00%  (2 sub, 1 del, 1 ins over 8 words)" in stdout

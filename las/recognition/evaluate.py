@@ -142,7 +142,7 @@ def known_words(path: str | Path) -> set[str]:
         raise LasError(f"--known: {error}") from None
     if not transcripts:
         raise LasError(f"--known {path}: no transcripts in it")
-    return {word for text in transcripts.values() for word in text.split()}
+    return {word.casefold() for text in transcripts.values() for word in text.split()}
 
 
 def format_report(report: Report, by_length: bool = False) -> str:

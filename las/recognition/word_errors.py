@@ -43,7 +43,8 @@ class WordErrors:
 
 def word_errors(pairs: Iterable[tuple[str, str]], most: int, known: set[str] | None = None) -> WordErrors:
     """The word errors of (hypothesis, reference) `pairs`: counts, the `most` frequent of each
-    kind, and with `known` (the training transcripts' words) the reference words split by it."""
+    kind, and with `known` (the training transcripts' words, case-folded: a lower-case training
+    text holds the words of an upper-case reference) the reference words split by it."""
     confusions: Counter[tuple[str, str]] = Counter()
     deleted: Counter[str] = Counter()
     inserted: Counter[str] = Counter()
@@ -63,8 +64,9 @@ def word_errors(pairs: Iterable[tuple[str, str]], most: int, known: set[str] | N
                 inserted[hypothesis_words[at_hypothesis]] += 1
         if known is not None:
             for index, word in enumerate(reference_words):
-                words[word in known] += 1
-                wrong[word in known] += index in missed
+                held = word.casefold() in known
+                words[held] += 1
+                wrong[held] += index in missed
     counts = EditCounts(confusions.total(), deleted.total(), inserted.total())
     split = KnownWords(words[True], wrong[True], words[False], wrong[False]) if known is not None else None
     return WordErrors(
