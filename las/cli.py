@@ -420,7 +420,9 @@ def align(
 @app.command()
 @reports_errors
 def export(
-    checkpoint: Annotated[Path, typer.Argument(metavar="CHECKPOINT", help="A checkpoint written by las train.")],
+    checkpoint: Annotated[
+        Path, typer.Argument(metavar="CHECKPOINT", help="A checkpoint written by las train, or an export.")
+    ],
     out: Annotated[Path, typer.Argument(metavar="OUT", help="The folder to write the ONNX graphs into.")],
     quantize: Annotated[
         Quantize, typer.Option("--quantize", help="int8: the matrix products' weights as int8 (dynamic).")
@@ -433,14 +435,13 @@ def export(
     ] = None,
 ) -> None:
     """The model as ONNX graphs (listener, CTC head, speller start and step) for ONNX Runtime:
-    `las decode OUT INPUT` decodes with them, every strategy as with the checkpoint."""
+    `las decode OUT INPUT` decodes with them, every strategy as with the checkpoint. From an
+    export, its graphs are copied as they are, with `--set` on top of its decoding."""
     from las.export.runtime import load_model
     from las.export.writer import export as write_export
 
-    loaded = load_model(checkpoint)
-    if loaded.export is not None:
-        raise LasError(f"{checkpoint} is an export already; export a checkpoint written by las train")
-    write_export(loaded, out, "" if quantize == Quantize.none else quantize.value, tuple(decoding or ()))
+    quantized = "" if quantize == Quantize.none else quantize.value
+    write_export(load_model(checkpoint), out, quantized, tuple(decoding or ()))
 
 
 @app.command(name="eval")

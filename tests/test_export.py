@@ -137,7 +137,6 @@ def test_damaged_foreign_and_misused_exports_are_one_clear_error(exported: dict[
     empty.mkdir()
     assert_clear_error(*run("decode", empty, data)[::2], "not a las export (no model.json)")
     assert_clear_error(*run("decode", exported["fp32"], data, "--device", "cuda")[::2], "decodes on the CPU")
-    assert_clear_error(*run("export", exported["fp32"], tmp_path / "again")[::2], "is an export already")
     assert_clear_error(*run("train", "--init", exported["fp32"], "--out", tmp_path / "run")[::2], "an export")
 
 
@@ -255,3 +254,35 @@ def test_an_export_carries_the_files_its_decoding_names(exported: dict[str, Path
     failed = run("export", exported["checkpoint"], tmp_path / "no-lm", "--set", f"decode.lm={tmp_path / 'lm.pt'}")
     assert_clear_error(*failed[::2], message)
     assert not (tmp_path / "no-lm").exists()
+
+
+def test_an_export_exported_again_keeps_its_graphs_and_takes_new_decoding(
+    exported: dict[str, Path], tmp_path: Path
+) -> None:
+    """A shipped export takes its user's lexicon or LM, without the checkpoint it was made from."""
+    data = exported["data"]
+    words = tmp_path / "words.txt"  # the training transcripts' words but the first
+    words.write_text("".join(f"{word}\n" for word in sorted(transcript_words(data))[1:]))
+    settings = ["decode.strategy=beam", f"decode.lexicon={words}"]
+    expected = [result.text for result in Recognizer(load_model(exported["int8"]), "cpu", settings).transcribe(data)]
+    out = tmp_path / "again"
+    code, _, stderr = run("export", exported["int8"], out, *(part for s in settings for part in ("--set", s)))
+    assert code == 0, stderr
+    graphs = json.loads((exported["int8"] / "model.json").read_text())["graphs"]
+    assert all((out / graph).read_bytes() == (exported["int8"] / graph).read_bytes() for graph in graphs)
+    model = load_model(out)
+    assert model.decoding_config().decode.lexicon == str(out / "lexicon.txt")
+    assert [result.text for result in Recognizer(model, "cpu", []).transcribe(data)] == expected
+    code, stdout, _ = run("info", out)
+    assert code == 0 and "ONNX graphs (int8)" in stdout and "epoch" in stdout  # what it was trained, as before
+    code, _, stderr = run("export", out, tmp_path / "third", "--set", "decode.beam_size=3")  # its own copy travels
+    assert code == 0, stderr
+    third = load_model(tmp_path / "third").decoding_config().decode
+    assert third.lexicon == str(tmp_path / "third" / "lexicon.txt") and third.beam_size == 3
+    assert (tmp_path / "third" / "lexicon.txt").read_bytes() == words.read_bytes()
+    code, _, stderr = run("export", exported["fp32"], tmp_path / "quantized", "--quantize", "int8")
+    assert code == 0, stderr
+    quantized = tmp_path / "quantized"
+    assert all((quantized / graph).read_bytes() == (exported["int8"] / graph).read_bytes() for graph in graphs)
+    assert_clear_error(*run("export", out, out, "--set", "decode.beam_size=2")[::2], "the export being read")
+    assert load_model(out).decoding_config().decode.beam_size != 2  # refused before anything was written

@@ -178,8 +178,13 @@ def export_graph(module: nn.Module, inputs: tuple, path: Path, names: tuple[list
 def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tuple[str, ...] = ()) -> Path:
     """Write the graphs of `checkpoint` and its `model.json` into `out`; `decoding`: `decode.*`
     assignments the export is decoded with unless its caller says otherwise, on top of those its
-    run was given (its recipe's)."""
+    run was given (its recipe's). `checkpoint` may be an export: its graphs are copied as they
+    are (int8 stays int8), so that its decoding (an LM, a lexicon, weights) can change without
+    the checkpoint it was made from."""
     onnx_modules()
+    source = checkpoint.export
+    if source is not None and out.resolve() == Path(source).resolve():
+        raise LasError(f"{out}: the export being read; write the new one into another folder")
     checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments([*checkpoint.decoding, *decoding]))
     files = named_files(checkpoint.decoding)
     checkpoint.decoding_config()  # a setting that does not parse is refused before anything is written
@@ -191,7 +196,11 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tupl
     make_directory(out, "export folder")
     with locked_directory(out):  # a second export into the same folder waits for none: one clear error
         (out / MANIFEST).unlink(missing_ok=True)  # until the new graphs are written, no export is here
-        write_export(bundled(checkpoint, files, out), out, quantize)
+        checkpoint = bundled(checkpoint, files, out)
+        if source is None:
+            write_export(checkpoint, out, quantize)
+        else:
+            copy_export(checkpoint, Path(source), out, quantize)
     return out
 
 
@@ -263,6 +272,20 @@ def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
         quantize_graphs(out, graphs)
     write_manifest(checkpoint, out, graphs, quantize, checkpoint.config.model.speller_layers)
     say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
+
+
+def copy_export(checkpoint: Checkpoint, source: Path, out: Path, quantize: str) -> None:
+    """The graphs of the export at `source` (which load_export has checked) into `out` as they
+    are, fp32 ones made int8 where `quantize` asks; the manifest of `checkpoint`'s settings."""
+    manifest = json.loads((source / MANIFEST).read_text())
+    graphs = list(manifest["graphs"])
+    for graph in graphs:
+        shutil.copyfile(source / graph, out / graph)
+    stored = manifest.get("quantize", "")
+    if quantize and not stored:
+        quantize_graphs(out, graphs)
+    write_manifest(checkpoint, out, graphs, quantize or stored, manifest["speller_layers"])
+    say(f"copied {', '.join(graphs)} ({'int8' if quantize or stored else 'fp32'}) from {source} to {out}")
 
 
 # Three rows from two utterances, as beam search makes them, reading these tokens.
