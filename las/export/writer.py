@@ -270,7 +270,7 @@ def write_export(checkpoint: Checkpoint, out: Path, quantize: str) -> None:
         graphs += write_lstm_speller(model, memory, out)
     if quantize:
         quantize_graphs(out, graphs)
-    write_manifest(checkpoint, out, graphs, quantize, checkpoint.config.model.speller_layers)
+    write_manifest(checkpoint, out, graphs, quantize)
     say(f"exported {', '.join(graphs)} ({'int8' if quantize else 'fp32'}) to {out}")
 
 
@@ -284,7 +284,7 @@ def copy_export(checkpoint: Checkpoint, source: Path, out: Path, quantize: str) 
     stored = manifest.get("quantize", "")
     if quantize and not stored:
         quantize_graphs(out, graphs)
-    write_manifest(checkpoint, out, graphs, quantize or stored, manifest["speller_layers"])
+    write_manifest(checkpoint, out, graphs, quantize or stored)
     say(f"copied {', '.join(graphs)} ({'int8' if quantize or stored else 'fp32'}) from {source} to {out}")
 
 
@@ -379,7 +379,7 @@ def summary(progress: dict) -> dict:
     return {name: value for name, value in progress.items() if isinstance(value, (int, float, str))}
 
 
-def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantize: str, layers: int) -> None:
+def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantize: str) -> None:
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -387,7 +387,7 @@ def write_manifest(checkpoint: Checkpoint, out: Path, graphs: list[str], quantiz
         "vocabulary": checkpoint.vocabulary.to_list(),
         "normalizer": checkpoint.normalizer.to_dict(),
         "input_size": checkpoint.input_size,
-        "speller_layers": layers,
+        "speller_layers": checkpoint.config.model.speller_layers,
         "quantize": quantize,
         "training": {"progress": summary(checkpoint.training_state.get("progress", {}))},  # for las info
         "decoding": list(checkpoint.decoding),
