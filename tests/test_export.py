@@ -11,6 +11,7 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
+from las.core.errors import LasError  # noqa: E402
 from las.export.runtime import load_model  # noqa: E402
 from las.export.writer import export  # noqa: E402
 from las.recognition.recognizer import Recognizer  # noqa: E402
@@ -286,3 +287,8 @@ def test_an_export_exported_again_keeps_its_graphs_and_takes_new_decoding(
     assert all((quantized / graph).read_bytes() == (exported["int8"] / graph).read_bytes() for graph in graphs)
     assert_clear_error(*run("export", out, out, "--set", "decode.beam_size=2")[::2], "the export being read")
     assert load_model(out).decoding_config().decode.beam_size != 2  # refused before anything was written
+    source = load_model(out)
+    (out / "speller_step.onnx").write_bytes(b"changed after it was read")
+    with pytest.raises(LasError, match="damaged export: speller_step.onnx is not the file that was exported"):
+        export(source, tmp_path / "fourth")
+    assert not (tmp_path / "fourth" / "model.json").exists()  # no export there to decode

@@ -281,6 +281,8 @@ def copy_export(checkpoint: Checkpoint, source: Path, out: Path, quantize: str) 
     graphs = list(manifest["graphs"])
     for graph in graphs:
         shutil.copyfile(source / graph, out / graph)
+        if digest(out / graph) != manifest["graphs"][graph]:  # changed since it was checked: not to be blessed
+            raise LasError(f"{source}: damaged export: {graph} is not the file that was exported")
     stored = manifest.get("quantize", "")
     if quantize and not stored:
         quantize_graphs(out, graphs)
