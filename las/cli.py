@@ -467,13 +467,17 @@ def evaluate(
             help="Training transcripts (any format REF may be): the reference words they lack, how each kind reads.",
         ),
     ] = None,
+    ignore_case: Annotated[
+        bool,
+        typer.Option("--ignore-case", help="Compare without case (both sides case-folded), as sclite does by default."),
+    ] = False,
 ) -> None:
     """Levenshtein report: mean edit distance per utterance, CER, WER, S/D/I, worst utterances, word errors."""
     import json
 
     from las.recognition.evaluate import evaluate_files, format_report
 
-    report = evaluate_files(hypothesis, reference, worst, words, known)
+    report = evaluate_files(hypothesis, reference, worst, words, known, ignore_case)
     typer.echo(json.dumps(report.to_dict()) if json_output else format_report(report, by_length))
 
 

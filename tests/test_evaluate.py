@@ -142,3 +142,30 @@ def test_word_errors_list_the_confusions_and_split_unseen_words_from_known_ones(
         (tmp_path / "empty.txt").write_text("")
         code, _, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--known", tmp_path / known)
         assert_clear_error(code, stderr, message)
+
+
+def test_hypotheses_in_a_case_the_references_never_use_are_refused_or_compared_without_case(tmp_path: Path) -> None:
+    """Another recogniser's lower case against upper-case references would score every letter
+    wrong: refused in one line naming --ignore-case, which folds both sides; case that the
+    references themselves use, or a stray letter, is scored as written."""
+    references = {"a": "AS YOU KNOW", "b": "HE IS"}
+    lower = {"a": "as you know", "b": "he was"}
+    with pytest.raises(LasError, match="mostly lower case and the references upper case: .* --ignore-case"):
+        score(lower, references)
+    with pytest.raises(LasError, match="mostly upper case and the references lower case"):
+        score({"a": "AS YOU KNOW"}, {"a": "as you know"})
+    folded = score(lower, references, ignore_case=True)
+    assert folded.ignore_case and folded.wer == pytest.approx(100 * 1 / 5)
+    assert folded.words.confusions == [("is", "was", 1)]  # shown folded
+    assert "case                  ignored (both sides case-folded)" in format_report(folded)
+    as_written = score({"a": "AS YOU KNOW", "b": "He is"}, references)  # mostly the references' case
+    assert not as_written.ignore_case and as_written.cer == pytest.approx(100 * 3 / 16)
+    mixed = {"a": "As you know", "b": "He is"}  # a cased corpus: case is part of the spelling
+    assert score({"a": "as you know", "b": "he is"}, mixed).cer == pytest.approx(100 * 2 / 16)
+    assert score({"a": "bonjour"}, {"a": "你好"}).cer > 0  # references without case: nothing to refuse
+    for name, texts in (("hyp.txt", lower), ("ref.txt", references)):
+        (tmp_path / name).write_text("".join(f"{key} {text}\n" for key, text in texts.items()))
+    assert_clear_error(*las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt")[::2], "--ignore-case")
+    code, stdout, stderr = las("eval", tmp_path / "hyp.txt", tmp_path / "ref.txt", "--ignore-case", "--json")
+    assert code == 0, stderr
+    assert json.loads(stdout)["ignore_case"] is True and json.loads(stdout)["wer"] == pytest.approx(20.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class Report:
     sentence_error_rate: float  # percent of utterances with any character error
     reference_characters: int
     reference_words: int
+    ignore_case: bool  # compared without case (Unicode case folding), as `las eval --ignore-case`
     worst: list[UtteranceScore]
     by_length: list[LengthBucket]
     words: WordErrors
@@ -63,10 +65,12 @@ def score(
     worst: int = 10,
     commonest: int = 10,
     known: set[str] | None = None,
+    ignore_case: bool = False,
 ) -> Report:
     """Report over the ids of `references`; every reference needs a hypothesis and vice versa.
     `commonest`: how many of each kind of word error to list; `known`: the training transcripts'
-    words, to split the reference words by."""
+    words, to split the reference words by; `ignore_case`: both sides case-folded first (then
+    shown folded), else hypotheses mostly in a case the references never use are refused."""
     missing = [identifier for identifier in references if identifier not in hypotheses]
     extra = [identifier for identifier in hypotheses if identifier not in references]
     if missing or extra:
@@ -78,6 +82,11 @@ def score(
         raise LasError("id mismatch: " + "; ".join(parts))
     if not references:
         raise LasError("no utterances to score")
+    if ignore_case:
+        hypotheses = {identifier: text.casefold() for identifier, text in hypotheses.items()}
+        references = {identifier: text.casefold() for identifier, text in references.items()}
+    else:
+        check_case(hypotheses.values(), references.values())
     scores: list[UtteranceScore] = []
     edits = EditCounts()
     words = 0
@@ -101,10 +110,29 @@ def score(
         sentence_error_rate=100.0 * sum(item.distance > 0 for item in scores) / len(scores),
         reference_characters=characters,
         reference_words=words,
+        ignore_case=ignore_case,
         worst=sorted(scores, key=lambda item: (-item.distance, item.id))[:worst],
         by_length=length_buckets(scores),
         words=word_errors(((item.hypothesis, item.reference) for item in scores), commonest, known),
     )
+
+
+def check_case(hypotheses: Iterable[str], references: Iterable[str]) -> None:
+    """Refuse hypotheses written mostly in the case that references of one case never use (another
+    recogniser's lower case against LibriSpeech's upper case, say): scored as written, every such
+    letter would be an error, and the report a figure of spelling conventions, not of recognition."""
+    reference_text = "".join(references)
+    upper, lower = any(map(str.isupper, reference_text)), any(map(str.islower, reference_text))
+    if upper == lower:
+        return  # both cases (case is part of the spelling), or no cased letters at all
+    unused = str.islower if upper else str.isupper
+    letters = [character for text in hypotheses for character in text if character.isupper() or character.islower()]
+    if 2 * sum(map(unused, letters)) > len(letters):
+        theirs, ours = ("lower", "upper") if upper else ("upper", "lower")
+        raise LasError(
+            f"the hypotheses are mostly {theirs} case and the references {ours} case: every such letter "
+            "would count as an error; compare them with --ignore-case"
+        )
 
 
 def length_buckets(scores: list[UtteranceScore]) -> list[LengthBucket]:
@@ -128,10 +156,12 @@ def evaluate_files(
     worst: int = 10,
     commonest: int = 10,
     known_path: str | Path | None = None,
+    ignore_case: bool = False,
 ) -> Report:
     """`score` of two files; `known_path`: the training transcripts (any format `score` reads)."""
     known = None if known_path is None else known_words(known_path)
-    return score(read_transcripts(hypothesis_path), read_transcripts(reference_path), worst, commonest, known)
+    hypotheses, references = read_transcripts(hypothesis_path), read_transcripts(reference_path)
+    return score(hypotheses, references, worst, commonest, known, ignore_case)
 
 
 def known_words(path: str | Path) -> set[str]:
@@ -155,6 +185,7 @@ def format_report(report: Report, by_length: bool = False) -> str:
         f"WER                   {report.wer:.2f}%  ({words.substitutions} sub, {words.deletions} del, "
         f"{words.insertions} ins over {report.reference_words} words)",
         f"sentence error rate   {report.sentence_error_rate:.2f}%",
+        *(["case                  ignored (both sides case-folded)"] if report.ignore_case else []),
         *format_word_errors(report.words),
     ]
     if by_length:
