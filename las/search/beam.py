@@ -164,9 +164,12 @@ class BeamSearch:
         beams, eos = self.beam_size, self.symbols.eos
         batch = scores.shape[0]
         scored = scorer.score(rows.states, rows.tokens)
-        candidates = self.rules.constrain(
-            scores.reshape(-1, 1) + scored.total, scored.speller, length, rows.limits, eos
-        )
+        # A row of score -inf holds no prefix (fewer live candidates than beams: a beam wider than
+        # the vocabulary) and stays so: its scorers' increments are meaningless, +inf among them,
+        # and -inf + inf is a NaN, which topk ranks above every score.
+        alive = torch.isfinite(scores).reshape(-1, 1)
+        total = torch.where(alive, scores.reshape(-1, 1) + scored.total, float("-inf"))
+        candidates = self.rules.constrain(total, scored.speller, length, rows.limits, eos)
         # A row that no extension may follow (its CTC prefix cannot go on, and a lexicon lets no
         # word end here) may only end, as it is: as in greedy and random search (paths.path_step).
         stuck = ~torch.isfinite(candidates).any(dim=1)
