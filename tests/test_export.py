@@ -162,10 +162,13 @@ def test_a_run_decodes_as_its_config_chose_and_its_export_with_it(exported: dict
     settings = load_model(tmp_path / "out").decoding_config().decode
     assert settings.ctc_weight == 0.2 and settings.other_speed == 0  # the export's --set on top of the run's
     elsewhere = tmp_path / "lm-elsewhere.pt"  # a run whose LM was on the machine that trained it
-    save_checkpoint(elsewhere, trained.config.replace([f"decode.lm={tmp_path / 'lm.pt'}"]), *parts)
+    save_checkpoint(
+        elsewhere, trained.config.replace([f"decode.lm={tmp_path / 'lm.pt'}", "decode.lm_weight=0.3"]), *parts
+    )
     message = f"decode.lm={tmp_path / 'lm.pt'}, which the model carries (las info), is not here"
     assert_clear_error(*run("decode", elsewhere, exported["data"])[::2], message)
-    assert run("decode", elsewhere, exported["data"], "--set", "decode.lm=")[0] == 0
+    assert_clear_error(*run("decode", elsewhere, exported["data"])[::2], "without it with --set decode.lm_weight=0")
+    assert run("decode", elsewhere, exported["data"], "--set", "decode.lm_weight=0")[0] == 0  # the LM unused
 
 
 def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(

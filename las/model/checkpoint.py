@@ -24,6 +24,12 @@ VERSION = 1  # bump when the layout below or the model's parameters change incom
 
 # decode.* settings that name a file, and the name an export keeps its copy under (las.export.writer).
 FILE_SETTINGS = {"lm": "lm.pt", "lexicon": "lexicon.txt", "stream_second_pass_model": "second_pass.pt"}
+# How to decode without each: an LM's path alone is not enough, its weight would ask for it.
+WITHOUT = {
+    "lm": "decode.lm_weight=0",
+    "lexicon": "decode.lexicon=",
+    "stream_second_pass_model": "decode.stream_second_pass_model=",
+}
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,11 @@ class Checkpoint:
         carried = assignment_table(self.decoding).get("decode", {})
         for name in FILE_SETTINGS:  # a file named on the machine that made the model may not be on this one
             path = getattr(config.decode, name)
-            if path and carried.get(name) == path and not Path(path).exists():
+            unused = name == "lm" and config.decode.lm_weight == 0
+            if path and carried.get(name) == path and not unused and not Path(path).exists():
                 raise LasError(
                     f"decode.{name}={path}, which the model carries (las info), is not here: "
-                    f"give its path with --set decode.{name}=PATH, or decode without it with --set decode.{name}="
+                    f"give its path with --set decode.{name}=PATH, or decode without it with --set {WITHOUT[name]}"
                 )
         return config
 
