@@ -103,7 +103,8 @@ def test_the_shipped_model_decodes_a_recording_and_fits_the_repository(tmp_path:
     assert code == 0, stderr
     assert "(int8)" in stdout and "epochs        22" in stdout
     assert "decodes with  decode.other_speed=0 decode.ctc_weight=0.2" in stdout  # the recipe's decoding
-    assert f"decode.lm_weight=0.3 decode.lm={model / 'lm.pt'}" in stdout  # with its own copy of the LM
+    assert "decode.lm_weight=0.3 decode.beam_size=32" in stdout
+    assert f"decode.lm={model / 'lm.pt'}" in stdout  # with its own copy of the LM
     _, audio, _, _ = an4_rows("dev", 1)[0]
     code, stdout, stderr = run("decode", model, audio)
     assert code == 0, stderr
