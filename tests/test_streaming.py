@@ -475,6 +475,8 @@ def test_a_stream_refuses_what_it_cannot_use(streaming_model: dict[str, Path], t
         Recognizer.load(streaming_model["checkpoint"], "cpu", stream_second_pass_model="x.pt", stream_second_pass=False)
     with pytest.raises(LasError, match="decode.lm or decode.lexicon"):
         Recognizer.load(streaming_model["checkpoint"], "cpu", lexicon=str(AN4 / "words.txt")).stream()
+    unused = Recognizer.load(streaming_model["checkpoint"], "cpu", lm="absent-lm.pt", lm_weight=0.0).stream()
+    assert unused.finish() == []  # an LM at weight 0 is not read, streamed or whole
     stream = Recognizer.load(streaming_model["checkpoint"], "cpu").stream()
     with pytest.raises(LasError, match="mono samples"):
         stream.push(np.zeros((160, 2), dtype=np.int16))

@@ -192,7 +192,7 @@ def searcher(
     space = vocabulary.index.get(" ", -1)  # without one, words are final at a segment's end
     if settings.strategy not in ("beam", "ctc", "greedy"):
         raise LasError(f"decode.strategy={settings.strategy}: a stream decodes with beam, ctc or greedy")
-    if settings.lm or settings.lexicon:
+    if (settings.lm and settings.lm_weight > 0) or settings.lexicon:  # an LM at weight 0 is unused, as whole
         raise LasError("a stream does not use decode.lm or decode.lexicon yet: decode the recording whole for them")
     joint = settings.strategy == "beam" and settings.ctc_weight > 0
     if model.ctc_head is not None and (joint or settings.strategy == "ctc"):
