@@ -169,6 +169,12 @@ def test_a_run_decodes_as_its_config_chose_and_its_export_with_it(exported: dict
     assert_clear_error(*run("decode", elsewhere, exported["data"])[::2], message)
     assert_clear_error(*run("decode", elsewhere, exported["data"])[::2], "without it with --set decode.lm_weight=0")
     assert run("decode", elsewhere, exported["data"], "--set", "decode.lm_weight=0")[0] == 0  # the LM unused
+    no_lm = tmp_path / "no-lm"  # exported without its LM, its weight would ask for one in every decoding
+    failed = run("export", elsewhere, no_lm, "--set", "decode.lm=")
+    assert_clear_error(*failed[::2], "decode.lm_weight > 0 needs a language model")
+    assert not no_lm.exists()
+    assert run("export", elsewhere, no_lm, "--set", "decode.lm=", "--set", "decode.lm_weight=0")[0] == 0
+    assert run("decode", no_lm, exported["data"])[0] == 0
 
 
 def test_a_second_export_into_a_busy_folder_is_refused_and_one_cut_short_is_redone(

@@ -465,6 +465,16 @@ class DecodeConfig(Section):
             return 0.0 if self.stream_second_pass else 0.16
         return self.stream_trigger_lookahead_seconds
 
+    def check_language_model(self) -> None:
+        """One clear error where the LM's weight asks for an LM that none names: checked where a
+        decoding is built or exported, not as settings are read (a file's weight and a flag's LM
+        meet only at the end)."""
+        if self.lm_weight > 0 and not self.lm:
+            raise LasError(
+                "decode.lm_weight > 0 needs a language model: decode.lm=FILE (written by las pretrain), "
+                "or decode.lm_weight=0"
+            )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         for key in ("stream_second_pass_words", "stream_second_pass_model"):

@@ -187,7 +187,8 @@ def export(checkpoint: Checkpoint, out: Path, quantize: str = "", decoding: tupl
         raise LasError(f"{out}: the export being read; write the new one into another folder")
     checkpoint = dataclasses.replace(checkpoint, decoding=decoding_assignments([*checkpoint.decoding, *decoding]))
     files = named_files(checkpoint.decoding)
-    checkpoint.decoding_config()  # a setting that does not parse is refused before anything is written
+    # A setting that does not parse, or a decoding that could not run, is refused before anything is written.
+    checkpoint.decoding_config().decode.check_language_model()
     if checkpoint.config.model.attention in ("monotonic", "monotonic_chunk"):
         raise LasError(f"model.attention={checkpoint.config.model.attention} cannot be exported yet (hard attention)")
     others = sorted(path.name for path in out.iterdir() if not export_file(path.name)) if out.is_dir() else []

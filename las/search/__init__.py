@@ -82,10 +82,9 @@ def build_strategy(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | No
 
 def fused_language_model(config: DecodeConfig, vocabulary: Vocabulary, model: LAS | None) -> Speller | None:
     """The LM for shallow fusion, on the model's device; None when fusion is off."""
+    config.check_language_model()
     if config.lm_weight == 0:
         return None
-    if not config.lm:
-        raise LasError("decode.lm_weight > 0 needs a language model: decode.lm=FILE (written by las pretrain)")
     return load_language_model(config.lm, vocabulary).to(device_of(model))
 
 
